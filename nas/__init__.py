@@ -1,0 +1,1 @@
+"""The search: configuration, reward, accuracy proxy, Ray Tune + Optuna driver, MLflow tracking."""

@@ -1,0 +1,96 @@
+"""Hand-designed reference networks, written in the canonical encoding.
+
+Each matches torchvision's definition layer for layer, so parameter counts at 1000 classes
+are exactly the published ones (pinned in the tests):
+
+=================  ===========  =================
+name               params       MACs at 224x224
+=================  ===========  =================
+mobilenetv2_100    3,504,872    ~300 M
+efficientnet_b0    5,288,548    ~390 M
+mnasnet_b1         4,383,312    ~315 M
+=================  ===========  =================
+"""
+
+from __future__ import annotations
+
+from search_spaces.arch import Arch, Block
+from search_spaces.errors import SearchSpaceError
+
+# (exp_ratio, out_chs, repeats, stride, kernel_size, se_ratio) per stage
+_Stage = tuple[int, int, int, int, int, float]
+
+
+def _stages(stem: int, stages: list[_Stage], head: int, act: str) -> Arch:
+    blocks = []
+    for e, c, n, s, k, se in stages:
+        for i in range(n):
+            blocks.append(Block("mbconv", k, e, c, s if i == 0 else 1, se))
+    return Arch(stem, tuple(blocks), head, act)
+
+
+def mobilenetv2_100() -> Arch:
+    """MobileNetV2 1.0 (Sandler et al. 2018, Table 2)."""
+    return _stages(
+        32,
+        [(1, 16, 1, 1, 3, 0), (6, 24, 2, 2, 3, 0), (6, 32, 3, 2, 3, 0), (6, 64, 4, 2, 3, 0),
+         (6, 96, 3, 1, 3, 0), (6, 160, 3, 2, 3, 0), (6, 320, 1, 1, 3, 0)],
+        1280, "relu6",
+    )
+
+
+def efficientnet_b0() -> Arch:
+    """EfficientNet-B0 (Tan & Le 2019, Table 1)."""
+    return _stages(
+        32,
+        [(1, 16, 1, 1, 3, 0.25), (6, 24, 2, 2, 3, 0.25), (6, 40, 2, 2, 5, 0.25),
+         (6, 80, 3, 2, 3, 0.25), (6, 112, 3, 1, 5, 0.25), (6, 192, 4, 2, 5, 0.25),
+         (6, 320, 1, 1, 3, 0.25)],
+        1280, "silu",
+    )
+
+
+def mnasnet_b1() -> Arch:
+    """MnasNet-B1 1.0 (Tan et al. 2019; torchvision's ``mnasnet1_0``).
+
+    Its stem's separable conv (3x3 depthwise, 1x1 to 16) is an MBConv block with ratio 1.
+    """
+    return _stages(
+        32,
+        [(1, 16, 1, 1, 3, 0), (3, 24, 3, 2, 3, 0), (3, 40, 3, 2, 5, 0), (6, 80, 3, 2, 5, 0),
+         (6, 96, 2, 1, 3, 0), (6, 192, 4, 2, 5, 0), (6, 320, 1, 1, 3, 0)],
+        1280, "relu",
+    )
+
+
+REFERENCES = {
+    "mobilenetv2_100": mobilenetv2_100,
+    "efficientnet_b0": efficientnet_b0,
+    "mnasnet_b1": mnasnet_b1,
+}
+
+# Published figures: parameters (exact, 1000 classes) and MACs at 224x224 (as published, rounded).
+PUBLISHED = {
+    "mobilenetv2_100": {"params": 3_504_872, "macs": 300_000_000},
+    "efficientnet_b0": {"params": 5_288_548, "macs": 390_000_000},
+    "mnasnet_b1": {"params": 4_383_312, "macs": 315_000_000},
+}
+
+
+def reference(name: str) -> Arch:
+    """Return a reference network by name.
+
+    Raises:
+        SearchSpaceError: unknown name (the message lists the known ones).
+    """
+    try:
+        return REFERENCES[name]()
+    except KeyError:
+        raise SearchSpaceError(f"unknown reference network {name!r}; known: {sorted(REFERENCES)}") from None
+
+
+def resolve_arch(text: str) -> Arch:
+    """An architecture from a reference name or a canonical architecture string."""
+    if text in REFERENCES:
+        return REFERENCES[text]()
+    return Arch.decode(text)
