@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from search_spaces import (
+    Arch,
+    Block,
+    OutOfSpaceError,
+    SearchSpace,
+    SpaceConfigError,
+    available_spaces,
+    load_space,
+    reference,
+)
+
+MICRO: dict[str, Any] = {
+    "name": "micro",
+    "activation": ["relu"],
+    "stem_chs": [8],
+    "head_chs": [0, 32],
+    "block": {"block_type": ["mbconv", "residual"], "exp_ratio": [1, 2], "kernel_size": [3], "se_ratio": [0.0]},
+    "stages": [
+        {"depth": [1, 2], "out_chs": [8], "stride": 2},
+        {"depth": [1], "out_chs": [16, 24], "stride": 1},
+    ],
+}
+
+
+def test_shipped_spaces_load() -> None:
+    assert {"mobile", "efficient", "tiny"} <= set(available_spaces())
+    for name in available_spaces():
+        space = load_space(name)
+        assert space.name == name and space.size() > 1 and space.choices()
+
+
+def test_mobile_space_is_the_design_space() -> None:
+    space = load_space("mobile")
+    for st in space.stages:
+        assert st.block.block_type == ("mbconv", "residual")
+        assert st.block.exp_ratio == (1, 2, 4)
+        assert st.block.kernel_size == (3, 5, 7)
+        assert st.block.se_ratio == (0.0, 0.25)
+
+
+def test_size_counts_distinct_networks_exactly() -> None:
+    space = SearchSpace.from_dict(MICRO)
+    decisions = space.choices()
+    seen = set()
+    for values in itertools.product(*(d.options for d in decisions)):
+        arch = space.from_decisions(dict(zip([d.name for d in decisions], values, strict=True)))
+        seen.add(arch.encode())
+    assert len(seen) == space.size()
+
+
+@pytest.mark.parametrize("name", ["mobile", "efficient", "tiny"])
+def test_decisions_round_trip_and_membership(name: str) -> None:
+    space = load_space(name)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        arch = space.sample(rng)
+        assert space.contains(arch)
+        assert space.from_decisions(space.to_decisions(arch)) == arch
+        assert space.decode(arch.encode()) == arch
+        child = space.mutate(arch, rng)
+        assert child != arch and space.contains(child)
+    for arch in space.extremes():
+        assert space.contains(arch)
+
+
+def test_sampling_is_seeded() -> None:
+    space = load_space("mobile")
+    a = [space.sample(np.random.default_rng(7)) for _ in range(2)]
+    assert a[0] == a[1]
+
+
+def test_out_of_space_names_the_token() -> None:
+    space = load_space("mobile")
+    arch = space.sample(np.random.default_rng(1))
+    bad = Block("mbconv", 9, 2, arch.blocks[1].out_chs, arch.blocks[1].stride)
+    wrong = Arch(arch.stem_chs, (arch.blocks[0], bad, *arch.blocks[2:]), arch.head_chs, arch.act)
+    assert not space.contains(wrong)
+    with pytest.raises(OutOfSpaceError) as info:
+        space.validate(wrong)
+    assert info.value.token == bad.encode()
+    assert "kernel_size 9" in str(info.value)
+    assert not space.contains(reference("mobilenetv2_100"))
+
+
+def test_from_decisions_rejects_values_not_offered() -> None:
+    space = load_space("tiny")
+    d = space.to_decisions(space.sample(np.random.default_rng(0)))
+    with pytest.raises(OutOfSpaceError, match=r"s0\.out_chs"):
+        space.from_decisions({**d, "s0.out_chs": 13})
+    missing = dict(d)
+    missing.pop("s0.depth")
+    with pytest.raises(OutOfSpaceError, match="decision missing"):
+        space.from_decisions(missing)
+
+
+def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("mutate", "key", "words"),
+    [
+        (lambda d: d["block"].update(kernel_size=[3, 4]), "block.kernel_size", "odd"),
+        (lambda d: d["block"].update(exp_ratio=[-1, 2]), "block.exp_ratio", ">= 1"),
+        (lambda d: d["block"].update(block_type=["mbconv", "transformer"]), "block.block_type", "residual"),
+        (lambda d: d["stages"][0].update(out_chs=[]), "stages[0].out_chs", "empty"),
+        (lambda d: d["stages"][1].pop("stride"), "stages[1].stride", "missing"),
+        (lambda d: d.pop("stem_chs"), "stem_chs", "missing"),
+        (lambda d: d.update(stemchs=[8]), "stemchs", "unknown key"),
+        (lambda d: d["block"].update(se_ratio=[0.0, 1.5]), "block.se_ratio", "[0, 1)"),
+        (lambda d: d.update(activation=["gelu"]), "activation", "silu"),
+        (lambda d: d["stages"][1].update(out_chs=[8, 16]), "stages[1].out_chs", "ambiguous"),
+    ],
+)
+def test_bad_space_yaml_names_file_key_and_allowed(tmp_path: Path, mutate: Any, key: str, words: str) -> None:
+    data = yaml.safe_load(yaml.safe_dump(MICRO))
+    mutate(data)
+    path = _write(tmp_path, data)
+    with pytest.raises(SpaceConfigError) as info:
+        load_space(path)
+    msg = str(info.value)
+    assert str(path) in msg and repr(key) in msg and words in msg
+
+
+def test_unknown_space_name_lists_available() -> None:
+    with pytest.raises(SpaceConfigError, match="available"):
+        load_space("nonexistent")
+
+
+def test_describe_command_prints_space() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "search_spaces.describe", "+space=tiny", "samples=5"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "space 'tiny'" in out and "distinct networks: 30,371,328" in out and "MACs" in out
+    bad = subprocess.run(
+        [sys.executable, "-m", "search_spaces.describe", "+space=nope"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "available" in bad.stderr and "Traceback" not in bad.stderr
