@@ -1,0 +1,202 @@
+"""What every measuring backend shares: option checks, the measure flow, the result record.
+
+A backend only says how to *prepare* a network at one input shape (export, session, engine)
+and what its environment is; :class:`MeasuredBackend` does the rest in the same order for all:
+
+1. build the network of the architecture (inference mode);
+2. prepare it at the deployment shape, and at each extra throughput batch size;
+3. take the device's measurement slot (:mod:`latency_predictor.slot`), run the protocol
+   (:func:`latency_predictor.timing.measure_latency`) on each prepared shape, release it;
+4. return a :class:`LatencyResult` with stats, stability, throughput, environment and the
+   time each stage took (``extra``: ``build_s``, ``export_s``, ``session_s``, ``measure_s``,
+   ``slot_wait_s``).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torch import nn
+
+from latency_predictor.environment import base_environment
+from latency_predictor.errors import ConfigError, MeasurementError
+from latency_predictor.export import build_eval_net, validate_input_shape
+from latency_predictor.protocol import LatencyResult
+from latency_predictor.slot import SlotTicket, measurement_slot
+from latency_predictor.timing import MeasureConfig, Measurement, RunOnce, TimeOnce, measure_latency, throughput_per_s
+from search_spaces import Arch
+
+
+@dataclass
+class Prepared:
+    """A network made ready to run at one input shape.
+
+    Attributes:
+        run_once: one inference on the prepared input.
+        sync: waits for enqueued device work (wall-clock timing), if the runtime is asynchronous.
+        time_once: one inference timed by the runtime itself (e.g. CUDA events), in ms.
+        stage_s: seconds each preparation stage took (``export_s``, ``session_s``, ...).
+        extra: details for the result's ``extra`` (providers, engine path, ...).
+        resources: objects that must stay alive while ``run_once`` is used (engine, buffers).
+    """
+
+    run_once: RunOnce
+    sync: Callable[[], object] | None = None
+    time_once: TimeOnce | None = None
+    stage_s: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    resources: tuple[object, ...] = ()
+
+
+def as_measure_config(measure: MeasureConfig | Mapping[str, Any] | None) -> MeasureConfig:
+    """Accept a :class:`MeasureConfig`, a mapping of its fields (config values), or None (defaults)."""
+    if measure is None:
+        return MeasureConfig()
+    if isinstance(measure, MeasureConfig):
+        return measure
+    if isinstance(measure, Mapping):
+        return MeasureConfig.from_dict(dict(measure))
+    raise ConfigError(f"measure must be a MeasureConfig or a mapping of its fields, got {type(measure).__name__}")
+
+
+def check_choice(name: str, value: object, allowed: Sequence[str]) -> str:
+    """``value`` if it is one of ``allowed``, else a ConfigError listing them."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"{name} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` if it is an integer >= 1, else a ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+class MeasuredBackend(ABC):
+    """Base of the measuring backends; implements :class:`~latency_predictor.LatencyEstimator`.
+
+    Attributes:
+        name: the backend's registry name.
+        input_shape: the deployment shape ``(N, C, H, W)``; ``N`` is the batch size.
+        precision: ``fp32``, ``fp16``, ``bf16`` or ``int8``.
+        device: ``cpu`` or ``cuda:N``.
+        measure_config: the protocol settings.
+        slot: whether :meth:`measure` takes the device's measurement slot.
+        slot_dir: directory of the slot lock files (None: the default).
+    """
+
+    name: ClassVar[str]
+    runtime_errors: ClassVar[tuple[type[BaseException], ...]] = (RuntimeError,)
+
+    def __init__(
+        self,
+        input_shape: Sequence[int],
+        precision: str,
+        device: str,
+        measure: MeasureConfig | Mapping[str, Any] | None,
+        slot: bool,
+        slot_dir: str | Path | None,
+        num_classes: int,
+        keep_samples: bool,
+    ) -> None:
+        self.input_shape: tuple[int, ...] = validate_input_shape(input_shape)
+        self.precision = precision
+        self.device = device
+        self.measure_config = as_measure_config(measure)
+        self.slot = bool(slot)
+        self.slot_dir = slot_dir
+        self.num_classes = check_positive_int("num_classes", num_classes)
+        self.keep_samples = bool(keep_samples)
+        self._environment: dict[str, str] | None = None
+
+    def __repr__(self) -> str:
+        shape = "x".join(map(str, self.input_shape))
+        return f"{type(self).__name__}(device={self.device!r}, precision={self.precision!r}, input_shape={shape})"
+
+    @abstractmethod
+    def _prepare(self, arch: Arch, net: nn.Module, input_shape: tuple[int, ...]) -> Prepared:
+        """Make ``net`` ready to run at ``input_shape`` (export, session, engine); run it once."""
+
+    @abstractmethod
+    def _backend_environment(self) -> dict[str, str]:
+        """Backend facts: device name, library versions, thread counts."""
+
+    def _run_scope(self) -> AbstractContextManager[object]:
+        """Process-wide settings held while preparing and timing (e.g. torch's thread count)."""
+        return nullcontext()
+
+    def environment(self) -> dict[str, str]:
+        """What the measurements of this estimator run on (computed once)."""
+        if self._environment is None:
+            self._environment = {**base_environment(), **self._backend_environment()}
+        return dict(self._environment)
+
+    def held_slot(self) -> AbstractContextManager[SlotTicket | None]:
+        """The device's measurement slot, or a no-op when ``slot=False``."""
+        if not self.slot:
+            return nullcontext()
+        return measurement_slot(self.device, self.slot_dir)
+
+    def build_net(self, arch: Arch) -> nn.Module:
+        """The network of ``arch`` in inference mode, with this estimator's class count."""
+        return build_eval_net(arch, num_classes=self.num_classes, in_chans=self.input_shape[1])
+
+    def measure(self, arch: Arch) -> LatencyResult:
+        """Measure ``arch`` at :attr:`input_shape` (and each throughput batch size).
+
+        Raises:
+            ExportError: the network could not be exported.
+            EngineBuildError: an engine could not be built (TensorRT).
+            BackendUnavailableError: the runtime did not give the requested device or provider.
+            MeasurementError: running the network failed or gave an invalid time.
+        """
+        cfg = self.measure_config
+        with self._run_scope():
+            t0 = time.perf_counter()
+            net = self.build_net(arch)
+            stage_s: dict[str, float] = {"build_s": time.perf_counter() - t0}
+            shapes = {self.input_shape[0]: self.input_shape}
+            for b in cfg.throughput_batch_sizes:
+                shapes.setdefault(b, (b, *self.input_shape[1:]))
+            prepared: dict[int, Prepared] = {}
+            for b, shape in shapes.items():
+                prepared[b] = p = self._prepare(arch, net, shape)
+                for k, v in p.stage_s.items():
+                    stage_s[k] = stage_s.get(k, 0.0) + v
+            with self.held_slot() as ticket:
+                measured = {b: self._time(p) for b, p in prepared.items()}
+        main = measured[self.input_shape[0]]
+        extra: dict[str, Any] = {
+            **prepared[self.input_shape[0]].extra,
+            **stage_s,
+            "measure_s": sum(m.warmup_s + m.timed_s for m in measured.values()),
+            "warmup_runs": main.warmup_runs,
+            "attempt_iqr_rel": list(main.attempt_iqr_rel),
+            "slot_wait_s": ticket.waited_s if ticket is not None else None,
+            "stability_threshold": cfg.stability_threshold,
+        }
+        others = {b: m.stats.p50 for b, m in measured.items() if b != self.input_shape[0]}
+        if others:
+            extra["throughput_p50_ms"] = others
+        if self.keep_samples:
+            extra["samples_ms"] = list(main.samples_ms)
+        return LatencyResult(
+            arch=arch.encode(), backend=self.name, source="measured", device=self.device,
+            precision=self.precision, input_shape=self.input_shape, stats=main.stats, stable=main.stable,
+            attempts=main.attempts,
+            throughput={b: throughput_per_s(b, measured[b].stats) for b in cfg.throughput_batch_sizes},
+            environment=self.environment(), extra=extra,
+        )
+
+    def _time(self, p: Prepared) -> Measurement:
+        try:
+            return measure_latency(p.run_once, self.measure_config, sync=p.sync, time_once=p.time_once)
+        except self.runtime_errors as err:
+            raise MeasurementError(f"{self.name}: running the network failed: {err}") from err

@@ -1,0 +1,316 @@
+"""TensorRT backend: ONNX -> TensorRT engine through NVIDIA's documented Python API (TensorRT 10).
+
+Build: ``trt.Builder`` -> ``create_network(0)`` (explicit batch, the only mode in TensorRT 10)
+-> ``trt.OnnxParser.parse`` -> ``create_builder_config`` (workspace via
+``set_memory_pool_limit(MemoryPoolType.WORKSPACE, ...)``, ``BuilderFlag.FP16`` / ``INT8``) ->
+``build_serialized_network``. INT8 is calibrated by an ``IInt8EntropyCalibrator2`` over a few
+hundred sample inputs (random by default; pass ``calibration_data`` for real images: the scales,
+not the speed, depend on it).
+
+Run: ``trt.Runtime.deserialize_cuda_engine`` -> ``create_execution_context`` -> one
+``set_tensor_address`` per I/O tensor -> ``execute_async_v3(stream)``. Buffers are torch CUDA
+tensors and each run is timed with ``torch.cuda.Event`` on the same stream, so no pycuda is needed.
+
+Engines are cached on disk (``cache_dir``, default ``$LATNAS_CACHE_DIR/tensorrt`` or
+``~/.cache/latnas/tensorrt``), keyed by the architecture string, precision, input shape, GPU
+name, TensorRT version and workspace size: an engine is only reused where it is valid.
+
+``tensorrt`` is imported lazily: without it, constructing the backend raises
+:class:`BackendUnavailableError` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
+from latency_predictor.errors import BackendUnavailableError, ConfigError, EngineBuildError, MeasurementError
+from latency_predictor.export import DEFAULT_INPUT_SHAPE, DEFAULT_OPSET, export_onnx, sample_input
+from latency_predictor.slot import normalise_device
+from latency_predictor.timing import MeasureConfig
+from search_spaces import Arch
+
+PRECISIONS = ("fp32", "fp16", "int8")
+TRT_FIX = "install the TensorRT extra on a machine with an NVIDIA GPU: pip install 'latnas[tensorrt]'"
+CalibrationData = Callable[[int, tuple[int, ...]], np.ndarray]
+"""``(count, input_shape) -> array of shape (count, *input_shape[1:])``: calibration images."""
+
+
+def import_tensorrt() -> ModuleType:
+    """``import tensorrt``, or a :class:`BackendUnavailableError` naming the extra to install."""
+    try:
+        import tensorrt
+    except ImportError as err:
+        raise BackendUnavailableError(f"TensorRT is not installed ({err}); {TRT_FIX}") from None
+    return tensorrt
+
+
+def default_cache_dir() -> Path:
+    """``$LATNAS_CACHE_DIR/tensorrt`` if set, else ``~/.cache/latnas/tensorrt``."""
+    root = os.environ.get("LATNAS_CACHE_DIR")
+    return (Path(root) if root else Path.home() / ".cache" / "latnas") / "tensorrt"
+
+
+def engine_cache_key(
+    arch: str, precision: str, input_shape: Sequence[int], gpu_name: str, trt_version: str, workspace_mb: int,
+    num_classes: int = 1000,
+) -> str:
+    """File name of a cached engine: readable prefix plus a hash of everything the engine depends on."""
+    shape = "x".join(map(str, input_shape))
+    material = "|".join([arch, precision, shape, gpu_name, trt_version, str(workspace_mb), str(num_classes)])
+    digest = hashlib.sha256(material.encode()).hexdigest()[:16]
+    arch_id = hashlib.sha1(arch.encode()).hexdigest()[:12]
+    return f"{arch_id}-{precision}-{shape}-trt{trt_version}-{digest}.engine"
+
+
+def random_calibration_data(count: int, input_shape: tuple[int, ...]) -> np.ndarray:
+    """``count`` reproducible standard-normal images (the default calibration set)."""
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((count, *input_shape[1:]), dtype=np.float32)
+
+
+class TensorRTBackend(MeasuredBackend):
+    """Measures networks as TensorRT engines.
+
+    Args:
+        input_shape: deployment shape ``(N, C, H, W)``; engines are built for exactly this shape.
+        device: ``cuda:N``.
+        precision: ``fp32``, ``fp16`` or ``int8`` (INT8 with FP16 fallback for layers without INT8).
+        workspace_mb: builder workspace memory pool limit.
+        calibration_samples: images used for INT8 calibration.
+        calibration_data: source of calibration images (default: random normal images).
+        cache_dir: engine cache directory (default :func:`default_cache_dir`).
+        opset: ONNX opset of the export.
+        measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
+        slot: take the device's measurement slot while timing.
+        slot_dir: directory of the slot lock files.
+        num_classes: classifier width of the built network.
+        keep_samples: keep the per-run times in ``extra["samples_ms"]``.
+
+    Raises:
+        ConfigError: an unknown precision, a CPU device, bad counts or shape.
+        BackendUnavailableError: TensorRT or CUDA is missing.
+    """
+
+    name: ClassVar[str] = "tensorrt"
+    runtime_errors = (RuntimeError,)
+
+    def __init__(
+        self,
+        input_shape: Sequence[int] = DEFAULT_INPUT_SHAPE,
+        *,
+        device: str = "cuda:0",
+        precision: str = "fp32",
+        workspace_mb: int = 1024,
+        calibration_samples: int = 256,
+        calibration_data: CalibrationData | None = None,
+        cache_dir: str | Path | None = None,
+        opset: int = DEFAULT_OPSET,
+        measure: MeasureConfig | Mapping[str, Any] | None = None,
+        slot: bool = True,
+        slot_dir: str | Path | None = None,
+        num_classes: int = 1000,
+        keep_samples: bool = False,
+    ) -> None:
+        dev = normalise_device(device)
+        if dev == "cpu":
+            raise ConfigError("the tensorrt backend runs on a GPU: use device='cuda:<index>'")
+        check_choice("precision", precision, PRECISIONS)
+        self.workspace_mb = check_positive_int("workspace_mb", workspace_mb)
+        self.calibration_samples = check_positive_int("calibration_samples", calibration_samples)
+        self.calibration_data = calibration_data or random_calibration_data
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.opset = check_positive_int("opset", opset)
+        super().__init__(input_shape, precision, dev, measure, slot, slot_dir, num_classes, keep_samples)
+        self._trt = import_tensorrt()
+        if not torch.cuda.is_available():
+            raise BackendUnavailableError("TensorRT needs a CUDA device and torch sees none; " + TRT_FIX)
+        self.device_index = int(dev.split(":")[1])
+        if self.device_index >= torch.cuda.device_count():
+            raise BackendUnavailableError(f"device {dev!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+        self.gpu_name = torch.cuda.get_device_name(self.device_index)
+        self._logger = _make_logger(self._trt)
+
+    @property
+    def trt_version(self) -> str:
+        """The installed TensorRT version."""
+        return str(self._trt.__version__)
+
+    def engine_path(self, arch: str, input_shape: Sequence[int]) -> Path:
+        """Where the engine of ``arch`` at ``input_shape`` is cached."""
+        key = engine_cache_key(
+            arch, self.precision, input_shape, self.gpu_name, self.trt_version, self.workspace_mb, self.num_classes
+        )
+        return self.cache_dir / key
+
+    def build_engine(self, onnx_model: bytes, input_shape: tuple[int, ...]) -> bytes:
+        """Build a serialised engine from an ONNX model.
+
+        Raises:
+            EngineBuildError: the parser rejected the model (its errors are listed) or the build failed
+                (the builder's error log is included).
+        """
+        trt = self._trt
+        self._logger.messages.clear()
+        builder = trt.Builder(self._logger)
+        network = builder.create_network(0)
+        parser = trt.OnnxParser(network, self._logger)
+        if not parser.parse(onnx_model):
+            errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
+            raise EngineBuildError("TensorRT's ONNX parser rejected the model:\n" + "\n".join(errors))
+        config = builder.create_builder_config()
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, self.workspace_mb << 20)
+        calibrator = None
+        if self.precision in ("fp16", "int8"):
+            config.set_flag(trt.BuilderFlag.FP16)
+        if self.precision == "int8":
+            config.set_flag(trt.BuilderFlag.INT8)
+            calibrator = _make_calibrator(trt, self._calibration_batches(input_shape))
+            config.int8_calibrator = calibrator
+        serialized = builder.build_serialized_network(network, config)
+        if serialized is None:
+            log = "\n".join(self._logger.messages) or "(TensorRT logged no error)"
+            raise EngineBuildError(f"TensorRT could not build the engine ({self.precision}):\n{log}")
+        return bytes(serialized)
+
+    def _calibration_batches(self, input_shape: tuple[int, ...]) -> list[torch.Tensor]:
+        batch = input_shape[0]
+        count = -(-self.calibration_samples // batch) * batch
+        data = np.asarray(self.calibration_data(count, input_shape), dtype=np.float32)
+        if data.shape != (count, *input_shape[1:]):
+            raise ConfigError(
+                f"calibration_data returned shape {data.shape}; expected {(count, *input_shape[1:])}"
+            )
+        dev = torch.device(self.device)
+        return [torch.from_numpy(data[i:i + batch]).to(dev).contiguous() for i in range(0, count, batch)]
+
+    def _engine_bytes(self, net: nn.Module, arch: str, input_shape: tuple[int, ...]) -> tuple[bytes, dict[str, Any]]:
+        path = self.engine_path(arch, input_shape)
+        if path.exists():
+            return path.read_bytes(), {"engine_path": str(path), "engine_cached": True}
+        t0 = time.perf_counter()
+        onnx_model = export_onnx(net, input_shape, self.opset)
+        t1 = time.perf_counter()
+        engine = self.build_engine(onnx_model, input_shape)
+        t2 = time.perf_counter()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(engine)
+        os.replace(tmp, path)  # atomic: concurrent builders never see half an engine
+        info = {"engine_path": str(path), "engine_cached": False, "export_s": t1 - t0, "engine_build_s": t2 - t1}
+        return engine, info
+
+    def _prepare(self, arch: Arch, net: nn.Module, input_shape: tuple[int, ...]) -> Prepared:
+        trt = self._trt
+        with torch.cuda.device(self.device_index):
+            engine_bytes, info = self._engine_bytes(net, arch.encode(), input_shape)
+            t0 = time.perf_counter()
+            runtime = trt.Runtime(self._logger)
+            engine = runtime.deserialize_cuda_engine(engine_bytes)
+            if engine is None:
+                raise EngineBuildError(f"TensorRT could not deserialise {info['engine_path']}; delete it to rebuild")
+            context = engine.create_execution_context()
+            if context is None:
+                raise MeasurementError("TensorRT could not create an execution context (out of GPU memory?)")
+            buffers: dict[str, torch.Tensor] = {}
+            dev = torch.device(self.device)
+            for i in range(engine.num_io_tensors):
+                name = engine.get_tensor_name(i)
+                shape = tuple(engine.get_tensor_shape(name))
+                dtype = torch.from_numpy(np.empty(0, dtype=trt.nptype(engine.get_tensor_dtype(name)))).dtype
+                if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+                    buffers[name] = sample_input(shape, dtype).to(dev)
+                else:
+                    buffers[name] = torch.empty(shape, dtype=dtype, device=dev)
+                context.set_tensor_address(name, buffers[name].data_ptr())
+            stream = torch.cuda.Stream(dev)
+            session_s = time.perf_counter() - t0
+
+        def run_once() -> object:
+            if not context.execute_async_v3(stream.cuda_stream):
+                raise MeasurementError("TensorRT execute_async_v3 reported failure")
+            return None
+
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+
+        def time_once() -> float:
+            start.record(stream)
+            run_once()
+            end.record(stream)
+            end.synchronize()
+            return float(start.elapsed_time(end))
+
+        run_once()
+        stream.synchronize()
+        stage_s = {k: float(v) for k, v in info.items() if k.endswith("_s")}
+        stage_s["session_s"] = session_s
+        return Prepared(
+            run_once=run_once, time_once=time_once, sync=stream.synchronize, stage_s=stage_s,
+            extra={"engine_path": info["engine_path"], "engine_cached": info["engine_cached"]},
+            resources=(runtime, engine, context, buffers, stream),
+        )
+
+    def _backend_environment(self) -> dict[str, str]:
+        return {
+            "tensorrt": self.trt_version,
+            "device_name": self.gpu_name,
+            "cuda": str(torch.version.cuda),
+            "workspace_mb": str(self.workspace_mb),
+        }
+
+
+def _make_logger(trt: ModuleType) -> Any:
+    """A TensorRT logger that keeps warnings and errors (for :class:`EngineBuildError` messages)."""
+
+    base: Any = trt.ILogger
+
+    class _Logger(base):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.messages: list[str] = []
+
+        def log(self, severity: Any, msg: str) -> None:
+            if int(severity) <= int(trt.ILogger.Severity.WARNING):
+                self.messages.append(f"[{severity.name}] {msg}")
+
+    return _Logger()
+
+
+def _make_calibrator(trt: ModuleType, batches: list[torch.Tensor]) -> Any:
+    """An entropy calibrator (IInt8EntropyCalibrator2) feeding ``batches`` (CUDA tensors) once each."""
+
+    base: Any = trt.IInt8EntropyCalibrator2
+
+    class _Calibrator(base):
+        def __init__(self) -> None:
+            trt.IInt8EntropyCalibrator2.__init__(self)
+            self._next = 0
+
+        def get_batch_size(self) -> int:
+            return int(batches[0].shape[0])
+
+        def get_batch(self, names: list[str]) -> list[int] | None:
+            if self._next >= len(batches):
+                return None
+            t = batches[self._next]
+            self._next += 1
+            return [int(t.data_ptr())] * len(names)
+
+        def read_calibration_cache(self) -> bytes | None:
+            return None  # each network has its own scales; the engine cache makes re-calibration rare
+
+        def write_calibration_cache(self, cache: Any) -> None:
+            return None  # see read_calibration_cache
+
+    return _Calibrator()

@@ -1,0 +1,206 @@
+"""Eager PyTorch backend, on CPU or CUDA.
+
+* CPU: each run is timed with :func:`time.perf_counter`; ``torch.set_num_threads(threads)`` is set
+  for the measurement and restored afterwards (explicit, like ONNX Runtime's thread counts).
+* CUDA: each run is timed with a pair of ``torch.cuda.Event`` recorded around it on the current
+  stream and synchronised on the end event, so the time is the device's, not the launch's.
+  ``cuda_graphs=True`` captures the forward pass once in a CUDA graph and times its replay,
+  which removes the per-kernel launch cost that eager mode pays.
+* Precision: ``fp32``; ``bf16`` (CPU or CUDA, weights and input cast); ``fp16`` (CUDA only).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
+from latency_predictor.breakdown import Breakdown, make_breakdown, torch_block_times
+from latency_predictor.environment import cpu_model
+from latency_predictor.errors import BackendUnavailableError, ConfigError, MeasurementError
+from latency_predictor.export import DEFAULT_INPUT_SHAPE, sample_input
+from latency_predictor.slot import normalise_device
+from latency_predictor.timing import MeasureConfig
+from search_spaces import Arch
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+CUDA_FIX = (
+    "this needs a CUDA build of torch on a machine with an NVIDIA GPU "
+    "(`bash scripts/install.sh` installs one where `nvidia-smi` finds a GPU)"
+)
+
+
+class TorchBackend(MeasuredBackend):
+    """Measures networks in eager PyTorch.
+
+    Args:
+        input_shape: deployment shape ``(N, C, H, W)``.
+        device: ``cpu`` or ``cuda:N``.
+        precision: ``fp32``, ``bf16`` or ``fp16`` (CUDA only).
+        threads: torch intra-op threads during the measurement.
+        cuda_graphs: time a CUDA-graph replay instead of eager launches (CUDA only).
+        cudnn_benchmark: let cuDNN pick the fastest convolution algorithms (CUDA only).
+        channels_last: run in NHWC memory format.
+        measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
+        slot: take the device's measurement slot while timing.
+        slot_dir: directory of the slot lock files.
+        num_classes: classifier width of the built network.
+        keep_samples: keep the per-run times in ``extra["samples_ms"]``.
+
+    Raises:
+        ConfigError: an unknown precision or device, fp16 or CUDA graphs on CPU, bad counts or shape.
+        BackendUnavailableError: CUDA (or bf16 on this GPU) is not available here.
+    """
+
+    name: ClassVar[str] = "torch"
+    runtime_errors = (RuntimeError,)
+
+    def __init__(
+        self,
+        input_shape: Sequence[int] = DEFAULT_INPUT_SHAPE,
+        *,
+        device: str = "cpu",
+        precision: str = "fp32",
+        threads: int = 1,
+        cuda_graphs: bool = False,
+        cudnn_benchmark: bool = True,
+        channels_last: bool = False,
+        measure: MeasureConfig | Mapping[str, Any] | None = None,
+        slot: bool = True,
+        slot_dir: str | Path | None = None,
+        num_classes: int = 1000,
+        keep_samples: bool = False,
+    ) -> None:
+        dev = normalise_device(device)
+        check_choice("precision", precision, list(DTYPES))
+        self.threads = check_positive_int("threads", threads)
+        self.cuda_graphs = bool(cuda_graphs)
+        self.cudnn_benchmark = bool(cudnn_benchmark)
+        self.channels_last = bool(channels_last)
+        if dev == "cpu":
+            if precision == "fp16":
+                raise ConfigError("precision 'fp16' is supported on CUDA only; use 'bf16' or 'fp32' on CPU")
+            if self.cuda_graphs:
+                raise ConfigError("cuda_graphs needs a CUDA device; got device='cpu'")
+        super().__init__(input_shape, precision, dev, measure, slot, slot_dir, num_classes, keep_samples)
+        if dev != "cpu":
+            if not torch.cuda.is_available():
+                raise BackendUnavailableError(f"device {dev!r}: torch sees no CUDA device; {CUDA_FIX}")
+            index = int(dev.split(":")[1])
+            if index >= torch.cuda.device_count():
+                raise BackendUnavailableError(
+                    f"device {dev!r}: only {torch.cuda.device_count()} CUDA device(s) visible"
+                )
+            if precision == "bf16" and not torch.cuda.is_bf16_supported():
+                raise BackendUnavailableError(f"{torch.cuda.get_device_name(index)} does not support bf16")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of :attr:`precision`."""
+        return DTYPES[self.precision]
+
+    def _run_scope(self) -> AbstractContextManager[object]:
+        return self._settings()
+
+    @contextmanager
+    def _settings(self) -> Iterator[None]:
+        threads, bench = torch.get_num_threads(), torch.backends.cudnn.benchmark
+        torch.set_num_threads(self.threads)
+        torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        try:
+            with torch.inference_mode():
+                yield
+        finally:
+            torch.set_num_threads(threads)
+            torch.backends.cudnn.benchmark = bench
+
+    def _place(self, net: nn.Module, input_shape: tuple[int, ...]) -> tuple[nn.Module, torch.Tensor]:
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        model = copy.deepcopy(net).to(device=self.device, dtype=self.dtype).eval()
+        if self.channels_last:
+            model = model.to(memory_format=fmt)  # type: ignore[call-overload]  # accepted at run time
+        x = sample_input(input_shape, self.dtype).to(self.device).contiguous(memory_format=fmt)
+        return model, x
+
+    def _prepare(self, arch: Arch, net: nn.Module, input_shape: tuple[int, ...]) -> Prepared:
+        model, x = self._place(net, input_shape)
+        try:
+            model(x)
+        except RuntimeError as err:
+            raise MeasurementError(f"torch: the network failed to run on {self.device}: {err}") from err
+        if self.device == "cpu":
+            return Prepared(run_once=lambda: model(x), extra={"cuda_graphs": False})
+        run_once: Callable[[], object] = lambda: model(x)  # noqa: E731
+        if self.cuda_graphs:
+            run_once = _capture_graph(model, x)
+        return Prepared(
+            run_once=run_once, time_once=_cuda_event_timer(run_once), sync=torch.cuda.synchronize,
+            extra={"cuda_graphs": self.cuda_graphs},
+        )
+
+    def _backend_environment(self) -> dict[str, str]:
+        env = {
+            "torch_threads": str(self.threads),
+            "torch_interop_threads": str(torch.get_num_interop_threads()),
+            "channels_last": str(self.channels_last),
+        }
+        if self.device == "cpu":
+            env["device_name"] = cpu_model()
+        else:
+            env["device_name"] = torch.cuda.get_device_name(int(self.device.split(":")[1]))
+            env["cuda"] = str(torch.version.cuda)
+            env["cudnn"] = str(torch.backends.cudnn.version())
+            env["cudnn_benchmark"] = str(self.cudnn_benchmark)
+        return env
+
+    def breakdown(self, arch: Arch, runs: int = 50, warmup_runs: int = 10) -> Breakdown:
+        """Per-block times of ``arch`` in eager mode, from forward hooks (CUDA graphs are not used).
+
+        Args:
+            arch: the network.
+            runs: timed inferences.
+            warmup_runs: inferences run first and left out of the figures.
+        """
+        check_positive_int("runs", runs)
+        with self._settings():
+            model, x = self._place(self.build_net(arch), self.input_shape)
+            sync = torch.cuda.synchronize if self.device != "cpu" else None
+            with self.held_slot():
+                for _ in range(warmup_runs):
+                    model(x)
+                totals = torch_block_times(model, lambda: model(x), runs, sync)
+        return make_breakdown(arch.encode(), "torch-hooks", runs, totals)
+
+
+def _cuda_event_timer(run_once: Callable[[], object]) -> Callable[[], float]:
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+
+    def time_once() -> float:
+        start.record()
+        run_once()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+    return time_once
+
+
+def _capture_graph(model: nn.Module, x: torch.Tensor) -> Callable[[], object]:
+    """Capture ``model(x)`` in a CUDA graph (after warm-up on a side stream, as torch's docs do)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        model(x)
+    return graph.replay

@@ -1,0 +1,159 @@
+"""One measurement slot per device, shared by every process on a node.
+
+Why: a latency measured while another measurement (or other heavy work) runs on the same
+device measures the contention, not the network. A multi-worker search runs several trials at
+once on one node, so their measurements must take turns.
+
+Design:
+
+* A slot is an exclusive ``fcntl.flock`` on the file ``<slot_dir>/<device>.lock``, e.g.
+  ``cpu.lock`` or ``cuda-0.lock``. Every process (Ray worker, CLI, benchmark) that measures on
+  that device queues on the same file, so measurements of one device never overlap, while
+  measurements of different devices (``cuda:0`` and ``cuda:1``) run in parallel.
+* The kernel releases the lock when its holder exits or dies, so a crashed trial never leaves
+  a stale slot behind (a lock file that stays on disk is harmless: only the lock matters).
+* ``slot_dir`` defaults to ``$LATNAS_SLOT_DIR`` or ``<system temp dir>/latnas-slots``; every
+  process of one search must see the same directory (it must be on a local file system:
+  ``flock`` is not reliable over NFS).
+* Only the measurement holds the slot: export, session creation and engine builds happen
+  before it is taken, and training never takes it. Backends take it themselves around their
+  warm-up and timed runs (option ``slot=False`` to disable), and record the wait in
+  ``LatencyResult.extra["slot_wait_s"]``.
+* The slot is re-entrant within one thread: code that already holds ``measurement_slot(dev)``
+  may call a backend that takes the same slot without deadlocking.
+
+What the slot does not do: keep *training* off the device while a measurement runs. On a GPU
+node, give measurements a device that trials do not train on, or accept that the slot only
+keeps measurements apart; on CPU, run the measuring workers with few enough concurrent
+trials that a core is free (see ``docs/latency.md``).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from latency_predictor.errors import ConfigError, MeasurementError
+
+SLOT_DIR_ENV = "LATNAS_SLOT_DIR"
+_DEVICE_RE = re.compile(r"cpu|cuda:\d+")
+_held = threading.local()
+
+
+@dataclass(frozen=True)
+class SlotTicket:
+    """A held slot.
+
+    Attributes:
+        device: the device the slot guards (``cpu``, ``cuda:0``, ...).
+        path: the lock file.
+        waited_s: seconds spent queueing for the slot (0 when it was already held by this thread).
+    """
+
+    device: str
+    path: Path
+    waited_s: float
+
+
+def default_slot_dir() -> Path:
+    """``$LATNAS_SLOT_DIR`` if set, else ``<system temp dir>/latnas-slots``."""
+    env = os.environ.get(SLOT_DIR_ENV)
+    return Path(env) if env else Path(tempfile.gettempdir()) / "latnas-slots"
+
+
+def normalise_device(device: str) -> str:
+    """Canonical device key: ``cpu`` or ``cuda:N`` (``cuda`` alone means ``cuda:0``).
+
+    Raises:
+        ConfigError: anything else.
+    """
+    d = device.strip().lower()
+    if d == "cuda":
+        d = "cuda:0"
+    if not _DEVICE_RE.fullmatch(d):
+        raise ConfigError(f"device must be 'cpu' or 'cuda:<index>', got {device!r}")
+    return d
+
+
+def slot_path(device: str, slot_dir: str | Path | None = None) -> Path:
+    """The lock file of ``device``'s slot."""
+    d = normalise_device(device)
+    base = Path(slot_dir) if slot_dir is not None else default_slot_dir()
+    return base / f"{d.replace(':', '-')}.lock"
+
+
+@contextmanager
+def measurement_slot(
+    device: str, slot_dir: str | Path | None = None, timeout_s: float | None = None
+) -> Iterator[SlotTicket]:
+    """Hold ``device``'s measurement slot for the duration of the ``with`` block.
+
+    Args:
+        device: ``cpu`` or ``cuda:N``.
+        slot_dir: directory of the lock files (default :func:`default_slot_dir`).
+        timeout_s: give up after this many seconds of waiting (``None``: wait as long as needed).
+
+    Yields:
+        A :class:`SlotTicket` saying how long the wait was.
+
+    Raises:
+        ConfigError: a malformed device, or a slot directory that cannot be created.
+        MeasurementError: ``timeout_s`` passed before the slot came free.
+    """
+    d = normalise_device(device)
+    path = slot_path(d, slot_dir)
+    counts: dict[str, int] = getattr(_held, "counts", None) or {}
+    _held.counts = counts
+    key = str(path)
+    if counts.get(key, 0) > 0:
+        counts[key] += 1
+        try:
+            yield SlotTicket(d, path, 0.0)
+        finally:
+            counts[key] -= 1
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise ConfigError(f"cannot use slot directory {str(path.parent)!r}: {err.strerror}") from None
+    try:
+        t0 = time.perf_counter()
+        _acquire(fd, d, timeout_s)
+        waited = time.perf_counter() - t0
+        counts[key] = 1
+        try:
+            yield SlotTicket(d, path, waited)
+        finally:
+            counts[key] = 0
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _acquire(fd: int, device: str, timeout_s: float | None) -> None:
+    if timeout_s is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    deadline = time.perf_counter() + timeout_s
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        if time.perf_counter() >= deadline:
+            raise MeasurementError(f"measurement slot of {device} still busy after {timeout_s:g} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
