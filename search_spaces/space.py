@@ -327,16 +327,22 @@ def _choice_list(src: str, key: str, raw: Any, check: Any, allowed: str) -> tupl
     return tuple(out)
 
 
-def _pos_int(v: Any) -> tuple[bool, Any]:
-    return (isinstance(v, int) and not isinstance(v, bool) and v >= 1, v)
+# Upper bounds keep a typo (depth 1000, 100000 channels) from hanging sampling or building.
+MAX_CHS, MAX_DEPTH, MAX_KERNEL, MAX_EXP = 8192, 32, 15, 16
 
 
-def _nonneg_int(v: Any) -> tuple[bool, Any]:
-    return (isinstance(v, int) and not isinstance(v, bool) and v >= 0, v)
+def _int_in(lo: int, hi: int) -> Any:
+    return lambda v: (isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi, v)
+
+
+_chs = _int_in(1, MAX_CHS)
+_head_chs = _int_in(0, MAX_CHS)
+_depth = _int_in(1, MAX_DEPTH)
+_exp = _int_in(1, MAX_EXP)
 
 
 def _odd_kernel(v: Any) -> tuple[bool, Any]:
-    return (isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v % 2 == 1, v)
+    return (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_KERNEL and v % 2 == 1, v)
 
 
 def _ratio(v: Any) -> tuple[bool, Any]:
@@ -350,8 +356,8 @@ def _member(options: tuple[str, ...]) -> Any:
 
 _BLOCK_CHECKS = {
     "block_type": (_member(BLOCK_TYPES), f"{list(BLOCK_TYPES)}"),
-    "exp_ratio": (_pos_int, "integers >= 1"),
-    "kernel_size": (_odd_kernel, "odd integers >= 1"),
+    "exp_ratio": (_exp, f"integers 1..{MAX_EXP}"),
+    "kernel_size": (_odd_kernel, f"odd integers 1..{MAX_KERNEL}"),
     "se_ratio": (_ratio, "numbers in [0, 1)"),
 }
 
@@ -389,8 +395,10 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
     activation = _choice_list(
         src, "activation", data.get("activation", "relu"), _member(ACTIVATIONS), f"{list(ACTIVATIONS)}"
     )
-    stem = _choice_list(src, "stem_chs", data["stem_chs"], _pos_int, "integers >= 1")
-    head = _choice_list(src, "head_chs", data.get("head_chs", 0), _nonneg_int, "integers >= 0 (0: no head conv)")
+    stem = _choice_list(src, "stem_chs", data["stem_chs"], _chs, f"integers 1..{MAX_CHS}")
+    head = _choice_list(
+        src, "head_chs", data.get("head_chs", 0), _head_chs, f"integers 0..{MAX_CHS} (0: no head conv)"
+    )
     block = _parse_block(src, "block", data["block"], None)
     raw_stages = data["stages"]
     if not isinstance(raw_stages, list) or not raw_stages:
@@ -406,11 +414,11 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
         for key in ("depth", "out_chs", "stride"):
             if key not in rs:
                 raise SpaceConfigError(src, f"{p}.{key}", "missing")
-        if rs["stride"] not in (1, 2) or isinstance(rs["stride"], bool):
+        if not isinstance(rs["stride"], int) or isinstance(rs["stride"], bool) or rs["stride"] not in (1, 2):
             raise SpaceConfigError(src, f"{p}.stride", f"value {rs['stride']!r} is not allowed; allowed: 1 or 2")
         st = Stage(
-            depth=_choice_list(src, f"{p}.depth", rs["depth"], _pos_int, "integers >= 1"),
-            out_chs=_choice_list(src, f"{p}.out_chs", rs["out_chs"], _pos_int, "integers >= 1"),
+            depth=_choice_list(src, f"{p}.depth", rs["depth"], _depth, f"integers 1..{MAX_DEPTH}"),
+            out_chs=_choice_list(src, f"{p}.out_chs", rs["out_chs"], _chs, f"integers 1..{MAX_CHS}"),
             stride=int(rs["stride"]),
             block=_parse_block(src, f"{p}.block", rs["block"], block) if "block" in rs else block,
         )
@@ -449,6 +457,8 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
         text = path.read_text()
     except OSError as err:
         raise SpaceConfigError(str(path), "<file>", f"cannot read: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpaceConfigError(str(path), "<file>", "not a UTF-8 text file") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
