@@ -148,8 +148,13 @@ class MeasuredBackend(ABC):
         """The network of ``arch`` in inference mode, with this estimator's class count."""
         return build_eval_net(arch, num_classes=self.num_classes, in_chans=self.input_shape[1])
 
-    def measure(self, arch: Arch) -> LatencyResult:
+    def measure(self, arch: Arch, net: nn.Module | None = None) -> LatencyResult:
         """Measure ``arch`` at :attr:`input_shape` (and each throughput batch size).
+
+        Args:
+            arch: the architecture (names the result; builds the network when ``net`` is None).
+            net: the network of ``arch`` to time instead of a freshly built one, e.g. with trained
+                or Conv+BN-fused weights; it must be in inference mode.
 
         Raises:
             ExportError: the network could not be exported.
@@ -160,7 +165,8 @@ class MeasuredBackend(ABC):
         cfg = self.measure_config
         with self._run_scope():
             t0 = time.perf_counter()
-            net = self.build_net(arch)
+            if net is None:
+                net = self.build_net(arch)
             stage_s: dict[str, float] = {"build_s": time.perf_counter() - t0}
             shapes = {self.input_shape[0]: self.input_shape}
             for b in cfg.throughput_batch_sizes:
