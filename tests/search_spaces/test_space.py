@@ -115,7 +115,7 @@ def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
     ("mutate", "key", "words"),
     [
         (lambda d: d["block"].update(kernel_size=[3, 4]), "block.kernel_size", "odd"),
-        (lambda d: d["block"].update(exp_ratio=[-1, 2]), "block.exp_ratio", ">= 1"),
+        (lambda d: d["block"].update(exp_ratio=[-1, 2]), "block.exp_ratio", "integers 1..16"),
         (lambda d: d["block"].update(block_type=["mbconv", "transformer"]), "block.block_type", "residual"),
         (lambda d: d["stages"][0].update(out_chs=[]), "stages[0].out_chs", "empty"),
         (lambda d: d["stages"][1].pop("stride"), "stages[1].stride", "missing"),
