@@ -92,7 +92,7 @@ class MeasuredBackend(ABC):
         slot_dir: directory of the slot lock files (None: the default).
     """
 
-    name: ClassVar[str]
+    name: str
     runtime_errors: ClassVar[tuple[type[BaseException], ...]] = (RuntimeError,)
 
     def __init__(

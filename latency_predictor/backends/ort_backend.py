@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -80,7 +80,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
         BackendUnavailableError: the provider is not in this ONNX Runtime build.
     """
 
-    name: ClassVar[str] = "onnxruntime"
+    name = "onnxruntime"
     runtime_errors = ORT_ERRORS
 
     def __init__(
@@ -208,14 +208,16 @@ class OnnxRuntimeBackend(MeasuredBackend):
         env["device_name"] = cpu_model() if self.provider == "cpu" else _gpu_name(self.device_id)
         return env
 
-    def run(self, arch: Arch, x: np.ndarray) -> np.ndarray:
-        """Run ``arch`` once on ``x`` (shape :attr:`input_shape`) and return the logits.
+    def run(self, net: nn.Module, x: np.ndarray) -> np.ndarray:
+        """Export ``net`` at ``x.shape``, run it once on ``x`` in a session of this estimator, return the logits.
 
-        Used to check the exported graph against PyTorch; not timed.
+        Checks the exported graph against PyTorch on the same weights; not timed.
         """
-        net = self.build_net(arch)
         sess = self.create_session(export_onnx(net, x.shape, self.opset))
-        out = sess.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
+        try:
+            out = sess.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
+        except ORT_ERRORS as err:
+            raise MeasurementError(f"onnxruntime: the network failed to run: {err}") from err
         return np.asarray(out)
 
     def breakdown(self, arch: Arch, runs: int = 50, warmup_runs: int = 10) -> Breakdown:

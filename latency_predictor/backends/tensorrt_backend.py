@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,7 +102,7 @@ class TensorRTBackend(MeasuredBackend):
         BackendUnavailableError: TensorRT or CUDA is missing.
     """
 
-    name: ClassVar[str] = "tensorrt"
+    name = "tensorrt"
     runtime_errors = (RuntimeError,)
 
     def __init__(

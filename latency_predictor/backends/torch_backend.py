@@ -15,7 +15,7 @@ import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -58,7 +58,7 @@ class TorchBackend(MeasuredBackend):
         BackendUnavailableError: CUDA (or bf16 on this GPU) is not available here.
     """
 
-    name: ClassVar[str] = "torch"
+    name = "torch"
     runtime_errors = (RuntimeError,)
 
     def __init__(

@@ -1,0 +1,153 @@
+"""One contract, run against every backend this machine can give (real runtimes, no mocks).
+
+GPU variants carry the ``gpu`` marker, TensorRT the ``tensorrt`` marker; each skips itself
+where its runtime is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from latency_predictor import BackendUnavailableError, ConfigError, LatencyEstimator, LatencyResult
+from latency_predictor.backends import BACKENDS, OnnxRuntimeBackend, TorchBackend, backend_options, make_estimator
+from latency_predictor.export import build_eval_net, sample_input
+from search_spaces import Arch
+from tests.latency_predictor.conftest import FAST, TINY_SHAPE
+
+HAS_CUDA = torch.cuda.is_available()
+HAS_TRT = importlib.util.find_spec("tensorrt") is not None
+ORT_GPU = set(ort.get_available_providers())
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+
+CASES = [
+    pytest.param("onnxruntime", {}, id="onnxruntime-cpu"),
+    pytest.param("torch", {}, id="torch-cpu"),
+    pytest.param("torch", {"precision": "bf16"}, id="torch-cpu-bf16"),
+    pytest.param("onnxruntime", {"provider": "cuda"}, id="onnxruntime-cuda", marks=[
+        pytest.mark.gpu, needs_cuda,
+        pytest.mark.skipif("CUDAExecutionProvider" not in ORT_GPU, reason="onnxruntime-gpu not installed")]),
+    pytest.param("torch", {"device": "cuda:0"}, id="torch-cuda", marks=[pytest.mark.gpu, needs_cuda]),
+    pytest.param("torch", {"device": "cuda:0", "precision": "fp16"}, id="torch-cuda-fp16",
+                 marks=[pytest.mark.gpu, needs_cuda]),
+    pytest.param("torch", {"device": "cuda:0", "cuda_graphs": True}, id="torch-cuda-graphs",
+                 marks=[pytest.mark.gpu, needs_cuda]),
+    *[pytest.param("tensorrt", {"precision": p}, id=f"tensorrt-{p}", marks=[
+        pytest.mark.tensorrt, needs_cuda, pytest.mark.skipif(not HAS_TRT, reason="TensorRT not installed")])
+      for p in ("fp32", "fp16", "int8")],
+]
+
+
+def _make(backend: str, opts: dict[str, Any], slot_dir: Path, tmp_path: Path) -> LatencyEstimator:
+    if backend == "tensorrt":
+        opts = {**opts, "cache_dir": tmp_path / "engines", "calibration_samples": 16}
+    measure = dataclasses.replace(FAST, throughput_batch_sizes=(1, 2))
+    return make_estimator(backend, input_shape=TINY_SHAPE, measure=measure, slot_dir=slot_dir, **opts)
+
+
+@pytest.mark.parametrize(("backend", "opts"), CASES)
+def test_contract(backend: str, opts: dict[str, Any], tiny_arch: Arch, slot_dir: Path, tmp_path: Path) -> None:
+    est = _make(backend, opts, slot_dir, tmp_path)
+    assert isinstance(est, LatencyEstimator)
+    assert est.name == backend and est.input_shape == TINY_SHAPE
+    r = est.measure(tiny_arch)
+    assert r.arch == tiny_arch.encode() and r.backend == backend and r.source == "measured"
+    assert r.input_shape == TINY_SHAPE and r.precision == opts.get("precision", "fp32")
+    assert r.device == ("cpu" if backend != "tensorrt" and opts.get("device", "cpu") == "cpu"
+                        and opts.get("provider", "cpu") == "cpu" else "cuda:0")
+    s = r.stats
+    assert s.n >= FAST.min_runs and 0 < s.min <= s.p50 <= s.p90 <= s.p95 <= s.p99
+    assert s.min <= s.mean and s.std >= 0 and s.cv >= 0 and s.iqr_rel >= 0
+    assert r.latency_ms == s.p50 and 1 <= r.attempts <= FAST.max_repeats
+    assert r.stable == (s.iqr_rel <= FAST.stability_threshold)
+    assert set(r.throughput) == {1, 2} and all(v > 0 for v in r.throughput.values())
+    env = r.environment
+    for key in ("device_name", "cpu_model", "torch", "python", "cpus_usable"):
+        assert env[key], key
+    assert r.extra["slot_wait_s"] is not None and r.extra["build_s"] >= 0 and r.extra["measure_s"] > 0
+    assert LatencyResult.from_dict(r.to_dict()) == r
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 32, 32), (3, 32, 32), (1, 3, 0, 32), (1, 3, -4, 32), (1, 3, 32, 32, 1), (1, 3, 32.0, 32)]
+)
+def test_bad_input_shape_is_a_config_error_before_any_work(backend: str, shape: tuple[Any, ...]) -> None:
+    with pytest.raises(ConfigError, match="input_shape"):
+        make_estimator(backend, input_shape=shape)
+
+
+def test_unknown_backend_and_option() -> None:
+    with pytest.raises(ConfigError, match=r"known: \['onnxruntime', 'tensorrt', 'torch'\]"):
+        make_estimator("tflite")
+    with pytest.raises(ConfigError, match=r"does not take option.*intra_op_threads"):
+        make_estimator("torch", intra_op_threads=2)
+    assert "intra_op_threads" in backend_options("onnxruntime")
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in ORT_GPU and HAS_CUDA, reason="this machine has CUDA")
+def test_cuda_provider_on_a_cpu_machine_names_the_fix() -> None:
+    with pytest.raises(BackendUnavailableError, match=r"install\.sh --gpu"):
+        make_estimator("onnxruntime", provider="cuda")
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
+def test_torch_cuda_on_a_cpu_machine_is_unavailable() -> None:
+    with pytest.raises(BackendUnavailableError, match="CUDA"):
+        make_estimator("torch", device="cuda:0")
+
+
+@pytest.mark.parametrize(
+    ("backend", "opts", "match"),
+    [("torch", {"precision": "fp16"}, "fp16.*CUDA only"), ("torch", {"cuda_graphs": True}, "cuda_graphs"),
+     ("torch", {"device": "gpu"}, "device"), ("torch", {"threads": 0}, "threads"),
+     ("onnxruntime", {"precision": "fp16"}, "fp16"), ("onnxruntime", {"provider": "rocm"}, "provider"),
+     ("onnxruntime", {"intra_op_threads": 0}, "intra_op_threads"), ("tensorrt", {"device": "cpu"}, "GPU"),
+     ("tensorrt", {"precision": "int4"}, "precision"), ("onnxruntime", {"measure": {"min_runs": 0}}, "min_runs")],
+)
+def test_impossible_settings_are_config_errors(backend: str, opts: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        make_estimator(backend, **opts)
+
+
+def test_onnxruntime_output_equals_torch(tiny_arch: Arch) -> None:
+    net = build_eval_net(tiny_arch)
+    x = sample_input(TINY_SHAPE)
+    with torch.no_grad():
+        expected = net(x).numpy()
+    got = OnnxRuntimeBackend(TINY_SHAPE).run(net, x.numpy())
+    assert got.shape == (1, 1000)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_thread_counts_are_recorded_and_restored(tiny_arch: Arch, slot_dir: Path) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        r = TorchBackend(TINY_SHAPE, threads=1, measure=FAST, slot_dir=slot_dir).measure(tiny_arch)
+        assert r.environment["torch_threads"] == "1" and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    r = OnnxRuntimeBackend(TINY_SHAPE, intra_op_threads=2, measure=FAST, slot_dir=slot_dir).measure(tiny_arch)
+    assert r.environment["intra_op_threads"] == "2" and r.environment["inter_op_threads"] == "1"
+    assert r.extra["providers"] == ["CPUExecutionProvider"]
+    assert r.extra["export_s"] > 0 and r.extra["session_s"] > 0
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
+def test_breakdown_covers_the_blocks(backend: str, tiny_arch: Arch, slot_dir: Path) -> None:
+    est = make_estimator(backend, input_shape=TINY_SHAPE, slot_dir=slot_dir)
+    bd = est.breakdown(tiny_arch, runs=10, warmup_runs=2)  # type: ignore[attr-defined]
+    names = [b.block for b in bd.blocks]
+    expected = ["stem", *[f"blocks.{i}" for i in range(tiny_arch.depth)], "head", "pool", "classifier"]
+    assert names[: len(expected)] == expected and set(names) <= {*expected, "other"}
+    assert sum(b.share for b in bd.blocks) == pytest.approx(1.0)
+    assert all(b.ms >= 0 for b in bd.blocks) and bd.total_ms == pytest.approx(sum(b.ms for b in bd.blocks))
+    assert bd.runs == 10 and "blocks.1" in bd.format_table()

@@ -1,0 +1,98 @@
+"""The per-device measurement slot keeps measurements of one device from overlapping."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from latency_predictor import ConfigError, MeasurementError
+from latency_predictor.backends import OnnxRuntimeBackend
+from latency_predictor.slot import measurement_slot, normalise_device, slot_path
+from search_spaces import Arch
+from tests.latency_predictor.conftest import FAST, TINY_SHAPE
+
+HOLD_S = 0.3
+
+
+def _hold(slot_dir: str, device: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    with measurement_slot(device, slot_dir) as ticket:
+        start = time.time()
+        time.sleep(HOLD_S)
+        end = time.time()
+    out.put((start, end, ticket.waited_s))
+
+
+def _run_two(slot_dir: Path, devices: tuple[str, str]) -> list[tuple[float, float, float]]:
+    ctx = mp.get_context("fork")  # the children only lock and sleep: no torch work after the fork
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_hold, args=(str(slot_dir), d, out)) for d in devices]
+    for p in procs:
+        p.start()
+    spans = [out.get(timeout=30) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    return sorted(spans)
+
+
+def test_two_processes_on_one_device_take_turns(slot_dir: Path) -> None:
+    (_, e1, _), (s2, _, w2) = _run_two(slot_dir, ("cpu", "cpu"))
+    assert s2 >= e1 - 0.01, "the second measurement started before the first released the slot"
+    assert w2 >= HOLD_S * 0.5
+
+
+def test_different_devices_run_in_parallel(slot_dir: Path) -> None:
+    (_, e1, w1), (s2, _, w2) = _run_two(slot_dir, ("cuda:0", "cuda:1"))
+    assert s2 < e1 and max(w1, w2) < HOLD_S * 0.5
+
+
+def test_busy_slot_times_out_and_is_reentrant_in_one_thread(slot_dir: Path) -> None:
+    errors: list[BaseException] = []
+
+    def other_thread() -> None:
+        try:
+            with measurement_slot("cpu", slot_dir, timeout_s=0.05):
+                pass
+        except MeasurementError as err:
+            errors.append(err)
+        with measurement_slot("cuda:0", slot_dir, timeout_s=0.05):
+            pass
+
+    with measurement_slot("cpu", slot_dir) as outer, measurement_slot("cpu", slot_dir) as inner:
+        assert inner.waited_s == 0.0 and inner.path == outer.path == slot_dir / "cpu.lock"
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+    assert len(errors) == 1 and "still busy" in str(errors[0])
+    with measurement_slot("cpu", slot_dir, timeout_s=0.05) as again:  # released on exit
+        assert again.device == "cpu"
+
+
+def test_backend_records_its_wait_for_the_slot(tiny_arch: Arch, slot_dir: Path) -> None:
+    held = threading.Event()
+
+    def holder() -> None:
+        with measurement_slot("cpu", slot_dir):
+            held.set()
+            time.sleep(HOLD_S)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(5)
+    r = OnnxRuntimeBackend(TINY_SHAPE, measure=FAST, slot_dir=slot_dir).measure(tiny_arch)
+    t.join()
+    assert r.extra["slot_wait_s"] > 0.0
+    r = OnnxRuntimeBackend(TINY_SHAPE, measure=FAST, slot=False).measure(tiny_arch)
+    assert r.extra["slot_wait_s"] is None
+
+
+def test_device_names() -> None:
+    assert normalise_device("CUDA") == "cuda:0" and normalise_device("cuda:3") == "cuda:3"
+    assert slot_path("cuda:1", "/x").name == "cuda-1.lock"
+    for bad in ("gpu", "cuda:", "cuda:a", "cpu0"):
+        with pytest.raises(ConfigError, match="device"):
+            normalise_device(bad)
