@@ -15,8 +15,11 @@ from latency_predictor.errors import (
     PredictorMismatchError,
 )
 from latency_predictor.protocol import LatencyEstimator, LatencyResult, LatencyStats
+from latency_predictor.slot import SlotTicket, measurement_slot
+from latency_predictor.timing import MeasureConfig, Measurement, measure_latency
 
 __all__ = [
     "BackendUnavailableError", "ConfigError", "EngineBuildError", "ExportError", "LatencyError",
-    "LatencyEstimator", "LatencyResult", "LatencyStats", "MeasurementError", "PredictorMismatchError",
+    "LatencyEstimator", "LatencyResult", "LatencyStats", "MeasureConfig", "Measurement", "MeasurementError",
+    "PredictorMismatchError", "SlotTicket", "measure_latency", "measurement_slot",
 ]
