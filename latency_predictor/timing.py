@@ -126,6 +126,9 @@ class Measurement:
         warmup_runs: warm-up runs made.
         warmup_s: seconds spent warming up.
         timed_s: seconds spent in timed runs, all attempts together.
+        cpu_s: CPU seconds this process used during the timed runs (all its threads). For a
+            CPU runtime with T threads, ``cpu_s / timed_s`` is about T when the process had the
+            cores to itself and lower when other work took them: a contention signal.
     """
 
     stats: LatencyStats
@@ -136,6 +139,7 @@ class Measurement:
     warmup_runs: int
     warmup_s: float
     timed_s: float
+    cpu_s: float = 0.0
 
 
 def wall_clock(run_once: RunOnce, sync: Callable[[], object] | None = None) -> TimeOnce:
@@ -214,14 +218,14 @@ def measure_latency(
     with _gc_paused():
         warm_n, warm_s = _warm_up(timer, config)
         attempts: list[tuple[LatencyStats, list[float]]] = []
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(config.max_repeats):
             samples = _timed_attempt(timer, config)
             stats = LatencyStats.from_samples(samples)
             attempts.append((stats, samples))
             if stats.iqr_rel <= config.stability_threshold:
                 break
-        timed_s = time.perf_counter() - t0
+        timed_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     best_stats, best_samples = attempts[-1]
     if best_stats.iqr_rel > config.stability_threshold:  # never settled: report the least noisy attempt
         best_stats, best_samples = min(attempts, key=lambda a: a[0].iqr_rel)
@@ -234,6 +238,7 @@ def measure_latency(
         warmup_runs=warm_n,
         warmup_s=warm_s,
         timed_s=timed_s,
+        cpu_s=cpu_s,
     )
 
 

@@ -9,7 +9,8 @@ and what its environment is; :class:`MeasuredBackend` does the rest in the same 
    (:func:`latency_predictor.timing.measure_latency`) on each prepared shape, release it;
 4. return a :class:`LatencyResult` with stats, stability, throughput, environment and the
    time each stage took (``extra``: ``build_s``, ``export_s``, ``session_s``, ``measure_s``,
-   ``slot_wait_s``).
+   ``slot_wait_s``) and ``cpu_per_wall``, the process's CPU seconds per wall second while timing
+   (about the runtime's thread count on an undisturbed CPU, lower when other work took the cores).
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ class MeasuredBackend(ABC):
             **stage_s,
             "measure_s": sum(m.warmup_s + m.timed_s for m in measured.values()),
             "warmup_runs": main.warmup_runs,
+            "cpu_per_wall": main.cpu_s / main.timed_s if main.timed_s > 0 else None,
             "attempt_iqr_rel": list(main.attempt_iqr_rel),
             "slot_wait_s": ticket.waited_s if ticket is not None else None,
             "stability_threshold": cfg.stability_threshold,

@@ -79,6 +79,13 @@ def test_wall_clock_times_are_never_shorter_than_the_work() -> None:
     assert m.stats.min >= 2.0 and m.stats.p50 >= 2.0
 
 
+def test_cpu_time_reveals_runs_that_did_not_use_the_cpu() -> None:
+    cfg = MeasureConfig(warmup_runs=1, warmup_s=0.0, min_runs=10, min_time_s=0.0, max_repeats=1)
+    sleeping = measure_latency(lambda: time.sleep(0.002), cfg)
+    assert sleeping.cpu_s / sleeping.timed_s < 0.5
+    assert measure_latency(lambda: _spin(1.0), cfg).cpu_s > 0
+
+
 def test_warmup_and_timed_minimum_durations() -> None:
     cfg = MeasureConfig(warmup_runs=1, warmup_s=0.05, min_runs=1, min_time_s=0.05, max_repeats=1)
     m = measure_latency(lambda: _spin(1.0), cfg)
