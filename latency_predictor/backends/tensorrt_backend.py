@@ -16,7 +16,9 @@ Engines are cached on disk (``cache_dir``, default ``$LATNAS_CACHE_DIR/tensorrt`
 name, TensorRT version and workspace size: an engine is only reused where it is valid.
 
 ``tensorrt`` is imported lazily: without it, constructing the backend raises
-:class:`BackendUnavailableError` naming the extra to install.
+:class:`BackendUnavailableError` naming the extra to install. TensorRT 11 removed the weakly
+typed precision flags and calibrators: there this backend builds fp32 engines only and refuses
+fp16/int8 with a message naming TensorRT 10 (:func:`check_tensorrt_version`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,31 @@ def import_tensorrt() -> ModuleType:
     except ImportError as err:
         raise BackendUnavailableError(f"TensorRT is not installed ({err}); {TRT_FIX}") from None
     return tensorrt
+
+
+def check_tensorrt_version(version: str, precision: str) -> None:
+    """Refuse TensorRT releases this backend cannot drive.
+
+    The build uses TensorRT 10's weakly typed precision flags (``BuilderFlag.FP16`` / ``INT8``)
+    and its INT8 calibrator; TensorRT 11 removed them (strongly typed networks only), so there
+    only fp32 engines can be built this way.
+
+    Raises:
+        BackendUnavailableError: TensorRT older than 10, or fp16/int8 with TensorRT 11 or newer.
+    """
+    try:
+        major = int(version.split(".")[0])
+    except ValueError:
+        raise BackendUnavailableError(f"cannot read the TensorRT version {version!r}") from None
+    if major < 10:
+        raise BackendUnavailableError(
+            f"TensorRT {version} is too old: this backend uses the TensorRT 10 API; {TRT_FIX}"
+        )
+    if major >= 11 and precision != "fp32":
+        raise BackendUnavailableError(
+            f"TensorRT {version} removed the FP16/INT8 builder flags and calibrators this backend uses for "
+            f"{precision}; use precision='fp32' or install TensorRT 10: pip install 'tensorrt>=10,<11'"
+        )
 
 
 def default_cache_dir() -> Path:
@@ -133,6 +160,7 @@ class TensorRTBackend(MeasuredBackend):
         self.opset = check_positive_int("opset", opset)
         super().__init__(input_shape, precision, dev, measure, slot, slot_dir, num_classes, keep_samples)
         self._trt = import_tensorrt()
+        check_tensorrt_version(self.trt_version, precision)
         if not torch.cuda.is_available():
             raise BackendUnavailableError("TensorRT needs a CUDA device and torch sees none; " + TRT_FIX)
         self.device_index = int(dev.split(":")[1])

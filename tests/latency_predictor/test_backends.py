@@ -24,6 +24,7 @@ from tests.latency_predictor.conftest import FAST, TINY_SHAPE
 
 HAS_CUDA = torch.cuda.is_available()
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
+TRT_MAJOR = int(importlib.import_module("tensorrt").__version__.split(".")[0]) if HAS_TRT else 0
 ORT_GPU = set(ort.get_available_providers())
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
 
@@ -40,7 +41,8 @@ CASES = [
     pytest.param("torch", {"device": "cuda:0", "cuda_graphs": True}, id="torch-cuda-graphs",
                  marks=[pytest.mark.gpu, needs_cuda]),
     *[pytest.param("tensorrt", {"precision": p}, id=f"tensorrt-{p}", marks=[
-        pytest.mark.tensorrt, needs_cuda, pytest.mark.skipif(not HAS_TRT, reason="TensorRT not installed")])
+        pytest.mark.tensorrt, needs_cuda, pytest.mark.skipif(not HAS_TRT, reason="TensorRT not installed"),
+        pytest.mark.skipif(p != "fp32" and TRT_MAJOR >= 11, reason="TensorRT 11 builds fp32 engines only")])
       for p in ("fp32", "fp16", "int8")],
 ]
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from latency_predictor import BackendUnavailableError, EngineBuildError
-from latency_predictor.backends.tensorrt_backend import TensorRTBackend, engine_cache_key
+from latency_predictor.backends.tensorrt_backend import TensorRTBackend, check_tensorrt_version, engine_cache_key
 from latency_predictor.export import build_eval_net, export_onnx
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE
@@ -36,10 +36,23 @@ def test_engine_cache_key_changes_with_everything_the_engine_depends_on() -> Non
         assert engine_cache_key(**{**base, field: other}) != key, field  # type: ignore[arg-type]
 
 
+def test_tensorrt_versions_the_backend_cannot_drive_are_refused() -> None:
+    check_tensorrt_version("10.3.0", "int8")
+    check_tensorrt_version("11.4.1", "fp32")
+    with pytest.raises(BackendUnavailableError, match=r"tensorrt>=10,<11"):
+        check_tensorrt_version("11.4.1", "fp16")
+    with pytest.raises(BackendUnavailableError, match="too old"):
+        check_tensorrt_version("8.6.1", "fp32")
+
+
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 @pytest.mark.tensorrt
 @needs_trt
 def test_engine_is_built_cached_and_reused(precision: str, tiny_arch: Arch, tmp_path: Path) -> None:
+    import tensorrt
+
+    if precision != "fp32" and int(tensorrt.__version__.split(".")[0]) >= 11:
+        pytest.skip("TensorRT 11 builds fp32 engines only")
     est = TensorRTBackend(TINY_SHAPE, precision=precision, cache_dir=tmp_path, measure=FAST,
                           calibration_samples=16, slot_dir=tmp_path / "slots")
     first = est.measure(tiny_arch)
