@@ -1,0 +1,49 @@
+"""Typed errors of the search layer.
+
+:class:`NASError` is the root. The trial boundary (:mod:`nas.trial`) turns these, and the typed
+errors of :mod:`search_spaces` and :mod:`latency_predictor`, into FAILED trials with a reason;
+any other exception is a bug and propagates.
+"""
+
+from __future__ import annotations
+
+
+class NASError(Exception):
+    """Root of every error raised by :mod:`nas`."""
+
+
+class ConfigError(NASError, ValueError):
+    """A configuration value is invalid; the message names the key and the fix."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{key}: {problem}")
+
+
+class DataError(NASError):
+    """A dataset cannot be found, read or understood."""
+
+
+class TrainingError(NASError):
+    """Training a candidate failed (e.g. the loss became NaN or infinite)."""
+
+
+class ProxyError(NASError):
+    """A training-free accuracy proxy could not score a candidate."""
+
+
+class RewardError(NASError, ValueError):
+    """The reward was asked of values it is not defined for (e.g. a non-positive latency)."""
+
+
+class TrackingError(NASError):
+    """The MLflow tracking store cannot be reached, created or written."""
+
+
+class ClusterError(NASError):
+    """The Ray cluster cannot be reached or started."""
+
+
+class SearchError(NASError):
+    """The search itself could not run to the end (e.g. a trial crashed on an unexpected error)."""
