@@ -32,3 +32,11 @@ class MeasurementError(LatencyError):
 
 class PredictorMismatchError(LatencyError):
     """A learned predictor was trained for another space, device, backend or input shape."""
+
+
+class DatasetError(LatencyError):
+    """A latency dataset is missing, malformed, or too small for what was asked of it."""
+
+
+class PredictorFileError(LatencyError):
+    """A saved predictor file cannot be read: not JSON, unknown format or version, unexpected content."""
