@@ -1,0 +1,286 @@
+"""Fit a latency predictor on a dataset and report how good it is on held-out architectures.
+
+Usage::
+
+    python -m latency_predictor.train --data DIR --out predictor.json [--json [REPORT]]
+    python -m latency_predictor.train data=DIR out=predictor.json          # key=value form
+
+The architectures are split once (``--test-fraction``, ``--seed``) into a training set and a
+held-out set. The predictor and both baselines (latency proportional to MACs; a per-block
+lookup table) are fitted on the training set only, and every figure of the report is computed
+on the held-out architectures, which no model saw. The saved predictor is the evaluated one;
+it records the ids of the architectures it was trained on and those it was tested on.
+
+The noise ceiling is the share within +-10% (and +-5%) that a *perfect* predictor would reach
+on the same held-out measurements, because the measurements themselves are noisy. Each held-out
+latency ``y_i`` is the median p50 of ``k_i`` records; its relative noise is estimated as
+
+    sigma_i^2 = sigma_between^2 / k_i + within_i^2
+
+* ``within_i``: the within-run part, ``sqrt(pi/2) * cv / sqrt(runs)`` per record (the standard
+  error of a median of normal runs), divided by ``sqrt(k_i)``;
+* ``sigma_between``: what varies from one measurement session to the next (a new session,
+  another moment of the machine's load), which no single record's spread shows. It is estimated
+  from architectures measured more than once (``collect --repeats``): the log-ratio ``d`` of two
+  records has variance ``2 sigma_1^2``; ``sigma_1`` is estimated robustly
+  (``1.4826 median|d| / sqrt(2)``), and ``sigma_between^2 = max(0, sigma_1^2 - mean within^2)``.
+  Without repeats it is taken as 0, and the report says the ceiling counts within-run noise only
+  (an optimistic ceiling).
+
+A perfect predictor's relative error on ``y_i`` is then about ``N(0, sigma_i)``, so its chance
+of landing within 10% is ``erf(0.1 / (sigma_i sqrt 2))``; the ceiling is the mean over the
+held-out architectures (:func:`latency_predictor.metrics.noise_ceiling`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from latency_predictor.cliargs import key_value_args
+from latency_predictor.dataset import Dataset, LatencyTable
+from latency_predictor.errors import ConfigError, DatasetError, LatencyError
+from latency_predictor.features import FeatureExtractor
+from latency_predictor.metrics import AccuracyMetrics, accuracy_metrics, noise_ceiling, repeat_rel_sigma
+from latency_predictor.models import AdditiveModel, LatencyModel, LookupTableBaseline, MacsBaseline
+from latency_predictor.predictor import PredictorEstimator
+from search_spaces import Arch, arch_id_of
+
+MIN_ARCHS = 10
+"""Fewest usable architectures a train/test split is made from."""
+
+
+@dataclass
+class TrainReport:
+    """What :func:`train_predictor` measured on the held-out architectures.
+
+    Attributes:
+        dataset: the dataset's summary.
+        train_archs: architectures the models were fitted on.
+        test_archs: held-out architectures every figure is computed on.
+        excluded_disturbed: architectures left out because all their records were disturbed.
+        models: accuracy of the predictor (``additive``) and the baselines (``macs``, ``lookup_table``).
+        noise: the noise estimate and ceilings (see the module docstring).
+        lut_coverage: share of held-out blocks whose exact lookup-table entry was seen in training.
+        fit_s: seconds the predictor's fit took.
+        predictions: held-out predictions per model (ms), aligned with ``test_archs``.
+        measured_ms: held-out measured latencies, aligned with ``test_archs``.
+    """
+
+    dataset: dict[str, Any]
+    train_archs: list[str]
+    test_archs: list[str]
+    excluded_disturbed: int
+    models: dict[str, AccuracyMetrics]
+    noise: dict[str, Any]
+    lut_coverage: float
+    fit_s: float
+    predictions: dict[str, list[float]] = field(repr=False, default_factory=dict)
+    measured_ms: list[float] = field(repr=False, default_factory=list)
+
+    def to_dict(self, with_archs: bool = True) -> dict[str, Any]:
+        """A JSON-serialisable record (``with_archs=False`` leaves out the per-architecture lists)."""
+        d: dict[str, Any] = {
+            "dataset": self.dataset, "n_train": len(self.train_archs), "n_test": len(self.test_archs),
+            "excluded_disturbed": self.excluded_disturbed,
+            "models": {k: m.to_dict() for k, m in self.models.items()},
+            "noise": self.noise, "gap_to_ceiling_10": self.noise["ceiling_10"] - self.models["additive"].within_10,
+            "lut_coverage": self.lut_coverage, "fit_s": self.fit_s,
+        }
+        if with_archs:
+            d.update(test_archs=self.test_archs, measured_ms=self.measured_ms, predictions=self.predictions)
+        return d
+
+    def table(self) -> str:
+        """The report as a fixed-width table."""
+        lines = [
+            f"held-out architectures: {len(self.test_archs)} (trained on {len(self.train_archs)}; "
+            f"{self.excluded_disturbed} left out: every measurement disturbed)",
+            f"{'model':<14}{'RMSE ms':>9}{'MAPE':>8}{'+-5%':>8}{'+-10%':>8}{'Spearman':>10}{'Kendall':>9}",
+        ]
+        for name, m in self.models.items():
+            lines.append(f"{name:<14}{m.rmse_ms:>9.3f}{m.mape:>8.2%}{m.within_5:>8.1%}{m.within_10:>8.1%}"
+                         f"{m.spearman:>10.3f}{m.kendall:>9.3f}")
+        n = self.noise
+        lines.append(f"{'noise ceiling':<14}{'':>9}{'':>8}{n['ceiling_5']:>8.1%}{n['ceiling_10']:>8.1%}")
+        gap = n["ceiling_10"] - self.models["additive"].within_10
+        lines.append(f"gap to the +-10% ceiling: {gap:+.1%}; noise: {n['basis']}")
+        lines.append(f"lookup-table coverage of held-out blocks: {self.lut_coverage:.1%}")
+        return "\n".join(lines)
+
+
+def split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint ``(train, test)`` index arrays over ``n`` architectures.
+
+    Raises:
+        ConfigError: ``test_fraction`` not in (0, 1) or a split that leaves a side empty.
+    """
+    if not 0 < test_fraction < 1:
+        raise ConfigError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    n_test = round(n * test_fraction)
+    if n_test < 2 or n - n_test < 5:
+        raise ConfigError(f"{n} architectures cannot be split {1 - test_fraction:.0%}/{test_fraction:.0%}: "
+                          "need >= 5 to train and >= 2 to test")
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+
+
+def noise_estimate(dataset: Dataset, test: LatencyTable) -> dict[str, Any]:
+    """The relative noise of the held-out measurements and the noise ceilings (module docstring)."""
+    ratios = dataset.repeat_log_ratios()
+    single_within = [
+        (math.sqrt(math.pi / 2) * r.result.stats.cv / math.sqrt(max(r.result.stats.n, 1))) ** 2
+        for r in dataset.records if r.disturbed is None
+    ]
+    if len(ratios):
+        sigma_1 = repeat_rel_sigma(ratios)
+        between2 = max(0.0, sigma_1**2 - float(np.mean(single_within)))
+        basis = f"{len(ratios)} repeat pairs (between-session sigma {math.sqrt(between2):.2%}) + within-run cv"
+    else:
+        sigma_1, between2 = float("nan"), 0.0
+        basis = "within-run cv only (no repeated measurements: the ceiling is optimistic)"
+    sigma = np.sqrt(between2 / test.records + test.within_rel_se**2)
+    return {
+        "basis": basis, "repeat_pairs": len(ratios), "sigma_single": sigma_1,
+        "sigma_between": math.sqrt(between2), "sigma_median": float(np.median(sigma)),
+        "ceiling_5": noise_ceiling(sigma, 0.05), "ceiling_10": noise_ceiling(sigma, 0.10),
+    }
+
+
+def _archs(table: LatencyTable) -> list[Arch]:
+    return [Arch.decode(a) for a in table.archs]
+
+
+def fit_additive(dataset: Dataset, table: LatencyTable, members: int = 16, seed: int = 0) -> AdditiveModel:
+    """Fit the predictor's model on the rows of ``table``."""
+    model = AdditiveModel(FeatureExtractor(dataset.target.input_shape, dataset.target.num_classes),
+                          members=members, seed=seed)
+    model.fit(_archs(table), table.latency_ms)
+    return model
+
+
+def usable_table(dataset: Dataset, include_disturbed: bool = False) -> tuple[LatencyTable, int]:
+    """The per-architecture table and how many architectures were left out as disturbed."""
+    full = dataset.table(include_disturbed=True)
+    table = full if include_disturbed else dataset.table()
+    return table, len(full) - len(table)
+
+
+def train_predictor(
+    dataset: Dataset, test_fraction: float = 0.2, seed: int = 0, members: int = 16, include_disturbed: bool = False,
+) -> tuple[PredictorEstimator, TrainReport]:
+    """Split, fit the predictor and the baselines on the training part, evaluate on the rest.
+
+    Raises:
+        DatasetError: fewer than :data:`MIN_ARCHS` usable architectures.
+        ConfigError: an invalid ``test_fraction``.
+    """
+    table, excluded = usable_table(dataset, include_disturbed)
+    if len(table) < MIN_ARCHS:
+        raise DatasetError(
+            f"{dataset.path}: {len(table)} usable architectures ({excluded} left out as disturbed); "
+            f"need at least {MIN_ARCHS}: collect more"
+        )
+    tr, te = split(len(table), test_fraction, seed)
+    train, test = table.subset(tr), table.subset(te)
+    train_archs, test_archs = _archs(train), _archs(test)
+    t0 = time.perf_counter()
+    model = fit_additive(dataset, train, members, seed)
+    fit_s = time.perf_counter() - t0
+    extractor = model.extractor
+    lut = LookupTableBaseline(extractor, seed=seed)
+    baselines: list[LatencyModel] = [MacsBaseline(extractor), lut]
+    for b in baselines:
+        b.fit(train_archs, train.latency_ms)
+    preds = {"additive": model.predict(test_archs)}
+    preds.update({b.name: b.predict(test_archs) for b in baselines})
+    report = TrainReport(
+        dataset=dataset.summary(), train_archs=list(train.archs), test_archs=list(test.archs),
+        excluded_disturbed=excluded, models={k: accuracy_metrics(test.latency_ms, p) for k, p in preds.items()},
+        noise=noise_estimate(dataset, test), lut_coverage=lut.coverage, fit_s=fit_s,
+        predictions={k: p.tolist() for k, p in preds.items()}, measured_ms=test.latency_ms.tolist(),
+    )
+    training = {
+        "dataset": dataset.summary(), "test_fraction": test_fraction, "seed": seed,
+        "train_arch_ids": [arch_id_of(a) for a in train.archs],
+        "test_arch_ids": [arch_id_of(a) for a in test.archs],
+        "report": report.to_dict(with_archs=False),
+    }
+    return PredictorEstimator(model, dataset.target, training), report
+
+
+def fit_predictor(dataset: Dataset, members: int = 16, seed: int = 0) -> PredictorEstimator:
+    """Fit a predictor on every usable architecture of ``dataset`` (no held-out part).
+
+    Its uncertainty band comes from out-of-fold errors on the same data. Used to refit during a
+    search, once confirmed measurements have been added.
+
+    Raises:
+        DatasetError: fewer than :data:`MIN_ARCHS` usable architectures.
+    """
+    table, excluded = usable_table(dataset)
+    if len(table) < MIN_ARCHS:
+        raise DatasetError(f"{dataset.path}: {len(table)} usable architectures; need at least {MIN_ARCHS}")
+    model = fit_additive(dataset, table, members, seed)
+    training = {
+        "dataset": dataset.summary(), "test_fraction": 0.0, "seed": seed,
+        "train_arch_ids": [arch_id_of(a) for a in table.archs], "test_arch_ids": [],
+        "excluded_disturbed": excluded,
+        "oof": {"within_10": float(np.mean(model.oof_abs_rel_error <= 0.10)),
+                "mape": float(np.mean(model.oof_abs_rel_error))},
+    }
+    return PredictorEstimator(model, dataset.target, training)
+
+
+# ---------------------------------------------------------------------- command line
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m latency_predictor.train",
+        description="Fit a latency predictor on a dataset; report accuracy on held-out architectures.",
+        epilog="Options may also be given as key=value (data=DIR out=FILE test_fraction=0.2).",
+    )
+    p.add_argument("--data", required=True, help="dataset folder written by latency_predictor.collect")
+    p.add_argument("--out", required=True, help="predictor file to write (JSON)")
+    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out share (default 0.2)")
+    p.add_argument("--seed", type=int, default=0, help="split and bootstrap seed (default 0)")
+    p.add_argument("--members", type=int, default=16, help="bootstrap ensemble size (default 16)")
+    p.add_argument("--include-disturbed", action="store_true",
+                   help="also use architectures whose every measurement was disturbed")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                   help="write the report as JSON to PATH (or stdout when no PATH is given)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status (2 on expected errors)."""
+    args = _parser().parse_args(key_value_args(sys.argv[1:] if argv is None else argv, ["include_disturbed"]))
+    try:
+        dataset = Dataset.open(args.data)
+        predictor, report = train_predictor(dataset, args.test_fraction, args.seed, args.members,
+                                            args.include_disturbed)
+        path = predictor.save(args.out)
+    except LatencyError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json == "-":
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        print(report.table())
+        print(f"predictor written to {path}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""The learned predictor end to end, on real ONNX Runtime measurements of the ``tiny`` space.
+
+One small dataset is collected per module (about 25 architectures at 1x3x64x64 with short
+measurement settings), then trained, saved, loaded, refused, refitted. These tests check the
+workflow, not accuracy: that is the benchmark's job (``scripts/bench_predictor.py``). The
+machine may be busy with other work, so collection here accepts every measurement
+(``min_cpu_share=0``, a lenient stability threshold) instead of retrying disturbed ones; one test
+makes every measurement count as disturbed to check the retries.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from latency_predictor import LatencyEstimator, PredictorMismatchError
+from latency_predictor.backends import make_estimator
+from latency_predictor.collect import collect, coverage_plan
+from latency_predictor.collect import main as collect_main
+from latency_predictor.dataset import RECORDS_FILE, Dataset, dataset_tracking_record
+from latency_predictor.errors import ConfigError, DatasetError, PredictorFileError
+from latency_predictor.hybrid import add_measurements, refit, select_for_measurement
+from latency_predictor.metrics import accuracy_metrics
+from latency_predictor.predictor import (
+    PredictorEstimator,
+    expected_target,
+    load_predictor,
+    predictor_tracking_record,
+    read_predictor,
+)
+from latency_predictor.target import DeviceFingerprint, PredictorTarget
+from latency_predictor.train import fit_additive, train_predictor, usable_table
+from latency_predictor.train import main as train_main
+from search_spaces import Arch, SearchSpace, arch_id_of, load_space
+
+SHAPE = (1, 3, 64, 64)
+# short runs; every attempt accepted as stable (the machine may be busy: these tests check the workflow)
+MEASURE = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 0.5, "max_repeats": 1,
+           "stability_threshold": 100.0}
+N = 24
+
+
+@pytest.fixture(scope="module")
+def space() -> SearchSpace:
+    return load_space("tiny")
+
+
+@pytest.fixture(scope="module")
+def estimator(tmp_path_factory: pytest.TempPathFactory) -> LatencyEstimator:
+    slots = tmp_path_factory.mktemp("slots")
+    return make_estimator("onnxruntime", input_shape=SHAPE, measure=MEASURE, slot_dir=slots)
+
+
+@pytest.fixture(scope="module")
+def data_dir(space: SearchSpace, estimator: LatencyEstimator, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "tiny"
+    s = collect(space, estimator, out, N, repeats=3, min_cpu_share=0.0, progress=False)
+    assert (s.new_archs, s.repeated, s.total_archs) == (N, 3, N)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    predictor, report = train_predictor(Dataset.open(data_dir), test_fraction=0.25, seed=3)
+    path = predictor.save(tmp_path_factory.mktemp("pred") / "tiny.json")
+    return path, report
+
+
+def test_dataset_holds_full_records(data_dir: Path, estimator: LatencyEstimator, space: SearchSpace) -> None:
+    ds = Dataset.open(data_dir, expected=PredictorTarget.create(space, estimator))
+    assert len(ds.records) == N + 3
+    rec = ds.records[0]
+    assert rec.origin == "extreme" and rec.result.source == "measured"
+    assert rec.result.input_shape == SHAPE and len(rec.features) > 0
+    line = json.loads((data_dir / RECORDS_FILE).read_text().splitlines()[0])
+    assert line["fingerprint"] == DeviceFingerprint.of_result(rec.result).digest
+    assert line["result"]["stats"]["p50"] == rec.result.latency_ms
+    origins = {r.origin for r in ds.records}
+    assert {"extreme", "axis", "uniform", "mutation", "repeat"} <= origins
+    files, params = dataset_tracking_record(data_dir)
+    assert [f.name for f in files] == ["dataset.json", RECORDS_FILE] and params["archs"] == N
+
+
+def test_collect_resumes_without_measuring_twice(
+    space: SearchSpace, estimator: LatencyEstimator, data_dir: Path, tmp_path: Path
+) -> None:
+    # a copy, so the shared dataset stays as the other tests expect it
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in data_dir.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    before = Dataset.open(copy)
+    s = collect(space, estimator, copy, 2, repeats=0, min_cpu_share=0.0, progress=False)
+    after = Dataset.open(copy)
+    assert s.new_archs == 2 and len(after.records) == len(before.records) + 2
+    assert after.measured_archs() > before.measured_archs()
+    first = [r.arch for r in after.records if r.origin not in ("repeat", "retry")]
+    assert len(first) == len(set(first))  # every architecture measured once, repeats aside
+
+
+def test_disturbed_measurements_are_retried_and_left_out(
+    space: SearchSpace, estimator: LatencyEstimator, tmp_path: Path
+) -> None:
+    # a CPU share of 2 per thread is impossible: every measurement counts as disturbed
+    s = collect(space, estimator, tmp_path / "d", 2, retries=1, repeats=1, min_cpu_share=2.0, progress=False)
+    assert (s.new_archs, s.retried, s.repeated, s.still_disturbed) == (2, 2, 0, 2)
+    ds = Dataset.open(tmp_path / "d")
+    assert [r.origin for r in ds.records] == ["extreme", "extreme", "retry", "retry"]
+    assert all(r.disturbed and "other work took the CPU" in r.disturbed for r in ds.records)
+    assert len(ds.table()) == 0 and len(ds.table(include_disturbed=True)) == 2
+    with pytest.raises(DatasetError, match="0 usable architectures"):
+        train_predictor(ds)
+
+
+def test_collect_refuses_another_setting_before_measuring(space: SearchSpace, data_dir: Path, tmp_path: Path) -> None:
+    other = make_estimator("onnxruntime", input_shape=(1, 3, 32, 32), measure=MEASURE, slot_dir=tmp_path)
+    n_before = len(Dataset.open(data_dir).records)
+    with pytest.raises(PredictorMismatchError, match="input shape 1x3x32x32 here, 1x3x64x64 in the dataset"):
+        collect(space, other, data_dir, 1, progress=False)
+    assert len(Dataset.open(data_dir).records) == n_before
+
+
+def test_coverage_plan_starts_with_the_corners(space: SearchSpace) -> None:
+    plan = coverage_plan(space, seed=0)
+    firsts = [next(plan) for _ in range(len(space.extremes()) + 20)]
+    assert [a for a, o in firsts[: len(space.extremes())]] == space.extremes()
+    axis = [a for a, o in firsts if o == "axis"]
+    assert axis and all(space.contains(a) for a, _ in firsts)
+
+
+def test_metrics_are_computed_on_held_out_archs_only(trained: tuple[Path, object], data_dir: Path) -> None:
+    path, report = trained
+    pred = read_predictor(path)
+    train_ids = set(pred.training["train_arch_ids"])
+    test_archs = report.test_archs  # type: ignore[attr-defined]
+    assert not train_ids & {arch_id_of(a) for a in test_archs}
+    assert set(pred.training["test_arch_ids"]) == {arch_id_of(a) for a in test_archs}
+    # the figures are exactly those of the saved model on the held-out archs
+    measured = np.array(report.measured_ms)  # type: ignore[attr-defined]
+    got = accuracy_metrics(measured, pred.predict_many(test_archs))
+    assert got == report.models["additive"]  # type: ignore[attr-defined]
+    assert set(report.models) == {"additive", "macs", "lookup_table"}  # type: ignore[attr-defined]
+    # and that model was fitted without them: refitting on the training archs alone reproduces it
+    ds = Dataset.open(data_dir)
+    table, _ = usable_table(ds)
+    train_rows = [i for i, a in enumerate(table.archs) if arch_id_of(a) in train_ids]
+    assert len(train_rows) == len(train_ids)
+    again = fit_additive(ds, table.subset(train_rows), seed=3)
+    np.testing.assert_allclose(again.coef, pred.model.coef)
+    n = report.noise  # type: ignore[attr-defined]
+    assert 0 <= n["ceiling_10"] <= 1 and n["repeat_pairs"] >= 1
+
+
+def test_save_load_predict(trained: tuple[Path, object], space: SearchSpace, estimator: LatencyEstimator) -> None:
+    path, report = trained
+    pred = load_predictor(path, PredictorTarget.create(space, estimator), space)
+    assert isinstance(pred, LatencyEstimator)
+    archs = [Arch.decode(a) for a in report.test_archs]  # type: ignore[attr-defined]
+    batch = pred.predict_many(archs)
+    np.testing.assert_allclose(batch, report.predictions["additive"])  # type: ignore[attr-defined]
+    res = pred.measure(archs[0])
+    assert res.source == "predicted" and res.backend == "predictor"
+    assert res.latency_ms == pytest.approx(batch[0]) and res.input_shape == SHAPE
+    assert res.extra["uncertainty_ms"] >= 0 and res.extra["error_band_rel"] == pred.error_band
+    assert res.extra["predicted_backend"] == "onnxruntime"
+    outside = load_space("mobile").extremes()[0]
+    with pytest.raises(ConfigError, match="not in space 'tiny'"):
+        pred.measure(outside)
+    files, params = predictor_tracking_record(path)
+    assert files == [path] and params["space"] == "tiny" and params["predictor_digest"] == pred.digest
+
+
+def test_load_refuses_a_mismatched_predictor(
+    trained: tuple[Path, object], space: SearchSpace, estimator: LatencyEstimator, tmp_path: Path
+) -> None:
+    path, _ = trained
+    good = PredictorTarget.create(space, estimator)
+    cases = {
+        "space": (PredictorTarget.create(load_space("mobile"), estimator), "space 'mobile' here, 'tiny'"),
+        "shape": (expected_target(space, "onnxruntime", input_shape=(1, 3, 96, 96), slot_dir=tmp_path),
+                  "input shape 1x3x96x96 here"),
+        "backend": (expected_target(space, "torch", input_shape=SHAPE, slot_dir=tmp_path),
+                    "backend 'torch' here, 'onnxruntime'"),
+        "device": (PredictorTarget(good.space, good.space_digest, DeviceFingerprint.create(
+            "onnxruntime", "cpu", "fp32", {**good.fingerprint.environment, "device_name": "Other CPU"}),
+            good.input_shape), "device_name 'Other CPU' here"),
+    }
+    for name, (expected, phrase) in cases.items():
+        with pytest.raises(PredictorMismatchError, match=phrase):
+            load_predictor(path, expected)
+        assert name
+    assert load_predictor(path, good).target == good
+
+
+def test_load_rejects_unexpected_content(trained: tuple[Path, object], tmp_path: Path) -> None:
+    path, _ = trained
+    doc = json.loads(path.read_text())
+
+    def write(obj: object) -> Path:
+        p = tmp_path / "bad.json"
+        p.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+        return p
+
+    bad_coef = json.loads(json.dumps(doc))
+    bad_coef["model"]["coef"][0] = "__import__('os')"
+    short = json.loads(json.dumps(doc))
+    short["model"]["coef"] = short["model"]["coef"][:-1]
+    extra = {**doc, "code": "print(1)"}
+    negative = json.loads(json.dumps(doc))
+    negative["model"]["coef"][0] = -1.0
+    edited = json.loads(json.dumps(doc))
+    edited["target"]["fingerprint"]["environment"]["onnxruntime"] = "9.9"
+    for content, phrase in [
+        ("\x80\x04pickle", "not a JSON document"), ("[1, 2]", "not a latency predictor"),
+        ({**doc, "version": 99}, "version 99"), (extra, "exactly the keys"),
+        (bad_coef, "coef must be a list of numbers"), (short, "entries, expected"),
+        (negative, "non-negative"), (edited, "does not match its fingerprint"),
+        (path.read_text().replace('"intercept": ', '"intercept": NaN, "x": ', 1), "exactly the keys"),
+    ]:
+        with pytest.raises(PredictorFileError, match=phrase):
+            read_predictor(write(content))
+    with pytest.raises(PredictorFileError, match="cannot read"):
+        read_predictor(tmp_path / "missing.json")
+
+
+def test_train_command_line(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "p.json"
+    assert train_main([f"data={data_dir}", f"out={out}", "test_fraction=0.25"]) == 0
+    text = capsys.readouterr().out
+    assert "noise ceiling" in text and "lookup_table" in text and out.exists()
+    assert train_main(["--data", str(data_dir), "--out", str(out), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["n_test"] + rep["n_train"] + rep["excluded_disturbed"] == N
+    assert set(rep["models"]["additive"]) >= {"rmse_ms", "mape", "within_5", "within_10", "spearman", "kendall"}
+    assert train_main(["--data", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+    assert "no latency dataset" in capsys.readouterr().err
+
+
+def test_collect_command_line_refuses_bad_input_before_measuring(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert collect_main(["+space=nonexistent", "latency=onnxruntime", "n=1", f"out={tmp_path}/d"]) == 2
+    assert "no space named 'nonexistent'" in capsys.readouterr().err
+    assert collect_main(["+space=tiny", "latency=tvm", "n=1", f"out={tmp_path}/d"]) == 2
+    assert "unknown latency backend 'tvm'" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
+def test_hybrid_confirm_add_and_refit(
+    data_dir: Path, trained: tuple[Path, object], space: SearchSpace, estimator: LatencyEstimator, tmp_path: Path
+) -> None:
+    path, _ = trained
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in data_dir.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    ds = Dataset.open(copy)
+    pred = load_predictor(path, ds.target, space)
+    rng = np.random.default_rng(7)
+    candidates = [space.sample(rng) for _ in range(40)]
+    p, spread = pred.predict_with_uncertainty(candidates)
+    target = float(np.median(p))
+    chosen = select_for_measurement(candidates, p, 3, band=pred.error_band, target_ms=target,
+                                    uncertainty_ms=spread, exclude=ds.measured_archs())
+    assert 1 <= len(chosen) <= 3 and chosen[0].reason == "near_target"
+    records = add_measurements(ds, [estimator.measure(c.arch) for c in chosen], min_cpu_share=0.0)
+    assert [r.origin for r in records] == ["confirm"] * len(chosen)
+    new = refit(Dataset.open(copy))
+    assert isinstance(new, PredictorEstimator)
+    assert {arch_id_of(c.arch.encode()) for c in chosen} <= set(new.training["train_arch_ids"])
+    with pytest.raises(DatasetError, match="only measured"):
+        add_measurements(ds, [pred.measure(candidates[0])])
