@@ -72,7 +72,7 @@ def test_general_form_matches_named_forms() -> None:
 def test_registry_and_lookup() -> None:
     assert set(REWARDS) == {"squared", "mnas_soft", "mnas_hard"}
     assert reward_fn("squared") is squared_penalty
-    with pytest.raises(RewardError, match="unknown reward 'cubic'.*mnas_hard"):
+    with pytest.raises(RewardError, match=r"unknown reward 'cubic'.*mnas_hard"):
         reward_fn("cubic")
 
 
