@@ -1,0 +1,173 @@
+"""What one trial does, independent of Ray: the trial boundary.
+
+decode the architecture string -> build -> count parameters and MACs at the deployment shape ->
+measure (or predict) latency through the :class:`~latency_predictor.LatencyEstimator`, which
+takes the device's measurement slot itself -> estimate accuracy (brief training, one report
+per epoch, or a training-free score) -> reward -> report.
+
+Latency is measured before training so that every per-epoch report already carries the
+reward: an early-stopping scheduler (ASHA) then acts on the same number the sampler optimises.
+
+Expected failures (typed errors of :mod:`nas`, :mod:`search_spaces` and
+:mod:`latency_predictor`) end the trial with a FAILED report that names the error; any other
+exception is a bug and propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
+from latency_predictor.backends import make_estimator
+from nas.accuracy import EpochResult, naswot_score, resolve_device, train_briefly
+from nas.config import AccuracyConfig, LatencyConfig, TrainConfig
+from nas.data import Dataset
+from nas.errors import NASError
+from nas.reward import meets_target, reward_fn
+from search_spaces import Arch, SearchSpace, SearchSpaceError, build, count_macs, count_params
+
+Report = Callable[[dict[str, Any]], None]
+
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (NASError, SearchSpaceError, LatencyError)
+"""Errors that make a FAILED trial with a reason instead of stopping the search."""
+
+COMPLETED, RUNNING, FAILED, PRUNED = "COMPLETED", "RUNNING", "FAILED", "PRUNED"
+
+_ESTIMATORS: dict[str, LatencyEstimator] = {}
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """Everything a trial needs besides its architecture; shipped once to the workers.
+
+    Attributes:
+        space: the search space (the architecture must belong to it).
+        data: the proxy task.
+        train: brief-training settings.
+        accuracy: which accuracy estimator to use.
+        latency: the latency estimator's settings.
+        target_ms: the latency target.
+        reward: the reward's name (see :data:`nas.reward.REWARDS`).
+        threads: torch threads per trial.
+    """
+
+    space: SearchSpace
+    data: Dataset
+    train: TrainConfig
+    accuracy: AccuracyConfig
+    latency: LatencyConfig
+    target_ms: float
+    reward: str
+    threads: int
+
+
+def make_latency_estimator(cfg: LatencyConfig, num_classes: int) -> LatencyEstimator:
+    """The latency estimator ``cfg`` describes, for networks with ``num_classes`` outputs.
+
+    Raises:
+        LatencyError: unknown backend or option, invalid value, backend not available here.
+    """
+    options = dict(cfg.options)
+    options.setdefault("num_classes", num_classes)
+    return make_estimator(cfg.backend, input_shape=list(cfg.input_shape), measure=dict(cfg.measure), **options)
+
+
+def _estimator(cfg: LatencyConfig, num_classes: int) -> LatencyEstimator:
+    # Built once per worker process: with reuse_actors the same process serves many trials.
+    key = json.dumps([cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes], sort_keys=True)
+    if key not in _ESTIMATORS:
+        _ESTIMATORS[key] = make_latency_estimator(cfg, num_classes)
+    return _ESTIMATORS[key]
+
+
+def profile_arch(arch: Arch, num_classes: int, input_shape: list[int]) -> tuple[int, int]:
+    """Trainable parameters (with ``num_classes`` outputs) and MACs at ``input_shape``."""
+    with torch.device("meta"):
+        net = build(arch, num_classes=num_classes, in_chans=input_shape[1])
+    return count_params(net), count_macs(net, tuple(input_shape))
+
+
+def latency_metrics(lat: LatencyResult) -> dict[str, Any]:
+    """The latency fields of a trial report."""
+    return {
+        "latency_ms": lat.latency_ms,
+        "latency_p90": lat.stats.p90,
+        "latency_p99": lat.stats.p99,
+        "latency_source": lat.source,
+        "latency_backend": lat.backend,
+        "latency_device": lat.device,
+        "latency_stable": lat.stable,
+        "latency_json": json.dumps(lat.to_dict()),
+    }
+
+
+def evaluate_candidate(arch_text: str, ctx: TrialContext, report: Report) -> None:
+    """Evaluate one architecture and report its figures (one report per epoch when training).
+
+    Every report carries ``status``: ``RUNNING`` after an intermediate epoch, ``COMPLETED`` on
+    the last, ``FAILED`` (with ``failure_type`` and ``failure_reason``) when an expected error
+    ended the trial. A FAILED report has ``reward`` NaN. ``trial_seconds`` is the time spent
+    in this function up to the report.
+
+    Raises:
+        Exception: anything that is not an expected (typed) error: a bug, which must not be
+            mistaken for a bad candidate.
+    """
+    started = time.perf_counter()
+    torch.set_num_threads(ctx.threads)
+    base: dict[str, Any] = {
+        "arch": arch_text, "accuracy_estimator": ctx.accuracy.estimator, "epochs": ctx.train.epochs,
+    }
+
+    def timed_report(metrics: dict[str, Any]) -> None:
+        report({**metrics, "trial_seconds": time.perf_counter() - started})
+
+    try:
+        _evaluate(arch_text, ctx, base, timed_report)
+    except EXPECTED_ERRORS as err:
+        timed_report({
+            **base, "status": FAILED, "reward": math.nan, "failure_type": type(err).__name__,
+            "failure_reason": str(err),
+        })
+
+
+def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: Report) -> None:
+    arch = ctx.space.decode(arch_text)
+    base["arch_id"] = arch.arch_id
+    params, macs = profile_arch(arch, ctx.data.num_classes, ctx.latency.input_shape)
+    base.update(params=params, macs=macs)
+
+    t0 = time.perf_counter()
+    lat = _estimator(ctx.latency, ctx.data.num_classes).measure(arch)
+    base["measure_seconds"] = time.perf_counter() - t0
+    base.update(latency_metrics(lat))
+    base["meets_target"] = meets_target(lat.latency_ms, ctx.target_ms)
+    reward = reward_fn(ctx.reward)
+
+    device = resolve_device(ctx.train.device)
+    torch.manual_seed(ctx.train.seed)
+    model = build(arch, num_classes=ctx.data.num_classes, in_chans=3, dropout=ctx.train.dropout)
+    t0 = time.perf_counter()
+    if ctx.accuracy.estimator == "naswot":
+        score = naswot_score(model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
+        report({
+            **base, "status": COMPLETED, "epoch": 0, "accuracy": score, "naswot_score": score,
+            "train_seconds": time.perf_counter() - t0, "reward": reward(score, lat.latency_ms, ctx.target_ms),
+        })
+        return
+
+    def on_epoch(e: EpochResult) -> None:
+        report({
+            **base, "status": COMPLETED if e.epoch == ctx.train.epochs else RUNNING, "epoch": e.epoch,
+            "accuracy": e.accuracy, "val_loss": e.val_loss, "train_loss": e.train_loss,
+            "train_seconds": time.perf_counter() - t0, "reward": reward(e.accuracy, lat.latency_ms, ctx.target_ms),
+        })
+
+    train_briefly(model, ctx.data, ctx.train, device, on_epoch)
