@@ -1,0 +1,108 @@
+"""End to end: a real 4-trial search on digits, a real local Ray cluster, a real SQLite MLflow
+store and real ONNX Runtime measurements; the record is checked against itself."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from mlflow import MlflowClient
+from omegaconf import OmegaConf
+
+from nas.config import SearchConfig
+from nas.driver import run_search
+from nas.record import FINAL_METRICS
+from nas.reward import squared_penalty
+from nas.search import CONF_DIR
+from search_spaces import Arch, load_space
+
+CHILD_PARAMS = ("arch", "arch_id")
+CHILD_TAGS = ("status", "latency_source", "latency_backend", "accuracy_estimator", "mlflow.parentRunId")
+PARENT_ARTIFACTS = {"best_arch.json", "best_arch.txt", "leaderboard.csv", "config.yaml", "space.yaml"}
+
+
+def _config(tmp_path: Path, *overrides: str) -> SearchConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        dcfg = compose(config_name="config", overrides=[
+            "+space=tiny", "target_ms=1.0", "search.n_trials=4", "search.max_concurrent=2",
+            "data.max_train_samples=512", "data.max_val_samples=256", "train.epochs=2",
+            "latency.measure.min_runs=20", "latency.measure.min_time_s=0.2", "latency.measure.max_time_s=1.0",
+            "latency.measure.max_repeats=1", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"output_dir={tmp_path / 'out'}", "progress=false", "name=e2e", *overrides,
+        ])
+    cfg = OmegaConf.to_object(dcfg)
+    assert isinstance(cfg, SearchConfig)
+    cfg.space_source = "conf/space/tiny.yaml"
+    return cfg
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_four_trial_search_is_recorded_faithfully(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _config(tmp_path)
+    result = run_search(cfg)
+    out = capsys.readouterr().out
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("latnas")
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("latnas.role") == "search"]
+    children = [r for r in runs if r.data.tags.get("latnas.role") == "candidate"]
+    assert len(parents) == 1 and len(children) == 4 and len(runs) == 5
+    parent = parents[0]
+    assert parent.info.run_id == result.parent_run_id and parent.info.run_name == "e2e"
+    assert parent.info.status == "FINISHED" and all(r.info.status == "FINISHED" for r in children)
+
+    # The parent: config, environment, summary, artifacts.
+    p = parent.data
+    assert p.params["space"] == "tiny" and p.params["target_ms"] == "1.0" and p.params["search.seed"] == "0"
+    assert p.params["latency.backend"] == "onnxruntime" and p.params["search.n_trials"] == "4"
+    assert p.tags["version.ray"] and p.tags["version.mlflow"] and p.tags["train_device"] == "cpu"
+    assert p.tags["mlflow.source.git.commit"]
+    assert p.metrics["n_completed"] == 4 and p.metrics["n_failed"] == 0
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == PARENT_ARTIFACTS
+
+    space = load_space("tiny")
+    space_decisions = {d.name for d in space.choices()}
+    for child in children:
+        d = child.data
+        assert d.tags["mlflow.parentRunId"] == parent.info.run_id
+        for key in CHILD_TAGS:
+            assert d.tags[key], key
+        assert d.tags["status"] == "COMPLETED" and d.tags["latency_source"] == "measured"
+        assert d.tags["accuracy_estimator"] == "train"
+        for key in FINAL_METRICS:
+            assert key in d.metrics, key
+        arch = Arch.decode(d.params["arch"])
+        assert d.params["arch_id"] == arch.arch_id == child.info.run_name
+        decisions = {k: v for k, v in d.params.items() if k in space_decisions}
+        assert set(decisions) == set(space.to_decisions(arch))
+        assert space.from_decisions({k: type(space.to_decisions(arch)[k])(v) for k, v in decisions.items()}) == arch
+        m = d.metrics
+        assert m["reward"] == pytest.approx(squared_penalty(m["accuracy"], m["latency_p50"], 1.0), rel=1e-12)
+        assert m["meets_target"] == float(m["latency_p50"] <= 1.0)
+        assert m["latency_p50"] <= m["latency_p90"] <= m["latency_p99"]
+        assert m["latency_ms"] == m["latency_p50"]
+        history = client.get_metric_history(child.info.run_id, "accuracy")
+        assert sorted(h.step for h in history) == [1, 2] and max(history, key=lambda h: h.step).value == m["accuracy"]
+    assert len({c.data.params["arch"] for c in children}) == 4  # never the same network twice
+
+    # The best: returned, printed, and MLflow's best agree.
+    best_run = client.search_runs(
+        [exp.experiment_id], "tags.`latnas.role` = 'candidate'", order_by=["metrics.reward DESC"], max_results=1
+    )[0]
+    assert result.best is not None
+    assert result.best.arch_id == best_run.data.params["arch_id"]
+    assert result.best.metrics["reward"] == best_run.data.metrics["reward"]
+    assert p.tags["best_arch_id"] == result.best.arch_id
+    assert p.metrics["best_reward"] == best_run.data.metrics["reward"]
+    assert f"Best: {result.best.arch_id}  reward {best_run.data.metrics['reward']:.4f}" in out
+    assert "mlflow ui --backend-store-uri sqlite:///" in out and "--host 127.0.0.1" in out
+    best_json = json.loads((tmp_path / "out" / "best_arch.json").read_text())
+    assert best_json["arch"] == best_run.data.params["arch"] and best_json["run_id"] == best_run.info.run_id
+    with (tmp_path / "out" / "leaderboard.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["arch_id"] == result.best.arch_id and len(rows) == 4
+    assert Path(result.ray_experiment_path).is_absolute() and Path(result.ray_experiment_path).exists()
