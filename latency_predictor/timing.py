@@ -8,9 +8,12 @@ The method is the one trusted benchmarking tools share (trtexec, onnxruntime_per
 2. **Timed runs**, one sample per run, until both a minimum count and a minimum duration are
    reached (with a cap, ``max_time_s``, so a very slow network cannot stall a search).
 3. **Stability check**: when the interquartile range relative to the median exceeds a
-   threshold, the timed runs are repeated, up to ``max_repeats`` attempts. The first attempt
-   under the threshold is accepted; if none settles, the attempt with the smallest spread is
-   reported and flagged ``stable=False``, and the flag travels with the number.
+   threshold, the timed runs are repeated, up to ``max_repeats`` attempts. For runtimes that
+   compute on the CPU, an attempt must also have had the CPU: its process CPU time per wall
+   second must reach ``min_cpu_share`` of the runtime's busy threads, otherwise other work
+   took the cores and the (possibly steadily) slow runs measured that. The first settled attempt
+   is accepted; if none settles, the least disturbed attempt is reported and flagged
+   ``stable=False``, and the flag travels with the number.
 
 Python's garbage collector is paused while samples are taken (as :mod:`timeit` does), so a
 collection does not land in one run's time.
@@ -55,6 +58,9 @@ class MeasureConfig:
         max_time_s: cap on one attempt's timed runs, in seconds; an attempt stops when it is
             reached even before ``min_runs`` (but never before 10 runs). ``None``: no cap.
         stability_threshold: largest accepted IQR/median of an attempt.
+        min_cpu_share: for CPU runtimes, the smallest accepted share of the expected CPU time
+            (CPU seconds per wall second per busy thread) of an attempt; below it the process
+            was descheduled by other work and the attempt is repeated. 0 disables the check.
         max_repeats: most attempts before the result is flagged unstable.
         throughput_batch_sizes: batch sizes at which inferences per second are reported.
     """
@@ -65,6 +71,7 @@ class MeasureConfig:
     min_time_s: float = 1.0
     max_time_s: float | None = 10.0
     stability_threshold: float = 0.10
+    min_cpu_share: float = 0.9
     max_repeats: int = 3
     throughput_batch_sizes: tuple[int, ...] = (1,)
 
@@ -81,6 +88,9 @@ class MeasureConfig:
                     f"max_time_s ({self.max_time_s}) must be >= min_time_s ({self.min_time_s}) or None"
                 )
         _check_number("stability_threshold", self.stability_threshold, positive=True)
+        _check_number("min_cpu_share", self.min_cpu_share, positive=False)
+        if self.min_cpu_share > 1:
+            raise ConfigError(f"min_cpu_share must be in [0, 1], got {self.min_cpu_share!r}")
         if not self.throughput_batch_sizes:
             raise ConfigError("throughput_batch_sizes must list at least one batch size")
         for b in self.throughput_batch_sizes:
@@ -126,9 +136,12 @@ class Measurement:
         warmup_runs: warm-up runs made.
         warmup_s: seconds spent warming up.
         timed_s: seconds spent in timed runs, all attempts together.
-        cpu_s: CPU seconds this process used during the timed runs (all its threads). For a
-            CPU runtime with T threads, ``cpu_s / timed_s`` is about T when the process had the
-            cores to itself and lower when other work took them: a contention signal.
+        cpu_s: CPU seconds this process used (all its threads) during the accepted attempt.
+        accepted_wall_s: wall seconds of the accepted attempt; for a CPU runtime with T threads,
+            ``cpu_s / accepted_wall_s`` is about T when the process had the cores to itself and
+            lower when other work took them.
+        attempt_cpu_share: per attempt, CPU seconds per wall second per expected busy thread
+            (None where not checked).
     """
 
     stats: LatencyStats
@@ -140,6 +153,8 @@ class Measurement:
     warmup_s: float
     timed_s: float
     cpu_s: float = 0.0
+    accepted_wall_s: float = 0.0
+    attempt_cpu_share: tuple[float | None, ...] = ()
 
 
 def wall_clock(run_once: RunOnce, sync: Callable[[], object] | None = None) -> TimeOnce:
@@ -190,12 +205,42 @@ def _timed_attempt(time_once: TimeOnce, config: MeasureConfig) -> list[float]:
             return samples
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    stats: LatencyStats
+    samples: list[float]
+    wall_s: float
+    cpu_s: float
+    cpu_share: float | None  # CPU seconds per wall second per expected thread; None: not checked
+
+    def had_cpu(self, config: MeasureConfig) -> bool:
+        return self.cpu_share is None or self.cpu_share >= config.min_cpu_share
+
+    def settled(self, config: MeasureConfig) -> bool:
+        return self.stats.iqr_rel <= config.stability_threshold and self.had_cpu(config)
+
+    def disturbance(self, config: MeasureConfig) -> tuple[float, float]:
+        """Sort key: attempts that had the CPU first (by spread), then by how much CPU they had."""
+        if self.had_cpu(config):
+            return (0.0, self.stats.iqr_rel)
+        return (1.0, -(self.cpu_share or 0.0))
+
+
+def _attempt(timer: TimeOnce, config: MeasureConfig, cpu_threads: int | None) -> _Attempt:
+    t0, c0 = time.perf_counter(), time.process_time()
+    samples = _timed_attempt(timer, config)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    share = cpu / wall / cpu_threads if cpu_threads and wall > 0 else None
+    return _Attempt(LatencyStats.from_samples(samples), samples, wall, cpu, share)
+
+
 def measure_latency(
     run_once: RunOnce,
     config: MeasureConfig | None = None,
     *,
     sync: Callable[[], object] | None = None,
     time_once: TimeOnce | None = None,
+    cpu_threads: int | None = None,
 ) -> Measurement:
     """Run the measurement protocol on one prepared network.
 
@@ -206,6 +251,11 @@ def measure_latency(
             used by the default wall-clock timer.
         time_once: replaces the wall-clock timer: runs the network once and returns the time of
             that run in milliseconds (e.g. measured with CUDA events). ``run_once`` is then unused.
+        cpu_threads: for runtimes that compute on the CPU, the threads that run busy while the
+            network runs. An attempt then also needs ``config.min_cpu_share`` of that many CPU
+            seconds per wall second to settle: a process that was descheduled part of the time
+            measured the machine's load, even if its runs were steadily slow. None: no check
+            (GPU runtimes, synthetic runs).
 
     Returns:
         The accepted attempt's statistics and samples, with the stability flag.
@@ -217,28 +267,26 @@ def measure_latency(
     timer = time_once if time_once is not None else wall_clock(run_once, sync)
     with _gc_paused():
         warm_n, warm_s = _warm_up(timer, config)
-        attempts: list[tuple[LatencyStats, list[float]]] = []
-        t0, c0 = time.perf_counter(), time.process_time()
+        attempts: list[_Attempt] = []
         for _ in range(config.max_repeats):
-            samples = _timed_attempt(timer, config)
-            stats = LatencyStats.from_samples(samples)
-            attempts.append((stats, samples))
-            if stats.iqr_rel <= config.stability_threshold:
+            attempts.append(_attempt(timer, config, cpu_threads))
+            if attempts[-1].settled(config):
                 break
-        timed_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    best_stats, best_samples = attempts[-1]
-    if best_stats.iqr_rel > config.stability_threshold:  # never settled: report the least noisy attempt
-        best_stats, best_samples = min(attempts, key=lambda a: a[0].iqr_rel)
+    best = attempts[-1]
+    if not best.settled(config):  # never settled: report the least disturbed attempt
+        best = min(attempts, key=lambda a: a.disturbance(config))
     return Measurement(
-        stats=best_stats,
-        samples_ms=tuple(best_samples),
-        stable=best_stats.iqr_rel <= config.stability_threshold,
+        stats=best.stats,
+        samples_ms=tuple(best.samples),
+        stable=best.settled(config),
         attempts=len(attempts),
-        attempt_iqr_rel=tuple(s.iqr_rel for s, _ in attempts),
+        attempt_iqr_rel=tuple(a.stats.iqr_rel for a in attempts),
         warmup_runs=warm_n,
         warmup_s=warm_s,
-        timed_s=timed_s,
-        cpu_s=cpu_s,
+        timed_s=sum(a.wall_s for a in attempts),
+        cpu_s=best.cpu_s,
+        accepted_wall_s=best.wall_s,
+        attempt_cpu_share=tuple(a.cpu_share for a in attempts),
     )
 
 

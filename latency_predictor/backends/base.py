@@ -45,6 +45,8 @@ class Prepared:
         stage_s: seconds each preparation stage took (``export_s``, ``session_s``, ...).
         extra: details for the result's ``extra`` (providers, engine path, ...).
         resources: objects that must stay alive while ``run_once`` is used (engine, buffers).
+        cpu_threads: threads busy on the CPU while the network runs (CPU runtimes), for the
+            protocol's contention check; None for GPU runtimes.
     """
 
     run_once: RunOnce
@@ -53,6 +55,7 @@ class Prepared:
     stage_s: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     resources: tuple[object, ...] = ()
+    cpu_threads: int | None = None
 
 
 def as_measure_config(measure: MeasureConfig | Mapping[str, Any] | None) -> MeasureConfig:
@@ -185,7 +188,8 @@ class MeasuredBackend(ABC):
             **stage_s,
             "measure_s": sum(m.warmup_s + m.timed_s for m in measured.values()),
             "warmup_runs": main.warmup_runs,
-            "cpu_per_wall": main.cpu_s / main.timed_s if main.timed_s > 0 else None,
+            "cpu_per_wall": main.cpu_s / main.accepted_wall_s if main.accepted_wall_s > 0 else None,
+            "attempt_cpu_share": list(main.attempt_cpu_share),
             "attempt_iqr_rel": list(main.attempt_iqr_rel),
             "slot_wait_s": ticket.waited_s if ticket is not None else None,
             "stability_threshold": cfg.stability_threshold,
@@ -205,6 +209,8 @@ class MeasuredBackend(ABC):
 
     def _time(self, p: Prepared) -> Measurement:
         try:
-            return measure_latency(p.run_once, self.measure_config, sync=p.sync, time_once=p.time_once)
+            return measure_latency(
+                p.run_once, self.measure_config, sync=p.sync, time_once=p.time_once, cpu_threads=p.cpu_threads
+            )
         except self.runtime_errors as err:
             raise MeasurementError(f"{self.name}: running the network failed: {err}") from err

@@ -26,7 +26,7 @@ from torch import nn
 
 from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
 from latency_predictor.breakdown import Breakdown, parse_ort_profile
-from latency_predictor.environment import cpu_model, package_version
+from latency_predictor.environment import cpu_model, package_version, usable_cpus
 from latency_predictor.errors import BackendUnavailableError, ConfigError, MeasurementError
 from latency_predictor.export import (
     DEFAULT_INPUT_SHAPE,
@@ -194,6 +194,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
             run_once=run_once,
             stage_s={"export_s": t1 - t0, "session_s": t2 - t1},
             extra={"providers": sess.get_providers(), "onnx_bytes": len(model), "opset": self.opset},
+            cpu_threads=min(self.intra_op_threads, usable_cpus()) if self.provider == "cpu" else None,
         )
 
     def _backend_environment(self) -> dict[str, str]:

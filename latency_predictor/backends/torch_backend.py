@@ -135,7 +135,11 @@ class TorchBackend(MeasuredBackend):
         except RuntimeError as err:
             raise MeasurementError(f"torch: the network failed to run on {self.device}: {err}") from err
         if self.device == "cpu":
-            return Prepared(run_once=lambda: model(x), extra={"cuda_graphs": False})
+            return Prepared(
+                run_once=lambda: model(x), extra={"cuda_graphs": False},
+                # OpenMP workers sleep between small ops, so only the calling thread is surely busy.
+                cpu_threads=1,
+            )
         run_once: Callable[[], object] = lambda: model(x)  # noqa: E731
         if self.cuda_graphs:
             run_once = _capture_graph(model, x)

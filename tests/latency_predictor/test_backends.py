@@ -68,7 +68,10 @@ def test_contract(backend: str, opts: dict[str, Any], tiny_arch: Arch, slot_dir:
     assert s.n >= FAST.min_runs and 0 < s.min <= s.p50 <= s.p90 <= s.p95 <= s.p99
     assert s.min <= s.mean and s.std >= 0 and s.cv >= 0 and s.iqr_rel >= 0
     assert r.latency_ms == s.p50 and 1 <= r.attempts <= FAST.max_repeats
-    assert r.stable == (s.iqr_rel <= FAST.stability_threshold)
+    assert len(r.extra["attempt_iqr_rel"]) == len(r.extra["attempt_cpu_share"]) == r.attempts
+    if r.stable:  # settled: steady runs, and (CPU runtimes) the process had the CPU
+        assert s.iqr_rel <= FAST.stability_threshold
+        assert all(v is None for v in r.extra["attempt_cpu_share"]) or r.extra["cpu_per_wall"] >= FAST.min_cpu_share
     assert set(r.throughput) == {1, 2} and all(v > 0 for v in r.throughput.values())
     env = r.environment
     for key in ("device_name", "cpu_model", "torch", "python", "cpus_usable"):

@@ -39,7 +39,7 @@ from search_spaces import Arch, SearchSpace, arch_id_of, load_space
 SHAPE = (1, 3, 64, 64)
 # short runs; every attempt accepted as stable (the machine may be busy: these tests check the workflow)
 MEASURE = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 0.5, "max_repeats": 1,
-           "stability_threshold": 100.0}
+           "stability_threshold": 100.0, "min_cpu_share": 0.0}
 N = 24
 
 

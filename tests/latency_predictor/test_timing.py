@@ -79,11 +79,16 @@ def test_wall_clock_times_are_never_shorter_than_the_work() -> None:
     assert m.stats.min >= 2.0 and m.stats.p50 >= 2.0
 
 
-def test_cpu_time_reveals_runs_that_did_not_use_the_cpu() -> None:
-    cfg = MeasureConfig(warmup_runs=1, warmup_s=0.0, min_runs=10, min_time_s=0.0, max_repeats=1)
-    sleeping = measure_latency(lambda: time.sleep(0.002), cfg)
-    assert sleeping.cpu_s / sleeping.timed_s < 0.5
-    assert measure_latency(lambda: _spin(1.0), cfg).cpu_s > 0
+def test_runs_that_did_not_have_the_cpu_never_settle() -> None:
+    """Steady 2 ms runs that spend their time off the CPU (as when other work takes the core)."""
+    cfg = MeasureConfig(warmup_runs=1, warmup_s=0.0, min_runs=10, min_time_s=0.0, max_repeats=2,
+                        stability_threshold=10.0)
+    off_cpu = measure_latency(lambda: time.sleep(0.002), cfg, cpu_threads=1)
+    assert not off_cpu.stable and off_cpu.attempts == 2
+    assert all(s is not None and s < 0.5 for s in off_cpu.attempt_cpu_share)
+    assert off_cpu.cpu_s / off_cpu.accepted_wall_s < 0.5
+    unchecked = measure_latency(lambda: time.sleep(0.002), cfg)  # no cpu_threads: GPU-like runtime
+    assert unchecked.stable and unchecked.attempt_cpu_share == (None,)
 
 
 def test_warmup_and_timed_minimum_durations() -> None:
@@ -120,7 +125,7 @@ def test_throughput() -> None:
     [("warmup_runs", -1), ("min_runs", 0), ("min_time_s", -1.0), ("warmup_s", float("nan")),
      ("stability_threshold", 0.0), ("max_repeats", 0), ("throughput_batch_sizes", (0,)),
      ("throughput_batch_sizes", ()), ("throughput_batch_sizes", (1, 1)), ("max_time_s", 0.0),
-     ("min_runs", 2.5), ("max_repeats", True)],
+     ("min_runs", 2.5), ("max_repeats", True), ("min_cpu_share", 1.5), ("min_cpu_share", -0.1)],
 )
 def test_invalid_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
