@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-time-s", type=float, default=d.max_time_s)
     p.add_argument("--max-repeats", type=int, default=d.max_repeats)
     p.add_argument("--stability-threshold", type=float, default=d.stability_threshold, help="largest IQR/median")
+    p.add_argument("--min-cpu-share", type=float, default=d.min_cpu_share,
+                   help="CPU runtimes: smallest share of CPU time per busy thread while timing (0: no check)")
     p.add_argument("--batch-sizes", default=",".join(map(str, d.throughput_batch_sizes)),
                    help="throughput batch sizes, comma separated (default 1)")
     p.add_argument("--no-slot", action="store_true", help="do not queue for the device's measurement slot")
@@ -80,7 +82,7 @@ def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
     measure = MeasureConfig(
         warmup_runs=args.warmup_runs, warmup_s=args.warmup_s, min_runs=args.min_runs, min_time_s=args.min_time_s,
         max_time_s=args.max_time_s, max_repeats=args.max_repeats, stability_threshold=args.stability_threshold,
-        throughput_batch_sizes=batch_sizes,
+        min_cpu_share=args.min_cpu_share, throughput_batch_sizes=batch_sizes,
     )
     opts: dict[str, Any] = {"input_shape": parse_shape(args.input_shape), "measure": measure}
     threads_key = {"onnxruntime": "intra_op_threads", "torch": "threads"}.get(args.backend, "threads")
