@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import sparse
 
 from latency_predictor.errors import ConfigError
 from search_spaces import ACTIVATIONS, Arch, Block
@@ -191,6 +192,11 @@ class FeatureExtractor:
         """The feature names (:data:`FEATURE_NAMES`)."""
         return FEATURE_NAMES
 
+    @property
+    def cached_units(self) -> int:
+        """Distinct stems, blocks (at an input size) and heads computed so far."""
+        return len(self._rows)
+
     def _add(self, row: np.ndarray) -> int:
         self._rows.append(row)
         return len(self._rows) - 1
@@ -241,18 +247,41 @@ class FeatureExtractor:
         units.append(self._head(chs, arch.head_chs, h, w, act))
         return units
 
+    def _counts(self, archs: Sequence[Arch]) -> tuple[sparse.csr_matrix, np.ndarray]:
+        """``(C, T)``: how often each architecture holds each unit, and the units' rows (batch 1)."""
+        flat: list[int] = []
+        indptr = [0]
+        for a in archs:
+            flat.extend(self._units(a))
+            indptr.append(len(flat))
+        if len(self._rows) != len(self._table):
+            self._table = np.vstack(self._rows)
+        counts = sparse.csr_matrix((np.ones(len(flat)), flat, indptr), shape=(len(archs), len(self._table)))
+        return counts, self._table
+
     def transform(self, archs: Sequence[Arch]) -> np.ndarray:
         """Feature matrix of ``archs``: shape ``(len(archs), len(FEATURE_NAMES))``, float64."""
         if not archs:
             return np.zeros((0, _N))
-        flat: list[int] = []
-        starts: list[int] = []
-        for a in archs:
-            starts.append(len(flat))
-            flat.extend(self._units(a))
-        if len(self._rows) != len(self._table):
-            self._table = np.vstack(self._rows)
-        out = np.add.reduceat(self._table[flat], starts, axis=0)
+        counts, table = self._counts(archs)
+        out: np.ndarray = counts @ table
+        return out * self.input_shape[0] if self.input_shape[0] != 1 else out
+
+    def project(self, archs: Sequence[Arch], weights: np.ndarray) -> np.ndarray:
+        """``transform(archs) @ weights`` without building the feature matrix (the fast path).
+
+        A linear model's prediction is a sum over the network's units, so each distinct unit is
+        projected once and the architectures sum their units' projections.
+
+        Args:
+            archs: the architectures.
+            weights: shape ``(len(FEATURE_NAMES),)`` or ``(len(FEATURE_NAMES), k)``.
+        """
+        w = np.asarray(weights, dtype=np.float64)
+        if not archs:
+            return np.zeros((0, *w.shape[1:]))
+        counts, table = self._counts(archs)
+        out: np.ndarray = counts @ (table @ w)
         return out * self.input_shape[0] if self.input_shape[0] != 1 else out
 
     def __call__(self, arch: Arch) -> np.ndarray:

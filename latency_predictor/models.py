@@ -262,22 +262,20 @@ class AdditiveModel:
         self.oof_abs_rel_error = np.abs(oof - y) / y
 
     # ---------------------------------------------------------------- prediction
-    def predict_features(self, x: np.ndarray) -> np.ndarray:
-        """Predictions from a feature matrix (rows as :meth:`FeatureExtractor.transform` gives)."""
-        out: np.ndarray = x @ self.coef + self.intercept
-        return out
-
     def predict(self, archs: Sequence[Arch]) -> np.ndarray:
         """Predicted latencies in milliseconds."""
-        return self.predict_features(self.extractor.transform(archs))
-
-    def spread_features(self, x: np.ndarray) -> np.ndarray:
-        """Standard deviation of the bootstrap ensemble's predictions, in milliseconds."""
-        if not len(self.ensemble_intercept):
-            return np.zeros(len(x))
-        preds = x @ self.ensemble_coef.T + self.ensemble_intercept
-        out: np.ndarray = preds.std(axis=1, ddof=1) if preds.shape[1] > 1 else np.zeros(len(x))
+        out: np.ndarray = self.extractor.project(archs, self.coef) + self.intercept
         return out
+
+    def predict_with_spread(self, archs: Sequence[Arch]) -> tuple[np.ndarray, np.ndarray]:
+        """Predictions and the bootstrap ensemble's standard deviation, both in milliseconds."""
+        w = np.column_stack([self.coef, self.ensemble_coef.T])
+        out = self.extractor.project(archs, w)
+        pred = out[:, 0] + self.intercept
+        if self.ensemble_coef.shape[0] < 2:
+            return pred, np.zeros(len(pred))
+        members = out[:, 1:] + self.ensemble_intercept
+        return pred, members.std(axis=1, ddof=1)
 
     def error_band(self, quantile: float = 0.9) -> float:
         """The ``quantile`` of the out-of-fold absolute relative error on the training set."""

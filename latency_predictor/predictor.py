@@ -82,8 +82,7 @@ class PredictorEstimator:
 
     def predict_with_uncertainty(self, archs: Sequence[Arch | str]) -> tuple[np.ndarray, np.ndarray]:
         """``(predicted_ms, spread_ms)``: predictions and the bootstrap ensemble's standard deviation."""
-        x = self.extractor.transform(self._archs(archs))
-        return self.model.predict_features(x), self.model.spread_features(x)
+        return self.model.predict_with_spread(self._archs(archs))
 
     def measure(self, arch: Arch) -> LatencyResult:
         """The predicted latency of ``arch`` as a :class:`LatencyResult` (``source="predicted"``).

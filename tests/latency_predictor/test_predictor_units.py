@@ -122,7 +122,10 @@ def test_additive_model_recovers_additive_costs_on_unseen_archs() -> None:
     pred = m.predict(archs[90:])
     np.testing.assert_allclose(pred, y[90:], rtol=1e-3)
     assert np.all(m.coef >= 0) and m.error_band() < 1e-3
-    assert m.spread_features(x[90:]).shape == (len(archs) - 90,)
+    p2, spread = m.predict_with_spread(archs[90:])
+    np.testing.assert_allclose(p2, pred)
+    assert spread.shape == (len(archs) - 90,) and np.all(spread >= 0)
+    np.testing.assert_allclose(fx.project(archs, m.coef), x @ m.coef)
 
 
 def test_additive_model_resists_disturbed_measurements() -> None:
