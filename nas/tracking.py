@@ -14,20 +14,31 @@ Layout (others read it: the leaderboard, the export, resume):
 Every write happens in the driver process (Ray Tune callbacks run there), so the store never
 has concurrent writers. Child runs are created already finished, so none is ever left RUNNING;
 the parent is always ended with a status (``FINISHED``, ``FAILED`` or ``KILLED``).
+
+The second part of the module, :class:`SearchStore`, reads that record back for the
+leaderboard and the export, and makes the review's own few writes: the Pareto plot and reference
+latencies on the parent run, and exported models as runs nested under the search (tag
+``latnas.role=export``), registered on request. It only opens existing stores, never creates one.
 """
 
 from __future__ import annotations
 
+import ast
 import logging
+import math
+import re
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import mlflow
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 
 from nas.errors import TrackingError
@@ -191,3 +202,283 @@ class Tracker:
 
 def _history_keys(rec: CandidateRecord) -> set[str]:
     return {k for row in rec.history for k in row if k != "epoch"}
+
+
+# ======================================================================================
+# Reading the record back (leaderboard, export) and the review's own writes
+# ======================================================================================
+
+RUN_ID_RE = re.compile(r"[0-9a-f]{32}")
+REFERENCE_PREFIX = "reference."
+"""Parent-run metrics ``reference.<name>.latency_p50`` hold reference latencies on the search's device."""
+REFERENCE_DEVICE_TAG = "reference_device"
+EXPORTED_FROM_TAG = "latnas.exported_from"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One MLflow run as plain values.
+
+    Attributes:
+        run_id: the run's id.
+        name: its run name.
+        status: MLflow's run status (``FINISHED``, ``FAILED``, ...).
+        start_time: milliseconds since the epoch.
+        params: every param, as logged (strings).
+        metrics: the latest value of every metric.
+        tags: every tag.
+    """
+
+    run_id: str
+    name: str
+    status: str
+    start_time: int
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def role(self) -> str:
+        """``search``, ``candidate``, ``export`` or ``""`` for runs LatNAS did not write."""
+        return self.tags.get(ROLE_TAG, "")
+
+    @property
+    def parent_run_id(self) -> str | None:
+        """The run this one is nested under."""
+        return self.tags.get(PARENT_TAG)
+
+    def config(self, prefix: str) -> dict[str, Any]:
+        """The nested mapping under ``prefix`` of a search's flattened config params.
+
+        ``latency.options.provider=cpu`` and ``latency.input_shape=[1, 3, 224, 224]`` give
+        ``config("latency") == {"options": {"provider": "cpu"}, "input_shape": [1, 3, 224, 224]}``.
+        """
+        out: dict[str, Any] = {}
+        for key, raw in self.params.items():
+            if not key.startswith(prefix + "."):
+                continue
+            parts = key[len(prefix) + 1:].split(".")
+            node = out
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = parse_param(raw)
+        return out
+
+
+def parse_param(raw: str) -> Any:
+    """A logged param back as a Python value (``"[1, 3]"`` -> ``[1, 3]``, ``"None"`` -> None); else the string."""
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+
+
+def _info(run: Run) -> RunInfo:
+    return RunInfo(
+        run_id=run.info.run_id, name=run.info.run_name or "", status=run.info.status,
+        start_time=int(run.info.start_time or 0), params=dict(run.data.params), metrics=dict(run.data.metrics),
+        tags=dict(run.data.tags),
+    )
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "\\'") + "'"
+
+
+class SearchStore:
+    """Read access to one experiment of an existing MLflow store, plus the review's writes.
+
+    Args:
+        uri: the tracking URI; None: ``sqlite:///<cwd>/mlflow.db``, the search's default.
+        experiment: the experiment name.
+
+    Raises:
+        TrackingError: the store or the experiment does not exist, or cannot be read.
+    """
+
+    def __init__(self, uri: str | None, experiment: str) -> None:
+        self.uri = uri or default_tracking_uri(Path.cwd())
+        if self.uri.startswith("sqlite:///"):
+            path = Path(self.uri[len("sqlite:///"):])
+            if not path.is_file():
+                raise TrackingError(
+                    f"no MLflow store at {path}: run a search first (python -m nas.search +space=tiny target_ms=5) "
+                    "or point tracking.uri at the search's store (sqlite:////abs/path/mlflow.db)"
+                )
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        try:
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None or exp.lifecycle_stage == "deleted":
+                names = sorted(e.name for e in self.client.search_experiments())
+                raise TrackingError(f"experiment {experiment!r} not found in {self.uri}; experiments there: {names}")
+        except MlflowException as err:
+            raise TrackingError(f"cannot read the MLflow store {self.uri}: {err.message}") from None
+        self.experiment = experiment
+        self.experiment_id: str = exp.experiment_id
+
+    # ------------------------------------------------------------------ queries
+    def _search(self, filter_string: str, order_by: list[str] | None = None, limit: int | None = None) -> list[RunInfo]:
+        out: list[RunInfo] = []
+        token: str | None = None
+        try:
+            while True:
+                page = self.client.search_runs(
+                    [self.experiment_id], filter_string=filter_string, order_by=order_by,
+                    max_results=min(limit or 1000, 1000), page_token=token,
+                )
+                out += [_info(r) for r in page]
+                token = page.token
+                if not token or (limit is not None and len(out) >= limit):
+                    return out[:limit] if limit is not None else out
+        except MlflowException as err:
+            raise TrackingError(f"cannot query the MLflow store {self.uri}: {err.message}") from None
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """The run ``run_id`` of this store.
+
+        Raises:
+            TrackingError: no such run.
+        """
+        try:
+            return _info(self.client.get_run(run_id))
+        except MlflowException:
+            raise TrackingError(f"no MLflow run {run_id!r} in {self.uri}") from None
+
+    def find_search(self, search: str | None = None) -> RunInfo:
+        """The parent run of a search: the latest one, or the one named ``search`` (or with that run id).
+
+        Raises:
+            TrackingError: no search in the experiment, or none by that name or id.
+        """
+        if search is not None and RUN_ID_RE.fullmatch(search):
+            run = self.get_run(search)
+            if run.role != "search":
+                what = f"a {run.role} run" if run.role else "not a LatNAS run"
+                raise TrackingError(f"run {search} is {what}, not the parent run of a search")
+            return run
+        flt = f"tags.`{ROLE_TAG}` = 'search'"
+        if search is not None:
+            flt += f" and tags.`{SEARCH_TAG}` = {_quote(search)}"
+        runs = self._search(flt, order_by=["attributes.start_time DESC"], limit=1)
+        if runs:
+            return runs[0]
+        if search is None:
+            raise TrackingError(f"experiment {self.experiment!r} in {self.uri} has no search yet")
+        known = sorted({r.tags.get(SEARCH_TAG, r.name) for r in self._search(f"tags.`{ROLE_TAG}` = 'search'")})
+        raise TrackingError(f"no search named {search!r} in experiment {self.experiment!r}; searches: {known}")
+
+    def candidates(self, parent_run_id: str) -> list[RunInfo]:
+        """Every candidate run of a search, by reward (best first; runs without a reward last)."""
+        flt = f"tags.`{ROLE_TAG}` = 'candidate' and tags.`{PARENT_TAG}` = {_quote(parent_run_id)}"
+        return self._search(flt, order_by=["metrics.reward DESC"])
+
+    def find_arch_id(self, arch_id: str, parent_run_id: str | None = None) -> list[RunInfo]:
+        """Candidate runs of ``arch_id`` (in one search, or in the whole experiment), latest first."""
+        flt = f"tags.`{ROLE_TAG}` = 'candidate' and params.arch_id = {_quote(arch_id)}"
+        if parent_run_id is not None:
+            flt += f" and tags.`{PARENT_TAG}` = {_quote(parent_run_id)}"
+        return self._search(flt, order_by=["attributes.start_time DESC"])
+
+    # ------------------------------------------------------------------ the review's writes
+    def log_artifact(self, run_id: str, path: Path) -> None:
+        """Upload one file to a run's artifacts."""
+        try:
+            self.client.log_artifact(run_id, str(path))
+        except (MlflowException, OSError) as err:
+            raise TrackingError(f"cannot log {path.name} on run {run_id}: {err}") from None
+
+    def log_reference_latencies(self, parent_run_id: str, latencies: Mapping[str, float], device: str) -> None:
+        """Record reference networks' p50 latency on a search's parent run (and the device they ran on)."""
+        now = int(time.time() * 1000)
+        metrics = [Metric(f"{REFERENCE_PREFIX}{k}.latency_p50", float(v), now, 0) for k, v in latencies.items()]
+        try:
+            self.client.log_batch(parent_run_id, metrics=metrics, tags=[RunTag(REFERENCE_DEVICE_TAG, device)])
+        except MlflowException as err:
+            raise TrackingError(f"cannot log reference latencies on run {parent_run_id}: {err.message}") from None
+
+    @staticmethod
+    def reference_latencies(parent: RunInfo) -> tuple[dict[str, float], str | None]:
+        """Reference p50 latencies logged on a parent run, and the device they were measured on."""
+        refs = {
+            k[len(REFERENCE_PREFIX):-len(".latency_p50")]: v for k, v in parent.metrics.items()
+            if k.startswith(REFERENCE_PREFIX) and k.endswith(".latency_p50") and math.isfinite(v)
+        }
+        return refs, parent.tags.get(REFERENCE_DEVICE_TAG)
+
+    def create_export_run(
+        self, arch_id: str, parent_run_id: str | None, candidate_run_id: str | None, search_name: str | None
+    ) -> str:
+        """Open the run of an export, nested under the search (``latnas.role=export``); returns its id.
+
+        Args:
+            arch_id: names the run ``export-<arch_id>``.
+            parent_run_id: the search's parent run (None: a top-level run).
+            candidate_run_id: the candidate run exported (tag ``latnas.exported_from``).
+            search_name: the search's name (tag).
+        """
+        tags = {ROLE_TAG: "export", "arch_id": arch_id}
+        if parent_run_id:
+            tags[PARENT_TAG] = parent_run_id
+        if candidate_run_id:
+            tags[EXPORTED_FROM_TAG] = candidate_run_id
+        if search_name:
+            tags[SEARCH_TAG] = search_name
+        try:
+            return str(self.client.create_run(self.experiment_id, run_name=f"export-{arch_id}", tags=tags).info.run_id)
+        except MlflowException as err:
+            raise TrackingError(f"cannot create the export run in {self.uri}: {err.message}") from None
+
+    def log_onnx_model(
+        self, run_id: str, onnx_path: Path, sample: Any, output: Any, register: str | None
+    ) -> tuple[str, str | None]:
+        """Log an ONNX model on ``run_id`` (:func:`mlflow.onnx.log_model`), registering it when named.
+
+        Args:
+            run_id: the export run.
+            onnx_path: the model file.
+            sample: an input array, for the model signature.
+            output: the model's output on ``sample``, for the signature.
+            register: registered model name (None: not registered).
+
+        Returns:
+            The model URI and the registered version (None when not registered).
+        """
+        # Only exports log models: the search does not pay for these imports.
+        import mlflow.onnx
+        import onnx
+        from mlflow.models import infer_signature
+
+        try:
+            with _fluent(self.uri, run_id):
+                info = mlflow.onnx.log_model(
+                    onnx.load(str(onnx_path)), name="model", signature=infer_signature(sample, output),
+                    registered_model_name=register, save_as_external_data=False,
+                )
+        except MlflowException as err:
+            raise TrackingError(f"cannot log the ONNX model to {self.uri}: {err.message}") from None
+        version = str(info.registered_model_version) if register else None
+        return str(info.model_uri), version
+
+    def finish_export_run(self, run_id: str, folder: Path, metrics: Mapping[str, float]) -> None:
+        """Upload the export folder (as ``export/``), log its figures and close the run."""
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        try:
+            self.client.log_artifacts(run_id, str(folder), artifact_path="export")
+            self.client.log_batch(run_id, metrics=batch)
+            self.client.set_terminated(run_id, "FINISHED")
+        except (MlflowException, OSError) as err:
+            raise TrackingError(f"cannot finish the export run {run_id}: {err}") from None
+
+
+@contextmanager
+def _fluent(uri: str, run_id: str) -> Iterator[None]:
+    """``mlflow.<flavor>.log_model`` logs to the fluent API's active run: point it at ``run_id`` for a moment."""
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        with mlflow.start_run(run_id=run_id):
+            yield
+    finally:
+        mlflow.set_tracking_uri(previous)
