@@ -1,0 +1,845 @@
+"""Export one candidate as a self-contained, verified folder: ``python -m nas.export``.
+
+The candidate is named by ``candidate=``: ``best`` (the best completed candidate of a search:
+the latest one, or ``search=<name or parent run id>``), an ``arch_id``, an MLflow run id, a
+reference network name or an architecture string. The folder ``<output_dir>/<arch_id>/`` gets:
+
+* ``arch.json``: the encoding, the space and its decisions, input shape and preprocessing;
+* ``model.pt`` (the ``state_dict`` of the builder's network, before fusion) and ``model.ts``
+  (TorchScript of the Conv+BN-fused network);
+* ``model.onnx``: the fused network, checked by ``onnx.checker`` and run in a fresh ONNX Runtime
+  session against PyTorch within a stated tolerance;
+* ``model.engine`` when TensorRT is there (else a note of the ``trtexec`` command that builds it);
+* ``report.json`` / ``report.md``: latency re-measured now next to the search's figure, before
+  and after Conv+BN fusion, accuracy, parameters, MACs, the checks and their results.
+
+Optionally the network is first trained (``train.epochs=N``, the search's training code) on the
+search's dataset or another one. The exported ONNX model and the folder are logged to MLflow as
+a run nested under the search (registered under a name with ``register=<name>``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+from latency_predictor import LatencyError, LatencyResult
+from latency_predictor.backends import DEFAULT_BACKEND, make_estimator
+from latency_predictor.backends.ort_backend import ORT_ERRORS, OnnxRuntimeBackend
+from latency_predictor.backends.tensorrt_backend import TensorRTBackend
+from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx, sample_input, validate_input_shape
+from nas.accuracy import resolve_device, train_briefly
+from nas.config import GROUP_SCHEMAS, DataConfig, TrackingConfig, TrainConfig
+from nas.data import load_dataset
+from nas.errors import ConfigError, NASError
+from nas.fuse import count_batchnorms, fuse_conv_bn
+from nas.tracking import RUN_ID_RE, SEARCH_TAG, RunInfo, SearchStore, Tracker, default_tracking_uri, parse_param
+from search_spaces import (
+    REFERENCES,
+    Arch,
+    SearchSpace,
+    SearchSpaceError,
+    build,
+    count_macs,
+    count_params,
+    load_space,
+    resolve_arch,
+)
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+USER_ERRORS: tuple[type[Exception], ...] = (NASError, SearchSpaceError, LatencyError)
+
+ARTIFACTS = ("arch.json", "model.pt", "model.ts", "model.onnx", "model.engine", "report.json", "report.md")
+"""Files an export writes (and replaces when the same candidate is exported again)."""
+
+
+class ExportError(NASError):
+    """A candidate could not be exported, or an exported model failed its check."""
+
+
+# ---------------------------------------------------------------------- configuration
+
+
+@dataclass
+class ExportLatencyConfig:
+    """How latency is re-measured at export (the ``latency`` key); unset values come from the search.
+
+    Attributes:
+        backend: ``onnxruntime``, ``torch`` or ``tensorrt``; None: the search's measuring backend
+            (ONNX Runtime when the search predicted latency or is not known).
+        input_shape: deployment shape ``[N, C, H, W]``; None: the search's.
+        options: backend options (e.g. ``provider``, ``intra_op_threads``); None: the search's
+            when the backend is the search's, else the backend's defaults.
+        measure: measurement protocol settings; None: the search's.
+        rounds: the unfused and fused networks are timed alternately this many times and each
+            keeps its fastest round, so drifting background load does not favour either.
+    """
+
+    backend: str | None = None
+    input_shape: list[int] | None = None
+    options: dict[str, Any] | None = None
+    measure: dict[str, Any] | None = None
+    rounds: int = 3
+
+
+@dataclass
+class CheckConfig:
+    """Tolerance of the output checks (the ``check`` key).
+
+    Outputs match when ``|a - b| <= atol + rtol * |b|`` for every logit (``numpy.allclose``),
+    with ``b`` the unfused PyTorch network's output.
+    """
+
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    batches: int = 2
+
+
+@dataclass
+class ExportConfig:
+    """Everything ``python -m nas.export`` takes.
+
+    Attributes:
+        candidate: ``best``, an arch_id (12 hex digits), an MLflow run id (32 hex digits), a
+            reference network name or an architecture string.
+        search: the search ``best`` and arch_ids are looked up in: its name or parent run id;
+            None: the latest search of the experiment.
+        space: space name or YAML path for ``arch.json``'s decisions; None: the search's space.
+        output_dir: the export lands in ``<output_dir>/<arch_id>/``.
+        num_classes: classifier width; None: the training data's, else the search's, else 1000.
+        seed: seed of the weight initialisation (and of training).
+        engine: TensorRT engine: None builds one when TensorRT and a GPU are present (else a
+            note says how); true requires it (an error where it cannot be built); false skips it.
+        engine_precision: ``fp32``, ``fp16`` or ``int8`` for the engine.
+        log_model: log the export to MLflow; None: when the candidate came from the store.
+        register: register the logged model under this name in MLflow's model registry.
+        latency: latency re-measurement settings.
+        train: training before export (``train.epochs=0``: none, the weights stay initialised).
+        data: the training dataset; None: the search's (digits when not known).
+        check: tolerances of the output checks.
+        tracking: the MLflow store and experiment (``tracking.uri`` None: ``sqlite:///<cwd>/mlflow.db``).
+    """
+
+    candidate: str = "best"
+    search: str | None = None
+    space: str | None = None
+    output_dir: str = "exports"
+    num_classes: int | None = None
+    seed: int = 0
+    engine: bool | None = None
+    engine_precision: str = "fp16"
+    log_model: bool | None = None
+    register: str | None = None
+    latency: ExportLatencyConfig = field(default_factory=ExportLatencyConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=0))
+    data: DataConfig | None = None
+    check: CheckConfig = field(default_factory=CheckConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def validate_export(cfg: ExportConfig) -> None:
+    """Check the settings that are not checked where they are used; raise on the first bad one.
+
+    Raises:
+        ConfigError: naming the key and what is allowed.
+    """
+    if cfg.engine_precision not in ("fp32", "fp16", "int8"):
+        raise ConfigError("engine_precision", f"{cfg.engine_precision!r} is not one of ['fp32', 'fp16', 'int8']")
+    if cfg.latency.rounds < 1:
+        raise ConfigError("latency.rounds", f"must be an integer >= 1, got {cfg.latency.rounds}")
+    if cfg.check.batches < 1:
+        raise ConfigError("check.batches", f"must be an integer >= 1, got {cfg.check.batches}")
+    for key in ("atol", "rtol"):
+        v = getattr(cfg.check, key)
+        if not math.isfinite(v) or v < 0:
+            raise ConfigError(f"check.{key}", f"must be a finite number >= 0, got {v!r}")
+    if cfg.train.epochs < 0:
+        raise ConfigError("train.epochs", f"must be >= 0 (0: no training), got {cfg.train.epochs}")
+    if cfg.num_classes is not None and cfg.num_classes < 1:
+        raise ConfigError("num_classes", f"must be >= 1, got {cfg.num_classes}")
+
+
+# ---------------------------------------------------------------------- the candidate
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A network to export and what the search recorded about it.
+
+    Attributes:
+        arch: the architecture.
+        origin: ``run`` (an MLflow candidate run), ``reference`` or ``arch_string``.
+        run_id: the candidate's MLflow run.
+        parent_run_id: the search's parent run.
+        search_name: the search's name.
+        experiment_id: the MLflow experiment of the search.
+        space: the search's space name (or None).
+        decisions: the candidate's decisions as the search recorded them.
+        metrics: the search's figures (``accuracy``, ``val_loss``, ``latency_p50``, ``latency_p90``,
+            ``latency_p99``, ``params``, ``macs``, ``reward``, ``target_ms``, ...).
+        tags: what the search noted about the candidate (``latency_backend``, ``latency_device``,
+            ``latency_stable``, ``accuracy_estimator``).
+        latency_source: ``measured`` or ``predicted``.
+        search_config: the search's settings that matter here (``latency``, ``data``, ``train``).
+    """
+
+    arch: Arch
+    origin: str
+    run_id: str | None = None
+    parent_run_id: str | None = None
+    search_name: str | None = None
+    experiment_id: str | None = None
+    space: str | None = None
+    decisions: dict[str, Any] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    latency_source: str | None = None
+    search_config: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- checks
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """One comparison of a model's outputs with the unfused PyTorch network's."""
+
+    name: str
+    max_abs_diff: float
+    max_rel_diff: float
+    atol: float
+    rtol: float
+    passed: bool
+    detail: str = ""
+
+
+def compare_outputs(
+    name: str, got: np.ndarray, want: np.ndarray, atol: float, rtol: float, detail: str = ""
+) -> OutputCheck:
+    """Compare two logit arrays with ``numpy.allclose`` semantics and record the largest differences."""
+    if got.shape != want.shape:
+        return OutputCheck(name, math.inf, math.inf, atol, rtol, False, f"shape {got.shape} != {want.shape}")
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    rel = diff / np.maximum(np.abs(want.astype(np.float64)), 1e-12)
+    ok = bool(np.all(diff <= atol + rtol * np.abs(want)))
+    return OutputCheck(name, float(diff.max()), float(rel.max()), atol, rtol, ok, detail)
+
+
+def _inputs(shape: tuple[int, ...], batches: int) -> list[torch.Tensor]:
+    return [sample_input(shape, seed=100 + i) for i in range(batches)]
+
+
+def _torch_out(net: nn.Module, xs: list[torch.Tensor]) -> np.ndarray:
+    with torch.no_grad():
+        return np.concatenate([net(x).numpy() for x in xs])
+
+
+# ---------------------------------------------------------------------- the pipeline
+
+
+@dataclass
+class ExportResult:
+    """Where the export went and what it found."""
+
+    folder: Path
+    report: dict[str, Any]
+    mlflow_run_id: str | None = None
+
+
+def _space_for(cand: Candidate, cfg: ExportConfig) -> SearchSpace | None:
+    name = cfg.space or cand.space
+    if name is None:
+        return None
+    space = load_space(name)
+    space.validate(cand.arch)
+    return space
+
+
+def _search_latency(cand: Candidate) -> dict[str, Any]:
+    return dict(cand.search_config.get("latency") or {})
+
+
+def latency_settings(cand: Candidate, cfg: ExportConfig) -> tuple[str, tuple[int, ...], dict[str, Any], dict[str, Any]]:
+    """Backend, input shape, backend options and protocol settings of the re-measurement.
+
+    Unset values come from the search's latency settings; a search that predicted latency is
+    re-measured with ONNX Runtime.
+
+    Raises:
+        LatencyError: an invalid input shape.
+    """
+    searched = _search_latency(cand)
+    searched_backend = searched.get("backend")
+    backend = cfg.latency.backend or (
+        searched_backend if searched_backend and searched_backend != "predictor" else DEFAULT_BACKEND
+    )
+    shape = cfg.latency.input_shape or searched.get("input_shape") or [1, 3, 224, 224]
+    if cfg.latency.options is not None:
+        options = dict(cfg.latency.options)
+    else:
+        options = dict(searched.get("options") or {}) if backend == searched_backend else {}
+    measure = dict(cfg.latency.measure if cfg.latency.measure is not None else searched.get("measure") or {})
+    return backend, validate_input_shape([int(d) for d in shape]), options, measure
+
+
+def _train(net: nn.Module, cfg: ExportConfig, data_cfg: DataConfig) -> dict[str, Any]:
+    data = load_dataset(data_cfg)
+    device = resolve_device(cfg.train.device)
+    t0 = time.perf_counter()
+    epochs = train_briefly(net, data, cfg.train, device)
+    net.to("cpu")
+    return {
+        "epochs": cfg.train.epochs,
+        "dataset": data.summary(),
+        "accuracy": epochs[-1].accuracy,
+        "val_loss": epochs[-1].val_loss,
+        "history": [asdict(e) for e in epochs],
+        "seconds": time.perf_counter() - t0,
+        "device": str(device),
+        "settings": asdict(cfg.train),
+        "preprocessing": {"scale": 1 / 255, "mean": list(data.mean), "std": list(data.std),
+                          "resolution": data.resolution, "classes": list(data.classes)},
+    }
+
+
+def _data_config(cand: Candidate, cfg: ExportConfig) -> DataConfig:
+    if cfg.data is not None:
+        return cfg.data
+    searched = cand.search_config.get("data")
+    return DataConfig(**searched) if searched else DataConfig()
+
+
+def _num_classes(cand: Candidate, cfg: ExportConfig, data_cfg: DataConfig) -> int:
+    if cfg.num_classes is not None:
+        return cfg.num_classes
+    if cfg.train.epochs > 0:
+        return load_dataset(data_cfg).num_classes
+    searched = cand.search_config.get("num_classes")
+    return int(searched) if searched else 1000
+
+
+def _write_torchscript(net: nn.Module, path: Path) -> nn.Module:
+    with warnings.catch_warnings():
+        # torch 2.9+ marks TorchScript deprecated; it remains the format C++ (libtorch) loads.
+        warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*torch.jit.*")
+        torch.jit.script(net).save(str(path))
+        loaded: nn.Module = torch.jit.load(str(path))
+    return loaded.eval()
+
+
+def _check_onnx(path: Path, xs: list[torch.Tensor], want: np.ndarray, shape: tuple[int, ...], num_classes: int,
+                cfg: CheckConfig) -> tuple[OutputCheck, dict[str, Any]]:
+    model = onnx.load(str(path))
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except onnx.checker.ValidationError as err:
+        raise ExportError(f"{path.name} failed onnx.checker: {err}") from None
+    ops: dict[str, int] = {}
+    for node in model.graph.node:
+        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    # A fresh session on the file just written (not the exporter's in-memory bytes).
+    runner = OnnxRuntimeBackend(shape, slot=False, num_classes=num_classes)
+    session = runner.create_session(path.read_bytes())
+    try:
+        got = np.concatenate([session.run([OUTPUT_NAME], {INPUT_NAME: x.numpy()})[0] for x in xs])
+    except ORT_ERRORS as err:
+        raise ExportError(f"ONNX Runtime could not run {path.name}: {err}") from None
+    info = {
+        "opset": int(model.opset_import[0].version), "nodes": len(model.graph.node), "ops": dict(sorted(ops.items())),
+        "checker": "passed (full_check=True)", "providers": session.get_providers(),
+    }
+    check = compare_outputs("onnxruntime vs pytorch", got, want, cfg.atol, cfg.rtol,
+                            f"fresh InferenceSession on {path.name}, {len(xs)} random batches")
+    return check, info
+
+
+def _trtexec_command(precision: str) -> str:
+    flag = {"fp16": " --fp16", "int8": " --int8"}.get(precision, "")
+    return f"trtexec --onnx=model.onnx --saveEngine=model.engine{flag}"
+
+
+def _engine_builder(
+    cfg: ExportConfig, shape: tuple[int, ...], num_classes: int
+) -> tuple[TensorRTBackend | None, dict[str, Any]]:
+    """The TensorRT builder to use, or None and the note saying why there is none.
+
+    Raises:
+        ExportError: ``engine=true`` where TensorRT or a GPU is missing.
+    """
+    cmd = _trtexec_command(cfg.engine_precision)
+    if cfg.engine is False:
+        return None, {"built": False, "reason": "not requested (engine=false)", "how_to_build": cmd}
+    try:
+        return TensorRTBackend(shape, precision=cfg.engine_precision, slot=False, num_classes=num_classes), {}
+    except LatencyError as err:
+        if cfg.engine is True:
+            raise ExportError(f"engine=true but no TensorRT engine can be built here: {err}") from None
+        return None, {"built": False, "reason": str(err), "how_to_build": cmd}
+
+
+def _build_engine(trt: TensorRTBackend, onnx_bytes: bytes, shape: tuple[int, ...], out: Path) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    engine = trt.build_engine(onnx_bytes, shape)
+    (out / "model.engine").write_bytes(engine)
+    return {
+        "built": True, "file": "model.engine", "precision": trt.precision, "tensorrt": trt.trt_version,
+        "gpu": trt.gpu_name, "build_s": time.perf_counter() - t0, "bytes": len(engine),
+        "note": "an engine runs only on the GPU model and TensorRT version it was built with",
+        "how_to_build": _trtexec_command(trt.precision),
+    }
+
+
+def _latency(lat: LatencyResult, rounds: list[float]) -> dict[str, Any]:
+    return {
+        "p50_ms": lat.stats.p50, "p90_ms": lat.stats.p90, "p99_ms": lat.stats.p99, "mean_ms": lat.stats.mean,
+        "cv": lat.stats.cv, "runs": lat.stats.n, "stable": lat.stable, "backend": lat.backend,
+        "device": lat.device, "precision": lat.precision, "source": lat.source,
+        "cpu_per_wall": lat.extra.get("cpu_per_wall"), "round_p50_ms": rounds,
+    }
+
+
+def _measure(backend: str, shape: tuple[int, ...], options: dict[str, Any], measure: dict[str, Any],
+             num_classes: int, arch: Arch, nets: dict[str, nn.Module], rounds: int) -> dict[str, Any]:
+    est = make_estimator(backend, input_shape=list(shape), measure=dict(measure), num_classes=num_classes, **options)
+    results: dict[str, list[LatencyResult]] = {name: [] for name in nets}
+    for _ in range(rounds):
+        for name, net in nets.items():
+            results[name].append(est.measure(arch, net=net))
+    best = {name: min(rs, key=lambda r: r.stats.p50) for name, rs in results.items()}
+    out: dict[str, Any] = {"backend": backend, "options": options, "input_shape": list(shape), "rounds": rounds}
+    for name, rs in results.items():
+        out[name] = _latency(best[name], [r.stats.p50 for r in rs])
+    out["speedup_p50"] = best["unfused"].stats.p50 / best["fused"].stats.p50
+    out["environment"] = best["fused"].environment
+    return out
+
+
+def export_candidate(cand: Candidate, cfg: ExportConfig) -> ExportResult:
+    """Build, (train,) fuse, write, check and time one candidate; write its reports.
+
+    Args:
+        cand: the network and what the search recorded about it.
+        cfg: export settings.
+
+    Returns:
+        The folder and the report (MLflow logging is :func:`run_export`'s).
+
+    Raises:
+        ExportError: a written model failed its check, or a required engine cannot be built.
+        SearchSpaceError: the architecture is not in the given space.
+        LatencyError: the latency backend is unavailable or the measurement failed.
+        NASError: the training data cannot be loaded or training diverged.
+    """
+    t_start = time.perf_counter()
+    validate_export(cfg)
+    arch = cand.arch
+    space = _space_for(cand, cfg)
+    backend, shape, options, measure = latency_settings(cand, cfg)
+    data_cfg = _data_config(cand, cfg)
+    num_classes = _num_classes(cand, cfg, data_cfg)
+    trt, engine = _engine_builder(cfg, shape, num_classes)
+    out = Path(cfg.output_dir).expanduser().resolve() / arch.arch_id
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ARTIFACTS:
+        (out / name).unlink(missing_ok=True)
+
+    torch.manual_seed(cfg.seed)
+    net = build(arch, num_classes=num_classes, in_chans=shape[1], dropout=cfg.train.dropout)
+    training = _train(net, cfg, data_cfg) if cfg.train.epochs > 0 else None
+    net.eval()
+    fused = fuse_conv_bn(net)
+
+    xs = _inputs(shape, cfg.check.batches)
+    want = _torch_out(net, xs)
+    checks = [compare_outputs("fused vs unfused (pytorch)", _torch_out(fused, xs), want, cfg.check.atol,
+                              cfg.check.rtol, f"{count_batchnorms(net)} BatchNorm layers folded")]
+
+    torch.save(net.state_dict(), out / "model.pt")
+    scripted = _write_torchscript(fused, out / "model.ts")
+    checks.append(compare_outputs("torchscript vs pytorch", _torch_out(scripted, xs), want, cfg.check.atol,
+                                  cfg.check.rtol, "torch.jit.load of model.ts"))
+    onnx_bytes = export_onnx(fused, shape)
+    (out / "model.onnx").write_bytes(onnx_bytes)
+    onnx_check, onnx_info = _check_onnx(out / "model.onnx", xs, want, shape, num_classes, cfg.check)
+    checks.append(onnx_check)
+    if trt is not None:
+        engine = _build_engine(trt, onnx_bytes, shape, out)
+
+    nets = {"unfused": net, "fused": fused}
+    latency = _measure(backend, shape, options, measure, num_classes, arch, nets, cfg.latency.rounds)
+    if backend != "torch":
+        # Runtimes that compile a graph fold BatchNorm themselves; eager PyTorch does not.
+        slot = {"slot": options["slot"]} if "slot" in options else {}
+        latency["torch_eager"] = _measure("torch", shape, slot, measure, num_classes, arch, nets, cfg.latency.rounds)
+
+    with torch.device("meta"):
+        meta = build(arch, num_classes=num_classes, in_chans=shape[1])
+    arch_info = {
+        "arch": arch.encode(), "arch_id": arch.arch_id, "space": space.name if space else cand.space,
+        "decisions": space.to_decisions(arch) if space else cand.decisions, "input_shape": list(shape),
+        "input_name": INPUT_NAME, "output_name": OUTPUT_NAME, "layout": "NCHW", "dtype": "float32",
+        "num_classes": num_classes, "preprocessing": training["preprocessing"] if training else None,
+        "weights": _weights_note(training, cfg.seed),
+        "load": {
+            "model.pt": "search_spaces.build(Arch.decode(arch), num_classes).load_state_dict(torch.load(...))",
+            "model.ts": "torch.jit.load('model.ts')  # Conv+BN fused",
+            "model.onnx": "onnxruntime.InferenceSession('model.onnx')  # Conv+BN fused",
+        },
+    }
+    report = {
+        "arch": arch.encode(), "arch_id": arch.arch_id,
+        "candidate": {"origin": cand.origin, "run_id": cand.run_id, "parent_run_id": cand.parent_run_id,
+                      "search": cand.search_name, "space": arch_info["space"]},
+        "params": count_params(meta), "macs": count_macs(meta, shape), "num_classes": num_classes,
+        "search": {"metrics": cand.metrics, "latency_source": cand.latency_source, "tags": cand.tags},
+        "training": training, "weights": arch_info["weights"],
+        "fusion": {
+            "batchnorms_before": count_batchnorms(net), "batchnorms_after": count_batchnorms(fused),
+            "onnx_batchnorm_nodes_unfused": _onnx_batchnorm_nodes(export_onnx(net, shape)),
+        },
+        "checks": [asdict(c) for c in checks], "onnx": onnx_info, "engine": engine, "latency": latency,
+        "files": [n for n in ARTIFACTS if (out / n).exists() or n in ("arch.json", "report.json", "report.md")],
+        "export_seconds": time.perf_counter() - t_start,
+    }
+    (out / "arch.json").write_text(json.dumps(arch_info, indent=2, default=_json_default) + "\n")
+    _write_reports(out, report)
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        names = ", ".join(f"{c.name} (max |diff| {c.max_abs_diff:.3g})" for c in failed)
+        raise ExportError(f"exported model(s) differ from PyTorch beyond atol={cfg.check.atol:g}, "
+                          f"rtol={cfg.check.rtol:g}: {names}; see {out / 'report.md'}")
+    return ExportResult(out, report)
+
+
+def _onnx_batchnorm_nodes(model: bytes) -> int:
+    return sum(n.op_type == "BatchNormalization" for n in onnx.load_from_string(model).graph.node)
+
+
+def _write_reports(out: Path, report: dict[str, Any]) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+    (out / "report.md").write_text(render_report(report))
+
+
+def _weights_note(training: dict[str, Any] | None, seed: int) -> str:
+    if training is None:
+        return (f"untrained: the builder's initialisation (seed {seed}); pass train.epochs=N to train "
+                "before export")
+    ds = training["dataset"]
+    return f"trained {training['epochs']} epochs on {ds['name']} ({ds['train']} images, {ds['classes']} classes)"
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+# ---------------------------------------------------------------------- report.md
+
+
+def _ms(x: Any) -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{float(x):.3f}"
+
+
+def render_report(r: dict[str, Any]) -> str:
+    """The human-readable report of an export (``report.md``)."""
+    lat = r["latency"]
+    sm = r["search"]["metrics"]
+    cand = r["candidate"]
+    lines = [
+        f"# Export of {r['arch_id']}", "",
+        f"`{r['arch']}`", "",
+        f"- candidate: {cand['origin']}" + (f", run `{cand['run_id']}`" if cand["run_id"] else "")
+        + (f", search `{cand['search']}`" if cand["search"] else ""),
+        f"- space: {cand['space'] or '-'}",
+        f"- parameters: {r['params']:,}; MACs: {r['macs']:,} at {'x'.join(map(str, lat['input_shape']))}",
+        f"- weights: {r['weights']}",
+        "",
+        "## Accuracy", "",
+        "| figure | value |", "|---|---|",
+        f"| search accuracy (proxy training) | {_ms(sm.get('accuracy'))} |",
+        f"| search reward | {_ms(sm.get('reward'))} |",
+    ]
+    if r["training"]:
+        t = r["training"]
+        lines.append(f"| final accuracy after {t['epochs']} epochs on {t['dataset']['name']} | {t['accuracy']:.4f} |")
+        lines.append(f"| final validation loss | {t['val_loss']:.4f} |")
+    lines += [
+        "", "## Latency (ms)", "",
+        f"Re-measured now with `{lat['backend']}` on {lat['environment'].get('device_name', '?')} "
+        f"(p50 / p90 / p99 of {lat['fused']['runs']} runs; the unfused and fused networks timed alternately, "
+        f"best of {lat['rounds']} rounds each), next to the figure the search used.", "",
+        "| | p50 | p90 | p99 | source | CPU s per wall s |", "|---|---|---|---|---|---|",
+        f"| search | {_ms(sm.get('latency_p50'))} | {_ms(sm.get('latency_p90'))} | {_ms(sm.get('latency_p99'))} "
+        f"| {r['search']['latency_source'] or '-'} | - |",
+    ]
+    for stage, label in (("unfused", "export, unfused"), ("fused", "export, Conv+BN fused")):
+        x = lat[stage]
+        cpu = f"{x['cpu_per_wall']:.2f}" if x.get("cpu_per_wall") is not None else "-"
+        lines.append(f"| {label} | {_ms(x['p50_ms'])} | {_ms(x['p90_ms'])} | {_ms(x['p99_ms'])} | measured | {cpu} |")
+    lines += ["", "CPU seconds per wall second while timing near 1.0 (per thread) mean the network had its core "
+              "to itself; lower values mean other work competed and the figures are pessimistic."]
+    if "target_ms" in sm:
+        lines += ["", f"Latency target of the search: {_ms(sm['target_ms'])} ms."]
+    fu = r["fusion"]
+    lines += [
+        "", "## Conv+BN fusion", "",
+        f"{fu['batchnorms_before']} BatchNorm layers folded into their convolutions "
+        f"({fu['batchnorms_after']} left). p50 speed-up with `{lat['backend']}`: {lat['speedup_p50']:.2f}x.",
+    ]
+    if "torch_eager" in lat:
+        te = lat["torch_eager"]
+        lines.append(
+            f"Eager PyTorch (which does not fuse by itself): {_ms(te['unfused']['p50_ms'])} -> "
+            f"{_ms(te['fused']['p50_ms'])} ms p50 ({te['speedup_p50']:.2f}x)."
+        )
+    if fu["onnx_batchnorm_nodes_unfused"] == 0:
+        lines.append(
+            "The ONNX exporter already folds BatchNorm in eval mode (0 BatchNormalization nodes in the unfused "
+            "network's export), as ONNX Runtime and TensorRT would at load time, so graph runtimes time the same "
+            "graph before and after: their difference is measurement noise."
+        )
+    lines += ["", "## Checks", "", "| check | max abs diff | max rel diff | tolerance | result |",
+              "|---|---|---|---|---|"]
+    for c in r["checks"]:
+        lines.append(
+            f"| {c['name']} | {c['max_abs_diff']:.3g} | {c['max_rel_diff']:.3g} "
+            f"| atol {c['atol']:g}, rtol {c['rtol']:g} | {'passed' if c['passed'] else 'FAILED'} |"
+        )
+    o = r["onnx"]
+    lines += ["", f"`model.onnx`: opset {o['opset']}, {o['nodes']} nodes, onnx.checker {o['checker']}, "
+              f"run on {', '.join(o['providers'])}."]
+    e = r["engine"]
+    lines += ["", "## TensorRT", ""]
+    if e["built"]:
+        lines.append(f"`model.engine`: {e['precision']}, TensorRT {e['tensorrt']}, {e['gpu']} ({e['note']}).")
+    else:
+        lines += [f"No engine built: {e['reason']}", "", "Build one on the target machine with:", "",
+                  f"    {e['how_to_build']}"]
+    env = lat["environment"]
+    lines += ["", "## Environment", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(env.items())]
+    lines += ["", "## Files", ""] + [f"- `{f}`" for f in r["files"]]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------- finding the candidate
+
+ARCH_ID_RE = re.compile(r"[0-9a-f]{12}")
+_SEARCH_METRICS = ("accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99", "params", "macs", "reward",
+                   "meets_target", "epochs_completed")
+_SEARCH_TAGS = ("latency_backend", "latency_device", "latency_stable", "accuracy_estimator", "status")
+
+
+def candidate_from_run(store: SearchStore, run: RunInfo, origin: str = "run") -> Candidate:
+    """The candidate a child run of a search records, with its search's settings.
+
+    Raises:
+        ExportError: the run records no architecture (e.g. a search's parent run).
+    """
+    if "arch" not in run.params:
+        if run.role == "search":
+            hint = (f"it is the parent run of search {run.name!r}; export its best candidate with "
+                    f"candidate=best search={run.run_id}")
+        else:
+            hint = "it is not a LatNAS candidate run"
+        raise ExportError(f"MLflow run {run.run_id} has no architecture (no 'arch' param): {hint}")
+    arch = Arch.decode(run.params["arch"])
+    parent = store.get_run(run.parent_run_id) if run.parent_run_id else None
+    metrics = {k: run.metrics[k] for k in _SEARCH_METRICS if k in run.metrics}
+    config: dict[str, Any] = {}
+    if parent is not None:
+        target = parse_param(parent.params.get("target_ms", "None"))
+        if isinstance(target, int | float):
+            metrics["target_ms"] = float(target)
+        config = {"latency": parent.config("latency"), "data": parent.config("data")}
+        dataset = parse_param(parent.params.get("dataset", "None"))
+        if isinstance(dataset, dict) and "classes" in dataset:
+            config["num_classes"] = int(dataset["classes"])
+    decisions = {k: parse_param(v) for k, v in run.params.items() if k not in ("arch", "arch_id")}
+    return Candidate(
+        arch=arch, origin=origin, run_id=run.run_id, parent_run_id=run.parent_run_id,
+        search_name=run.tags.get(SEARCH_TAG) or (parent.name if parent else None), experiment_id=store.experiment_id,
+        space=parent.params.get("space") if parent else None, decisions=decisions or None, metrics=metrics,
+        tags={k: run.tags[k] for k in _SEARCH_TAGS if k in run.tags}, latency_source=run.tags.get("latency_source"),
+        search_config=config,
+    )
+
+
+def _best(store: SearchStore, search: str | None) -> Candidate:
+    parent = store.find_search(search)
+    done = [r for r in store.candidates(parent.run_id)
+            if r.tags.get("status") == "COMPLETED" and math.isfinite(r.metrics.get("reward", math.nan))]
+    if not done:
+        raise ExportError(f"search {parent.name!r} ({parent.run_id}) has no completed candidate to export")
+    # Among equal rewards, the one the search itself named best (its parent's best_arch_id tag).
+    tied = [r for r in done if r.metrics["reward"] == done[0].metrics["reward"]]
+    named = [r for r in tied if r.params.get("arch_id") == parent.tags.get("best_arch_id")]
+    return candidate_from_run(store, (named or tied)[0], origin="best")
+
+
+def resolve_candidate(cfg: ExportConfig) -> tuple[Candidate, SearchStore | None]:
+    """Turn ``cfg.candidate`` into a :class:`Candidate` (and the store it came from, if any).
+
+    ``best`` and 12-hex-digit arch_ids are looked up in ``cfg.search`` (default: the latest search
+    for ``best``, every search of the experiment for an arch_id); a 32-hex-digit string is a run
+    id; anything else is a reference name or an architecture string.
+
+    Raises:
+        TrackingError: the store, experiment, search or run does not exist.
+        ExportError: no candidate by that arch_id, a run without an architecture, no completed
+            candidate in the search.
+        SearchSpaceError: a malformed architecture string (naming the token).
+    """
+    text = cfg.candidate.strip()
+    if text == "best":
+        store = SearchStore(cfg.tracking.uri, cfg.tracking.experiment)
+        return _best(store, cfg.search), store
+    if RUN_ID_RE.fullmatch(text):
+        store = SearchStore(cfg.tracking.uri, cfg.tracking.experiment)
+        return candidate_from_run(store, store.get_run(text)), store
+    if ARCH_ID_RE.fullmatch(text):
+        store = SearchStore(cfg.tracking.uri, cfg.tracking.experiment)
+        parent = store.find_search(cfg.search) if cfg.search else None
+        runs = store.find_arch_id(text, parent.run_id if parent else None)
+        if not runs:
+            where = f"search {parent.name!r}" if parent else f"experiment {store.experiment!r}"
+            raise ExportError(f"no candidate with arch_id {text!r} in {where} of {store.uri}")
+        done = [r for r in runs if r.tags.get("status") == "COMPLETED"]
+        return candidate_from_run(store, (done or runs)[0], origin="arch_id"), store
+    if text in REFERENCES:
+        return Candidate(resolve_arch(text), "reference"), None
+    try:
+        return Candidate(Arch.decode(text), "arch_string"), None
+    except SearchSpaceError as err:
+        raise ExportError(
+            f"candidate={text!r} is not 'best', an arch_id (12 hex digits), an MLflow run id (32 hex digits), "
+            f"a reference network ({', '.join(sorted(REFERENCES))}) or a valid architecture string: {err}"
+        ) from None
+
+
+# ---------------------------------------------------------------------- MLflow and the command line
+
+
+def log_to_mlflow(result: ExportResult, cand: Candidate, cfg: ExportConfig, store: SearchStore | None) -> None:
+    """Log the export as a run nested under the candidate's search, with the ONNX model; register it if asked.
+
+    The run id, model URI and registered version are added to the report files before they are uploaded.
+    """
+    if store is None:
+        Tracker(cfg.tracking.uri or default_tracking_uri(Path.cwd()), cfg.tracking.experiment)  # creates the store
+        store = SearchStore(cfg.tracking.uri, cfg.tracking.experiment)
+    r = result.report
+    run_id = store.create_export_run(r["arch_id"], cand.parent_run_id, cand.run_id, cand.search_name)
+    shape = tuple(r["latency"]["input_shape"])
+    x = sample_input(shape).numpy()
+    session = OnnxRuntimeBackend(shape, slot=False, num_classes=r["num_classes"]).create_session(
+        (result.folder / "model.onnx").read_bytes())
+    y = session.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
+    model_uri, version = store.log_onnx_model(run_id, result.folder / "model.onnx", x, y, cfg.register)
+    r["mlflow"] = {"tracking_uri": store.uri, "run_id": run_id, "model_uri": model_uri, "registered_name": cfg.register,
+                   "registered_version": version, "parent_run_id": cand.parent_run_id}
+    _write_reports(result.folder, r)
+    lat = r["latency"]
+    metrics = {
+        "latency_p50": lat["fused"]["p50_ms"], "latency_p90": lat["fused"]["p90_ms"],
+        "latency_p99": lat["fused"]["p99_ms"], "latency_p50_unfused": lat["unfused"]["p50_ms"],
+        "params": r["params"], "macs": r["macs"],
+    }
+    if r["training"]:
+        metrics.update(accuracy=r["training"]["accuracy"], val_loss=r["training"]["val_loss"])
+    store.finish_export_run(run_id, result.folder, metrics)
+    result.mlflow_run_id = run_id
+
+
+def run_export(cfg: ExportConfig) -> ExportResult:
+    """Find the candidate, export it, and log it to MLflow where asked (see :class:`ExportConfig`).
+
+    Raises:
+        NASError: the candidate cannot be found or exported, or MLflow refused a write.
+        SearchSpaceError: a malformed architecture string, or one outside the given space.
+        LatencyError: the latency backend is unavailable here.
+    """
+    validate_export(cfg)
+    cand, store = resolve_candidate(cfg)
+    if cfg.register and cfg.log_model is False:
+        raise ExportError("register needs the model logged to MLflow: drop log_model=false")
+    result = export_candidate(cand, cfg)
+    log = cfg.log_model if cfg.log_model is not None else (store is not None or cfg.register is not None)
+    if log:
+        log_to_mlflow(result, cand, cfg, store)
+    return result
+
+
+def _summary(result: ExportResult) -> str:
+    r = result.report
+    lat = r["latency"]
+    lines = [f"Exported {r['arch_id']} to {result.folder}"]
+    for c in r["checks"]:
+        lines.append(f"  check  {c['name']}: max |diff| {c['max_abs_diff']:.2g} "
+                     f"(atol {c['atol']:g}, rtol {c['rtol']:g}) {'passed' if c['passed'] else 'FAILED'}")
+    lines.append(f"  latency {lat['backend']} p50 {lat['unfused']['p50_ms']:.3f} ms unfused, "
+                 f"{lat['fused']['p50_ms']:.3f} ms Conv+BN fused; search: "
+                 f"{_ms(r['search']['metrics'].get('latency_p50'))} ms ({r['search']['latency_source'] or '-'})")
+    e = r["engine"]
+    lines.append(f"  engine {'model.engine (' + e['precision'] + ')' if e['built'] else 'not built: ' + e['reason']}")
+    if "mlflow" in r:
+        m = r["mlflow"]
+        reg = f", registered as {m['registered_name']} v{m['registered_version']}" if m["registered_version"] else ""
+        lines.append(f"  mlflow run {m['run_id']} ({m['model_uri']}){reg}")
+    lines.append(f"  report {result.folder / 'report.md'}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """``python -m nas.export [candidate=...] [search=...] [train.epochs=N] [register=NAME] ...``.
+
+    Hydra composes ``conf/export.yaml`` with the overrides; a user error prints one line and
+    exits with status 2.
+    """
+    import hydra  # the command line only: library callers never need Hydra
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import DictConfig, OmegaConf
+
+    cs = ConfigStore.instance()
+    for group, schema in GROUP_SCHEMAS.items():
+        cs.store(group=group, name="schema", node=schema)
+    cs.store(name="export_schema", node=ExportConfig)
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")
+    def _main(dcfg: DictConfig) -> None:
+        cfg = OmegaConf.to_object(dcfg)
+        if not isinstance(cfg, ExportConfig):
+            raise TypeError(f"the composed config is a {type(cfg).__name__}, not an ExportConfig")
+        try:
+            result = run_export(cfg)
+        except USER_ERRORS as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+        print(_summary(result), flush=True)
+
+    _main()
+
+
+__all__ = [
+    "ARTIFACTS", "Candidate", "CheckConfig", "ExportConfig", "ExportError", "ExportLatencyConfig", "ExportResult",
+    "OutputCheck", "candidate_from_run", "compare_outputs", "export_candidate", "latency_settings", "log_to_mlflow",
+    "main", "render_report", "resolve_candidate", "run_export", "validate_export",
+]
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""One small real search shared by the leaderboard and export tests (run once per test session)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from nas.config import SearchConfig
+from nas.driver import run_search
+from nas.search import CONF_DIR
+
+NAME = "review"
+
+
+@dataclass(frozen=True)
+class SmallSearch:
+    """Where the shared search was recorded and what it found."""
+
+    uri: str
+    name: str
+    parent_run_id: str
+    arch_ids: tuple[str, ...]
+    best_arch_ids: frozenset[str]
+    best_run_ids: frozenset[str]
+    completed: int
+    folder: Path
+
+
+_CACHE: dict[str, SmallSearch] = {}
+
+
+def small_search_once(tmp_path_factory: pytest.TempPathFactory) -> SmallSearch:
+    """Run a 3-trial search of the tiny space on digits (1 epoch, 32x32 latency), once per session."""
+    if NAME not in _CACHE:
+        folder = tmp_path_factory.mktemp("review-search")
+        uri = f"sqlite:///{folder / 'mlflow.db'}"
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            dcfg = compose(config_name="config", overrides=[
+                "+space=tiny", "target_ms=0.05", "search.n_trials=3", "search.max_concurrent=2",
+                "data.max_train_samples=256", "data.max_val_samples=128", "train.epochs=1",
+                "latency.input_shape=[1,3,32,32]", "latency.measure.min_runs=20", "latency.measure.min_time_s=0.1",
+                "latency.measure.max_time_s=1.0", "latency.measure.max_repeats=1", f"tracking.uri={uri}",
+                f"output_dir={folder / 'out'}", "progress=false", f"name={NAME}",
+            ])
+        cfg = OmegaConf.to_object(dcfg)
+        assert isinstance(cfg, SearchConfig)
+        cfg.space_source = "conf/space/tiny.yaml"
+        result = run_search(cfg)
+        assert result.best is not None, "the shared search completed no candidate"
+        # Rewards can tie on a small validation set: every candidate with the best reward is "the best".
+        tops = [r for r in result.candidates if r.status == "COMPLETED" and r.reward == result.best.reward]
+        _CACHE[NAME] = SmallSearch(
+            uri=uri, name=NAME, parent_run_id=result.parent_run_id,
+            arch_ids=tuple(r.arch_id for r in result.candidates), best_arch_ids=frozenset(r.arch_id for r in tops),
+            best_run_ids=frozenset(result.run_ids[r.trial_id] for r in tops),
+            completed=sum(r.status == "COMPLETED" for r in result.candidates), folder=folder,
+        )
+    return _CACHE[NAME]

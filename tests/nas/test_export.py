@@ -1,0 +1,200 @@
+"""Export: a self-contained folder whose models are checked against PyTorch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow.pyfunc
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from nas.config import DataConfig, TrackingConfig
+from nas.export import Candidate, ExportConfig, ExportError, ExportResult, export_candidate, run_export
+from nas.fuse import fuse_conv_bn
+from search_spaces import Arch, build
+from tests.nas.review_search import SmallSearch, small_search_once
+
+ARCH = "act_relu-stem_c8-mb_k3_e2_c16_s2_se0.25-mb_k5_e1_c16_s1-rb_k3_c24_s2-rb_k3_c48_s2_se0.25"
+FAST_MEASURE = {"warmup_runs": 3, "warmup_s": 0.01, "min_runs": 20, "min_time_s": 0.05, "max_repeats": 1}
+
+
+def fast_config(out: Path, **kw: object) -> ExportConfig:
+    cfg = ExportConfig(output_dir=str(out), **kw)  # type: ignore[arg-type]
+    cfg.latency.input_shape = [1, 3, 32, 32]
+    cfg.latency.measure = dict(FAST_MEASURE)
+    cfg.latency.options = {"slot": False}
+    cfg.latency.rounds = 2
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("exports")
+    res = export_candidate(Candidate(Arch.decode(ARCH), "arch_string"), fast_config(out, space="tiny", num_classes=10))
+    return res.folder, res.report
+
+
+def test_folder_is_named_by_arch_id_and_holds_every_file(exported: tuple[Path, dict]) -> None:
+    folder, report = exported
+    assert folder.name == Arch.decode(ARCH).arch_id
+    for name in ("arch.json", "model.pt", "model.ts", "model.onnx", "report.json", "report.md"):
+        assert (folder / name).is_file(), name
+    assert not (folder / "model.engine").exists() or report["engine"]["built"]
+    info = json.loads((folder / "arch.json").read_text())
+    assert info["arch"] == ARCH
+    assert info["space"] == "tiny"
+    assert info["decisions"]["s0.b0.exp_ratio"] == 2
+    assert info["input_shape"] == [1, 3, 32, 32]
+    assert json.loads((folder / "report.json").read_text())["arch_id"] == info["arch_id"]
+
+
+def test_onnx_in_a_fresh_session_matches_pytorch(exported: tuple[Path, dict]) -> None:
+    folder, report = exported
+    net = build(Arch.decode(ARCH), num_classes=10)
+    net.load_state_dict(torch.load(folder / "model.pt"))
+    net.eval()
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        want = net(x).numpy()
+    sess = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+    onnx_check = next(c for c in report["checks"] if c["name"].startswith("onnxruntime"))
+    assert onnx_check["passed"] and onnx_check["max_abs_diff"] <= onnx_check["atol"]
+    assert report["onnx"]["ops"].get("BatchNormalization", 0) == 0
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit.*:DeprecationWarning")
+def test_torchscript_and_fused_graph_match_the_state_dict(exported: tuple[Path, dict]) -> None:
+    folder, report = exported
+    net = build(Arch.decode(ARCH), num_classes=10)
+    net.load_state_dict(torch.load(folder / "model.pt"))
+    net.eval()
+    x = torch.randn(3, 3, 32, 32)
+    scripted = torch.jit.load(str(folder / "model.ts"))
+    with torch.no_grad():
+        torch.testing.assert_close(scripted(x), net(x), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(fuse_conv_bn(net)(x), net(x), atol=1e-5, rtol=1e-4)
+    assert report["fusion"]["batchnorms_before"] > 0 and report["fusion"]["batchnorms_after"] == 0
+    assert all(c["passed"] for c in report["checks"])
+
+
+def test_report_has_latency_before_and_after_fusion_and_the_environment(exported: tuple[Path, dict]) -> None:
+    folder, report = exported
+    lat = report["latency"]
+    assert lat["backend"] == "onnxruntime"
+    for stage in ("unfused", "fused"):
+        assert 0 < lat[stage]["p50_ms"] <= lat[stage]["p90_ms"] <= lat[stage]["p99_ms"]
+    assert lat["torch_eager"]["fused"]["p50_ms"] > 0
+    assert lat["rounds"] == 2 and len(lat["fused"]["round_p50_ms"]) == 2
+    assert lat["fused"]["p50_ms"] == min(lat["fused"]["round_p50_ms"])
+    assert lat["environment"]["onnxruntime"] == ort.__version__
+    md = (folder / "report.md").read_text()
+    assert "Conv+BN fusion" in md and "p50" in md
+    if not report["engine"]["built"]:
+        assert "trtexec --onnx=model.onnx" in md
+
+
+def test_required_engine_without_tensorrt_is_an_error(tmp_path: Path) -> None:
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("TensorRT is installed here")
+    cfg = fast_config(tmp_path, engine=True, num_classes=10)
+    with pytest.raises(ExportError, match="engine=true but no TensorRT engine"):
+        export_candidate(Candidate(Arch.decode(ARCH), "arch_string"), cfg)
+    assert not any(tmp_path.iterdir()), "a failed precondition must not leave a half-written export"
+
+
+# ---------------------------------------------------------------------- the best of a real search
+
+
+@pytest.fixture(scope="module")
+def small_search(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> SmallSearch:
+    return small_search_once(tmp_path_factory)
+
+
+def _store_config(small: SmallSearch, out: Path, **kw: object) -> ExportConfig:
+    cfg = ExportConfig(output_dir=str(out), tracking=TrackingConfig(uri=small.uri), **kw)  # type: ignore[arg-type]
+    cfg.latency.measure = dict(FAST_MEASURE)
+    cfg.latency.options = {"slot": False}
+    cfg.latency.rounds = 1
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def best_export(small_search: SmallSearch, tmp_path_factory: pytest.TempPathFactory) -> ExportResult:
+    cfg = _store_config(small_search, tmp_path_factory.mktemp("best"), register="latnas-test-model",
+                        data=DataConfig(max_train_samples=256, max_val_samples=128))
+    cfg.train.epochs = 1
+    return run_export(cfg)
+
+
+def test_best_of_a_search_is_exported_under_its_arch_id(small_search: SmallSearch, best_export: ExportResult) -> None:
+    r = best_export.report
+    assert best_export.folder.name == r["arch_id"]
+    assert r["arch_id"] in small_search.best_arch_ids
+    assert r["candidate"]["run_id"] in small_search.best_run_ids
+    assert r["candidate"]["parent_run_id"] == small_search.parent_run_id
+    info = json.loads((best_export.folder / "arch.json").read_text())
+    assert info["space"] == "tiny" and info["input_shape"] == [1, 3, 32, 32] and info["num_classes"] == 10
+    assert info["decisions"] and info["preprocessing"]["mean"]
+    # The search's latency is reported next to the one measured now, on the same backend and shape.
+    assert r["search"]["metrics"]["latency_p50"] > 0 and r["search"]["latency_source"] == "measured"
+    assert r["latency"]["backend"] == "onnxruntime" and r["latency"]["input_shape"] == [1, 3, 32, 32]
+    assert r["training"]["epochs"] == 1 and 0.0 <= r["training"]["accuracy"] <= 1.0
+    md = (best_export.folder / "report.md").read_text()
+    assert "final accuracy after 1 epochs on digits" in md
+
+
+def test_best_export_onnx_matches_its_trained_weights(best_export: ExportResult) -> None:
+    info = json.loads((best_export.folder / "arch.json").read_text())
+    net = build(Arch.decode(info["arch"]), num_classes=info["num_classes"])
+    net.load_state_dict(torch.load(best_export.folder / "model.pt"))
+    net.eval()
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    sess = ort.InferenceSession(str(best_export.folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        np.testing.assert_allclose(sess.run(None, {"input": x.numpy()})[0], net(x).numpy(), atol=1e-4, rtol=1e-3)
+
+
+def test_export_is_logged_under_the_search_and_registered(small_search: SmallSearch, best_export: ExportResult) -> None:
+    client = MlflowClient(small_search.uri)
+    run = client.get_run(best_export.mlflow_run_id or "")
+    assert run.data.tags["latnas.role"] == "export"
+    assert run.data.tags["mlflow.parentRunId"] == small_search.parent_run_id
+    assert run.data.tags["latnas.exported_from"] == best_export.report["candidate"]["run_id"]
+    assert run.data.metrics["latency_p50"] > 0
+    assert "export" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    versions = client.search_model_versions("name='latnas-test-model'")
+    assert [v.run_id for v in versions] == [run.info.run_id]
+    mlflow.set_tracking_uri(small_search.uri)
+    model = mlflow.pyfunc.load_model(best_export.report["mlflow"]["model_uri"])
+    out = model.predict(np.zeros((1, 3, 32, 32), dtype=np.float32))
+    assert next(iter(out.values())).shape == (1, 10)
+
+
+def test_unknown_arch_id_and_run_without_architecture_fail_clearly(small_search: SmallSearch, tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"no candidate with arch_id '0123456789ab' in experiment 'latnas'"):
+        run_export(_store_config(small_search, tmp_path, candidate="0123456789ab"))
+    with pytest.raises(ExportError, match=r"has no architecture \(no 'arch' param\): it is the parent run"):
+        run_export(_store_config(small_search, tmp_path, candidate=small_search.parent_run_id))
+    assert not any(tmp_path.iterdir())
+
+
+def test_command_line_error_is_one_line_and_non_zero(small_search: SmallSearch, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nas.export", "candidate=0123456789ab", f"tracking.uri={small_search.uri}"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: no candidate with arch_id '0123456789ab'")
+    assert "Traceback" not in proc.stderr
