@@ -453,7 +453,9 @@ def run_leaderboard(cfg: LeaderboardConfig) -> LeaderboardResult:
         f"search {record.name!r} ({record.parent_run_id}): {len(entries)} candidates, {done} completed"
         + ("" if cfg.failed or done == len(entries) else f", {len(entries) - done} failed or pruned (failed=true)")
     )
-    if cfg.plot:
+    if cfg.plot and not any(e.completed and math.isfinite(e.latency_p50) for e in entries):
+        result.notes.append("no Pareto plot: no candidate of this search completed")
+    elif cfg.plot:
         refs: dict[str, float] = {}
         note = ""
         if cfg.references == "measure":

@@ -15,7 +15,15 @@ import torch
 from mlflow import MlflowClient
 
 from nas.config import DataConfig, TrackingConfig
-from nas.export import Candidate, ExportConfig, ExportError, ExportResult, export_candidate, run_export
+from nas.export import (
+    Candidate,
+    ExportConfig,
+    ExportError,
+    ExportResult,
+    compare_outputs,
+    export_candidate,
+    run_export,
+)
 from nas.fuse import fuse_conv_bn
 from search_spaces import Arch, build
 from tests.nas.review_search import SmallSearch, small_search_once
@@ -99,6 +107,17 @@ def test_report_has_latency_before_and_after_fusion_and_the_environment(exported
     assert "Conv+BN fusion" in md and "p50" in md
     if not report["engine"]["built"]:
         assert "trtexec --onnx=model.onnx" in md
+
+
+def test_output_check_is_relative_to_the_size_of_the_logits() -> None:
+    big = np.array([[3.0, -1.0, 0.5]])
+    assert compare_outputs("ok", big + 1e-6, big, 1e-4, 1e-3).passed
+    assert not compare_outputs("off", big + 1e-2, big, 1e-4, 1e-3).passed
+    # Logits far below atol (an untrained deep network): a 1% error must still fail.
+    tiny = big * 1e-9
+    check = compare_outputs("tiny", tiny * 1.01, tiny, 1e-4, 1e-3)
+    assert not check.passed and check.scaled_diff == pytest.approx(0.01)
+    assert not compare_outputs("nan", np.full_like(big, np.nan), big, 1e-4, 1e-3).passed
 
 
 def test_required_engine_without_tensorrt_is_an_error(tmp_path: Path) -> None:
