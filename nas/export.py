@@ -44,6 +44,7 @@ from nas.accuracy import resolve_device, train_briefly
 from nas.config import GROUP_SCHEMAS, DataConfig, TrackingConfig, TrainConfig
 from nas.data import load_dataset
 from nas.errors import ConfigError, NASError
+from nas.export_report import fmt_num, render_report
 from nas.fuse import count_batchnorms, fuse_conv_bn
 from nas.tracking import RUN_ID_RE, SEARCH_TAG, RunInfo, SearchStore, Tracker, default_tracking_uri, parse_param
 from search_spaces import (
@@ -568,98 +569,6 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-# ---------------------------------------------------------------------- report.md
-
-
-def _ms(x: Any) -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{float(x):.3f}"
-
-
-def render_report(r: dict[str, Any]) -> str:
-    """The human-readable report of an export (``report.md``)."""
-    lat = r["latency"]
-    sm = r["search"]["metrics"]
-    cand = r["candidate"]
-    lines = [
-        f"# Export of {r['arch_id']}", "",
-        f"`{r['arch']}`", "",
-        f"- candidate: {cand['origin']}" + (f", run `{cand['run_id']}`" if cand["run_id"] else "")
-        + (f", search `{cand['search']}`" if cand["search"] else ""),
-        f"- space: {cand['space'] or '-'}",
-        f"- parameters: {r['params']:,}; MACs: {r['macs']:,} at {'x'.join(map(str, lat['input_shape']))}",
-        f"- weights: {r['weights']}",
-        "",
-        "## Accuracy", "",
-        "| figure | value |", "|---|---|",
-        f"| search accuracy (proxy training) | {_ms(sm.get('accuracy'))} |",
-        f"| search reward | {_ms(sm.get('reward'))} |",
-    ]
-    if r["training"]:
-        t = r["training"]
-        lines.append(f"| final accuracy after {t['epochs']} epochs on {t['dataset']['name']} | {t['accuracy']:.4f} |")
-        lines.append(f"| final validation loss | {t['val_loss']:.4f} |")
-    lines += [
-        "", "## Latency (ms)", "",
-        f"Re-measured now with `{lat['backend']}` on {lat['environment'].get('device_name', '?')} "
-        f"(p50 / p90 / p99 of {lat['fused']['runs']} runs; the unfused and fused networks timed alternately, "
-        f"best of {lat['rounds']} rounds each), next to the figure the search used.", "",
-        "| | p50 | p90 | p99 | source | CPU s per wall s |", "|---|---|---|---|---|---|",
-        f"| search | {_ms(sm.get('latency_p50'))} | {_ms(sm.get('latency_p90'))} | {_ms(sm.get('latency_p99'))} "
-        f"| {r['search']['latency_source'] or '-'} | - |",
-    ]
-    for stage, label in (("unfused", "export, unfused"), ("fused", "export, Conv+BN fused")):
-        x = lat[stage]
-        cpu = f"{x['cpu_per_wall']:.2f}" if x.get("cpu_per_wall") is not None else "-"
-        lines.append(f"| {label} | {_ms(x['p50_ms'])} | {_ms(x['p90_ms'])} | {_ms(x['p99_ms'])} | measured | {cpu} |")
-    lines += ["", "CPU seconds per wall second while timing near 1.0 (per thread) mean the network had its core "
-              "to itself; lower values mean other work competed and the figures are pessimistic."]
-    if "target_ms" in sm:
-        lines += ["", f"Latency target of the search: {_ms(sm['target_ms'])} ms."]
-    fu = r["fusion"]
-    lines += [
-        "", "## Conv+BN fusion", "",
-        f"{fu['batchnorms_before']} BatchNorm layers folded into their convolutions "
-        f"({fu['batchnorms_after']} left). p50 speed-up with `{lat['backend']}`: {lat['speedup_p50']:.2f}x.",
-    ]
-    if "torch_eager" in lat:
-        te = lat["torch_eager"]
-        lines.append(
-            f"Eager PyTorch (which does not fuse by itself): {_ms(te['unfused']['p50_ms'])} -> "
-            f"{_ms(te['fused']['p50_ms'])} ms p50 ({te['speedup_p50']:.2f}x)."
-        )
-    if fu["onnx_batchnorm_nodes_unfused"] == 0:
-        lines.append(
-            "The ONNX exporter already folds BatchNorm in eval mode (0 BatchNormalization nodes in the unfused "
-            "network's export), as ONNX Runtime and TensorRT would at load time, so graph runtimes time the same "
-            "graph before and after: their difference is measurement noise."
-        )
-    lines += ["", "## Checks", "",
-              "Each model's logits against the unfused PyTorch network's on the same random inputs: every logit "
-              "within atol + rtol x |logit|, and the largest difference within rtol x the largest logit.", "",
-              "| check | max abs diff | largest logit | diff / largest | tolerance | result |",
-              "|---|---|---|---|---|---|"]
-    for c in r["checks"]:
-        lines.append(
-            f"| {c['name']} | {c['max_abs_diff']:.3g} | {c['output_scale']:.3g} | {c['scaled_diff']:.3g} "
-            f"| atol {c['atol']:g}, rtol {c['rtol']:g} | {'passed' if c['passed'] else 'FAILED'} |"
-        )
-    o = r["onnx"]
-    lines += ["", f"`model.onnx`: opset {o['opset']}, {o['nodes']} nodes, onnx.checker {o['checker']}, "
-              f"run on {', '.join(o['providers'])}."]
-    e = r["engine"]
-    lines += ["", "## TensorRT", ""]
-    if e["built"]:
-        lines.append(f"`model.engine`: {e['precision']}, TensorRT {e['tensorrt']}, {e['gpu']} ({e['note']}).")
-    else:
-        lines += [f"No engine built: {e['reason']}", "", "Build one on the target machine with:", "",
-                  f"    {e['how_to_build']}"]
-    env = lat["environment"]
-    lines += ["", "## Environment", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in sorted(env.items())]
-    lines += ["", "## Files", ""] + [f"- `{f}`" for f in r["files"]]
-    return "\n".join(lines) + "\n"
-
-
 # ---------------------------------------------------------------------- finding the candidate
 
 ARCH_ID_RE = re.compile(r"[0-9a-f]{12}")
@@ -817,7 +726,7 @@ def _summary(result: ExportResult) -> str:
                      f"largest logit (atol {c['atol']:g}, rtol {c['rtol']:g}) {'passed' if c['passed'] else 'FAILED'}")
     lines.append(f"  latency {lat['backend']} p50 {lat['unfused']['p50_ms']:.3f} ms unfused, "
                  f"{lat['fused']['p50_ms']:.3f} ms Conv+BN fused; search: "
-                 f"{_ms(r['search']['metrics'].get('latency_p50'))} ms ({r['search']['latency_source'] or '-'})")
+                 f"{fmt_num(r['search']['metrics'].get('latency_p50'))} ms ({r['search']['latency_source'] or '-'})")
     e = r["engine"]
     lines.append(f"  engine {'model.engine (' + e['precision'] + ')' if e['built'] else 'not built: ' + e['reason']}")
     if "mlflow" in r:

@@ -195,8 +195,12 @@ def test_export_is_logged_under_the_search_and_registered(small_search: SmallSea
     assert "export" in {a.path for a in client.list_artifacts(run.info.run_id)}
     versions = client.search_model_versions("name='latnas-test-model'")
     assert [v.run_id for v in versions] == [run.info.run_id]
+    previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(small_search.uri)
-    model = mlflow.pyfunc.load_model(best_export.report["mlflow"]["model_uri"])
+    try:
+        model = mlflow.pyfunc.load_model(best_export.report["mlflow"]["model_uri"])
+    finally:
+        mlflow.set_tracking_uri(previous)
     out = model.predict(np.zeros((1, 3, 32, 32), dtype=np.float32))
     assert next(iter(out.values())).shape == (1, 10)
 

@@ -45,11 +45,15 @@ def _cfg(small: SmallSearch, tmp_path: Path, **kw: object) -> LeaderboardConfig:
 
 def test_order_equals_a_direct_mlflow_query(small_search: SmallSearch, tmp_path: Path) -> None:
     result = run_leaderboard(_cfg(small_search, tmp_path, top_k=100, plot=False))
+    previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(small_search.uri)
-    df = mlflow.search_runs(
-        experiment_names=["latnas"], order_by=["metrics.reward DESC"],
-        filter_string=f"tags.`mlflow.parentRunId` = '{small_search.parent_run_id}' and tags.status = 'COMPLETED'",
-    )
+    try:
+        df = mlflow.search_runs(
+            experiment_names=["latnas"], order_by=["metrics.reward DESC"],
+            filter_string=f"tags.`mlflow.parentRunId` = '{small_search.parent_run_id}' and tags.status = 'COMPLETED'",
+        )
+    finally:
+        mlflow.set_tracking_uri(previous)
     assert [e.run_id for e in result.entries] == list(df["run_id"])
     assert [e.rank for e in result.entries] == list(range(1, len(df) + 1))
     rewards = [e.reward for e in result.entries]
