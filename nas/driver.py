@@ -185,7 +185,7 @@ def run_search(cfg: SearchConfig) -> SearchResult:
     tracker = Tracker(uri, cfg.tracking.experiment)  # creates the store first, in this process only
 
     data = load_dataset(cfg.data)
-    make_latency_estimator(cfg.latency, data.num_classes)  # the backend's options are checked here
+    make_latency_estimator(cfg.latency, data.num_classes, space)  # the backend's options are checked here
     if cfg.ray.address is None and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
 

@@ -49,7 +49,11 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(dcfg: DictConfig) -> None:
-    """Convert the composed config and run the search; a user error exits with status 2."""
+    """Convert the composed config and run the search.
+
+    Exit status: 0 when the search finished, 2 on a user error (bad config, unreachable
+    service), 130 when it was interrupted (Ctrl-C; what finished is recorded).
+    """
     if dcfg.get("space") is None:
         print(no_space_message(), file=sys.stderr)
         sys.exit(2)
@@ -60,10 +64,12 @@ def main(dcfg: DictConfig) -> None:
     cfg.space_source = f"conf/space/{runtime.choices.get('space')}.yaml"
     cfg.output_dir = cfg.output_dir or runtime.output_dir
     try:
-        run_search(cfg)
+        result = run_search(cfg)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    if result.status == "KILLED":
+        sys.exit(130)
 
 
 if __name__ == "__main__":

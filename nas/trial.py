@@ -68,22 +68,30 @@ class TrialContext:
     threads: int
 
 
-def make_latency_estimator(cfg: LatencyConfig, num_classes: int) -> LatencyEstimator:
+def make_latency_estimator(
+    cfg: LatencyConfig, num_classes: int, space: SearchSpace | None = None
+) -> LatencyEstimator:
     """The latency estimator ``cfg`` describes, for networks with ``num_classes`` outputs.
+
+    Args:
+        cfg: backend name, deployment input shape, backend options, measurement settings.
+        num_classes: classifier width of the measured networks.
+        space: the search space, for estimators bound to one (a learned predictor).
 
     Raises:
         LatencyError: unknown backend or option, invalid value, backend not available here.
     """
+    del space  # the measuring backends take any architecture
     options = dict(cfg.options)
     options.setdefault("num_classes", num_classes)
     return make_estimator(cfg.backend, input_shape=list(cfg.input_shape), measure=dict(cfg.measure), **options)
 
 
-def _estimator(cfg: LatencyConfig, num_classes: int) -> LatencyEstimator:
+def _estimator(cfg: LatencyConfig, num_classes: int, space: SearchSpace) -> LatencyEstimator:
     # Built once per worker process: with reuse_actors the same process serves many trials.
-    key = json.dumps([cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes], sort_keys=True)
+    key = json.dumps([cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes, space.name], sort_keys=True)
     if key not in _ESTIMATORS:
-        _ESTIMATORS[key] = make_latency_estimator(cfg, num_classes)
+        _ESTIMATORS[key] = make_latency_estimator(cfg, num_classes, space)
     return _ESTIMATORS[key]
 
 
@@ -145,7 +153,7 @@ def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: R
     base.update(params=params, macs=macs)
 
     t0 = time.perf_counter()
-    lat = _estimator(ctx.latency, ctx.data.num_classes).measure(arch)
+    lat = _estimator(ctx.latency, ctx.data.num_classes, ctx.space).measure(arch)
     base["measure_seconds"] = time.perf_counter() - t0
     base.update(latency_metrics(lat))
     base["meets_target"] = meets_target(lat.latency_ms, ctx.target_ms)

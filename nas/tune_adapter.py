@@ -209,9 +209,9 @@ class _RecordCallback(tune.Callback):
         self._finish(trial, None)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        error = trial.get_error() or "the trial process failed without an error message"
+        error = _error_text(trial)
         self.crashes.append(f"trial {trial.trial_id} ({trial.config.get('arch')}):\n{error}")
-        self._finish(trial, str(error).strip().splitlines()[-1])
+        self._finish(trial, error.strip().splitlines()[-1])
 
     def _finish(self, trial: Trial, error: str | None) -> None:
         arch = trial.config.get("arch") or self._searcher.arch_of.get(trial.trial_id, "")
@@ -220,6 +220,17 @@ class _RecordCallback(tune.Callback):
         decisions = self._searcher.sampler.decisions(arch) if arch else {}
         self.n_records += 1
         self._on_record(record_from_results(trial.trial_id, arch, results, decisions, start, time.time(), error))
+
+
+def _error_text(trial: Trial) -> str:
+    # Ray writes the traceback to the trial's local error file before calling back; the copy in
+    # the storage path (what Trial.get_error reads) appears only after the next sync.
+    path = trial.error_file
+    if path and Path(path).is_file():
+        text = Path(path).read_text(errors="replace").strip()
+        if text:
+            return text
+    return str(trial.get_error() or "the trial process failed without an error message")
 
 
 @dataclass
