@@ -97,10 +97,11 @@ def connect(cfg: RayConfig) -> Cluster:
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     started = False
+    if cfg.address is not None:
+        _check_address(cfg.address)  # even when Ray is up already: a wrong address is the user's mistake
     if ray.is_initialized():
         address = "existing"
     elif cfg.address is not None:
-        _check_address(cfg.address)
         try:
             ray.init(address=cfg.address, logging_level=logging.WARNING, include_dashboard=False)
         except (ConnectionError, RuntimeError) as err:
