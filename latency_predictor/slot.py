@@ -6,10 +6,15 @@ once on one node, so their measurements must take turns.
 
 Design:
 
-* A slot is an exclusive ``fcntl.flock`` on the file ``<slot_dir>/<device>.lock``, e.g.
+* A slot is an exclusive ``fcntl.flock`` on the file ``<slot_dir>/<key>.lock``, e.g.
   ``cpu.lock`` or ``cuda-0.lock``. Every process (Ray worker, CLI, benchmark) that measures on
   that device queues on the same file, so measurements of one device never overlap, while
   measurements of different devices (``cuda:0`` and ``cuda:1``) run in parallel.
+* A GPU's key names the *physical* GPU, not the process's view of it: a process sees the GPUs
+  listed in ``CUDA_VISIBLE_DEVICES`` renumbered from 0, and Ray sets that variable for each
+  trial to the GPUs it assigned, so ``cuda:0`` of two trials is two different GPUs. The key of
+  ``cuda:N`` is therefore entry N of ``CUDA_VISIBLE_DEVICES`` when it is set (``cuda-3.lock``,
+  or ``cuda-GPU-<uuid>.lock`` for UUID entries), else N (see :func:`slot_key`).
 * The kernel releases the lock when its holder exits or dies, so a crashed trial never leaves
   a stale slot behind (a lock file that stays on disk is harmless: only the lock matters).
 * ``slot_dir`` defaults to ``$LATNAS_SLOT_DIR`` or ``<system temp dir>/latnas-slots``; every
@@ -45,7 +50,9 @@ from pathlib import Path
 from latency_predictor.errors import ConfigError, MeasurementError
 
 SLOT_DIR_ENV = "LATNAS_SLOT_DIR"
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 _DEVICE_RE = re.compile(r"cpu|cuda:\d+")
+_VISIBLE_ENTRY_RE = re.compile(r"\d+|(GPU|MIG)-\S+")
 _held = threading.local()
 
 
@@ -84,11 +91,46 @@ def normalise_device(device: str) -> str:
     return d
 
 
-def slot_path(device: str, slot_dir: str | Path | None = None) -> Path:
-    """The lock file of ``device``'s slot."""
+def slot_key(device: str, visible: str | None = None) -> str:
+    """The name of ``device``'s slot: ``cpu``, or ``cuda-<physical GPU>`` for ``cuda:N``.
+
+    Args:
+        device: ``cpu`` or ``cuda:N`` as this process sees it.
+        visible: the value of ``CUDA_VISIBLE_DEVICES`` to apply (default: this process's).
+
+    Returns:
+        ``cpu``; for ``cuda:N``, ``cuda-<entry N of CUDA_VISIBLE_DEVICES>`` when the variable is
+        set (as CUDA reads it: the list ends at the first entry that is neither an index nor a
+        ``GPU-``/``MIG-`` identifier), else ``cuda-N``.
+
+    Raises:
+        ConfigError: a malformed device, or ``cuda:N`` beyond the GPUs the variable makes visible.
+    """
     d = normalise_device(device)
+    if d == "cpu":
+        return d
+    index = int(d.split(":")[1])
+    if visible is None:
+        visible = os.environ.get(VISIBLE_ENV)
+    if visible is None:
+        return f"cuda-{index}"
+    entries: list[str] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if not _VISIBLE_ENTRY_RE.fullmatch(entry):
+            break
+        entries.append(entry)
+    if index >= len(entries):
+        raise ConfigError(
+            f"device {device!r} is not visible to this process: {VISIBLE_ENV}={visible!r} makes "
+            f"{len(entries)} GPU(s) visible"
+        )
+    return "cuda-" + re.sub(r"[^A-Za-z0-9_.-]", "_", entries[index])
+
+
+def slot_path(device: str, slot_dir: str | Path | None = None) -> Path:
+    """The lock file of ``device``'s slot (named by :func:`slot_key`)."""
     base = Path(slot_dir) if slot_dir is not None else default_slot_dir()
-    return base / f"{d.replace(':', '-')}.lock"
+    return base / f"{slot_key(device)}.lock"
 
 
 @contextmanager

@@ -9,7 +9,8 @@ and what its environment is; :class:`MeasuredBackend` does the rest in the same 
    (:func:`latency_predictor.timing.measure_latency`) on each prepared shape, release it;
 4. return a :class:`LatencyResult` with stats, stability, throughput, environment and the
    time each stage took (``extra``: ``build_s``, ``export_s``, ``session_s``, ``measure_s``,
-   ``slot_wait_s``) and ``cpu_per_wall``, the process's CPU seconds per wall second while timing
+   ``slot_wait_s``, and ``slot_key``: the physical device whose slot was held) and
+   ``cpu_per_wall``, the process's CPU seconds per wall second while timing
    (about the runtime's thread count on an undisturbed CPU, lower when other work took the cores).
 """
 
@@ -192,6 +193,7 @@ class MeasuredBackend(ABC):
             "attempt_cpu_share": list(main.attempt_cpu_share),
             "attempt_iqr_rel": list(main.attempt_iqr_rel),
             "slot_wait_s": ticket.waited_s if ticket is not None else None,
+            "slot_key": ticket.path.stem if ticket is not None else None,
             "stability_threshold": cfg.stability_threshold,
         }
         others = {b: m.stats.p50 for b, m in measured.items() if b != self.input_shape[0]}

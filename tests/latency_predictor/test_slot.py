@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import threading
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from latency_predictor import ConfigError, MeasurementError
 from latency_predictor.backends import OnnxRuntimeBackend
-from latency_predictor.slot import measurement_slot, normalise_device, slot_path
+from latency_predictor.slot import measurement_slot, normalise_device, slot_key, slot_path
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE
 
@@ -96,3 +97,47 @@ def test_device_names() -> None:
     for bad in ("gpu", "cuda:", "cuda:a", "cpu0"):
         with pytest.raises(ConfigError, match="device"):
             normalise_device(bad)
+
+
+def _hold_visible(slot_dir: str, visible: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    # What Ray does for a trial with one GPU: it shows the process only that GPU, as cuda:0.
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    _hold(slot_dir, "cuda:0", out)
+
+
+def _run_two_visible(slot_dir: Path, visible: tuple[str, str]) -> list[tuple[float, float, float]]:
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_hold_visible, args=(str(slot_dir), v, out)) for v in visible]
+    for p in procs:
+        p.start()
+    spans = [out.get(timeout=30) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    return sorted(spans)
+
+
+def test_cuda0_of_two_trials_on_different_gpus_is_measured_in_parallel(slot_dir: Path) -> None:
+    (_, e1, w1), (s2, _, w2) = _run_two_visible(slot_dir, ("1", "2"))
+    assert s2 < e1 and max(w1, w2) < HOLD_S * 0.5
+    assert {p.name for p in slot_dir.iterdir()} == {"cuda-1.lock", "cuda-2.lock"}
+
+
+def test_cuda0_of_two_trials_sharing_a_gpu_takes_turns(slot_dir: Path) -> None:
+    (_, e1, _), (s2, _, w2) = _run_two_visible(slot_dir, ("3", "3"))
+    assert s2 >= e1 - 0.01 and w2 >= HOLD_S * 0.5
+
+
+def test_slot_key_names_the_physical_gpu(monkeypatch: pytest.MonkeyPatch, slot_dir: Path) -> None:
+    assert slot_key("cuda:0", "3") == "cuda-3" and slot_key("cuda:1", "2, 5") == "cuda-5"
+    assert slot_key("cuda:0", "GPU-8f0e1c2a-77b4") == "cuda-GPU-8f0e1c2a-77b4"
+    assert slot_key("cuda:0", "MIG-GPU-8f0e/1/0") == "cuda-MIG-GPU-8f0e_1_0"
+    assert slot_key("cpu", "3") == "cpu"
+    for device, visible in (("cuda:1", "0"), ("cuda:0", ""), ("cuda:1", "0,-1,2")):  # CUDA stops at "-1"
+        with pytest.raises(ConfigError, match="not visible to this process"):
+            slot_key(device, visible)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6")
+    assert slot_path("cuda:0", slot_dir).name == "cuda-6.lock"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert slot_path("cuda:2", slot_dir).name == "cuda-2.lock"
