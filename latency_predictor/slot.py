@@ -27,10 +27,15 @@ Design:
 * The slot is re-entrant within one thread: code that already holds ``measurement_slot(dev)``
   may call a backend that takes the same slot without deadlocking.
 
-What the slot does not do: keep *training* off the device while a measurement runs. On a GPU
-node, give measurements a device that trials do not train on, or accept that the slot only
-keeps measurements apart; on CPU, run the measuring workers with few enough concurrent
-trials that a core is free (see ``docs/latency.md``).
+Training and other heavy work: :func:`device_work` takes the same lock *shared*. Any number of
+training steps run together, but none while a measurement holds the slot, so a measurement
+never overlaps other trials' training on that device (on a CPU node, "the device" is the CPU).
+Writer preference comes from a second lock file, the turnstile (``<key>.turnstile``): a waiting
+measurement holds it, so new training steps queue behind the measurement, which waits only for
+the steps already running. The search wraps each training step (and each evaluation pass) in
+``device_work``; a trial's own training and measurement are sequential, so they never wait on
+each other. Work that does not go through ``device_work`` (another program on the machine) is
+not kept off: the CPU-share check of the timing protocol flags such measurements instead.
 """
 
 from __future__ import annotations
@@ -133,11 +138,28 @@ def slot_path(device: str, slot_dir: str | Path | None = None) -> Path:
     return base / f"{slot_key(device)}.lock"
 
 
+def _open(path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise ConfigError(f"cannot use slot directory {str(path.parent)!r}: {err.strerror}") from None
+
+
+def _turnstile(path: Path) -> Path:
+    return path.with_suffix(".turnstile")
+
+
 @contextmanager
 def measurement_slot(
     device: str, slot_dir: str | Path | None = None, timeout_s: float | None = None
 ) -> Iterator[SlotTicket]:
     """Hold ``device``'s measurement slot for the duration of the ``with`` block.
+
+    The slot is exclusive: no other measurement and no :func:`device_work` (training) of any
+    process runs on the device while it is held. A waiting measurement first takes the
+    turnstile, so new training steps queue behind it and it waits at most for the steps
+    already running.
 
     Args:
         device: ``cpu`` or ``cuda:N``.
@@ -153,8 +175,7 @@ def measurement_slot(
     """
     d = normalise_device(device)
     path = slot_path(d, slot_dir)
-    counts: dict[str, int] = getattr(_held, "counts", None) or {}
-    _held.counts = counts
+    counts = _counts()
     key = str(path)
     if counts.get(key, 0) > 0:
         counts[key] += 1
@@ -163,14 +184,20 @@ def measurement_slot(
         finally:
             counts[key] -= 1
         return
+    fd = _open(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as err:
-        raise ConfigError(f"cannot use slot directory {str(path.parent)!r}: {err.strerror}") from None
-    try:
-        t0 = time.perf_counter()
-        _acquire(fd, d, timeout_s)
+        tfd = _open(_turnstile(path))
+        try:
+            t0 = time.perf_counter()
+            _acquire(tfd, d, timeout_s, fcntl.LOCK_EX)
+            try:
+                left = None if timeout_s is None else max(0.0, timeout_s - (time.perf_counter() - t0))
+                _acquire(fd, d, left, fcntl.LOCK_EX)
+            finally:
+                # Holding the main lock now (or having failed): let the next one queue.
+                fcntl.flock(tfd, fcntl.LOCK_UN)
+        finally:
+            os.close(tfd)
         waited = time.perf_counter() - t0
         counts[key] = 1
         try:
@@ -182,15 +209,59 @@ def measurement_slot(
         os.close(fd)
 
 
-def _acquire(fd: int, device: str, timeout_s: float | None) -> None:
+@contextmanager
+def device_work(device: str, slot_dir: str | Path | None = None) -> Iterator[None]:
+    """Mark heavy non-measurement work (a training step) on ``device`` for the block's duration.
+
+    Any number of processes may do device work at once (a shared lock on the slot), but never
+    while a measurement holds the slot, and a waiting measurement stops new work from starting.
+    Wrap short units of work (one training step), so a measurement waits only for the steps
+    already running. Inside a measurement slot held by this thread it is a no-op.
+
+    Raises:
+        ConfigError: a malformed device, or a slot directory that cannot be created.
+    """
+    d = normalise_device(device)
+    path = slot_path(d, slot_dir)
+    if _counts().get(str(path), 0) > 0:
+        yield
+        return
+    fd = _open(path)
+    try:
+        tfd = _open(_turnstile(path))
+        try:
+            fcntl.flock(tfd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(tfd, fcntl.LOCK_UN)
+        finally:
+            os.close(tfd)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _counts() -> dict[str, int]:
+    counts: dict[str, int] | None = getattr(_held, "counts", None)
+    if counts is None:
+        counts = {}
+        _held.counts = counts
+    return counts
+
+
+def _acquire(fd: int, device: str, timeout_s: float | None, mode: int) -> None:
     if timeout_s is None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, mode)
         return
     deadline = time.perf_counter() + timeout_s
     delay = 0.001
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return
         except OSError as err:
             if err.errno not in (errno.EAGAIN, errno.EACCES):

@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -92,6 +94,7 @@ def train_briefly(
     cfg: TrainConfig,
     device: torch.device,
     on_epoch: Callable[[EpochResult], None] | None = None,
+    step_guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> list[EpochResult]:
     """Train ``model`` for ``cfg.epochs`` epochs, evaluating after each.
 
@@ -101,6 +104,9 @@ def train_briefly(
         cfg: epochs, batch size, optimiser, learning rate and schedule, seed.
         device: where to train.
         on_epoch: called with each epoch's result as soon as it is known.
+        step_guard: entered around every training step and evaluation pass (the search passes
+            :func:`latency_predictor.slot.device_work`, so no latency measurement of the same
+            device overlaps a step).
 
     Raises:
         TrainingError: the loss became NaN or infinite.
@@ -124,20 +130,22 @@ def train_briefly(
         loss_sum = 0.0
         for step in range(steps_per_epoch):
             idx = np.sort(order[step * cfg.batch_size : (step + 1) * cfg.batch_size])
-            x = data.batch(data.x_train[idx], device)
-            y = data.labels(data.y_train[idx], device)
-            loss = F.cross_entropy(model(x), y)
-            if not torch.isfinite(loss):
-                raise TrainingError(
-                    f"training loss became {loss.detach().item()} at epoch {epoch}, step {step + 1}; "
-                    f"try a lower train.lr (now {cfg.lr:g})"
-                )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            loss_sum += loss.detach().item() * len(idx)
-        acc, val_loss = evaluate(model, data, device)
+            with step_guard():
+                x = data.batch(data.x_train[idx], device)
+                y = data.labels(data.y_train[idx], device)
+                loss = F.cross_entropy(model(x), y)
+                if not torch.isfinite(loss):
+                    raise TrainingError(
+                        f"training loss became {loss.detach().item()} at epoch {epoch}, step {step + 1}; "
+                        f"try a lower train.lr (now {cfg.lr:g})"
+                    )
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                loss_sum += loss.detach().item() * len(idx)
+        with step_guard():
+            acc, val_loss = evaluate(model, data, device)
         if not math.isfinite(val_loss):
             raise TrainingError(f"validation loss became {val_loss} after epoch {epoch}; try a lower train.lr")
         res = EpochResult(epoch, acc, val_loss, loss_sum / n, time.perf_counter() - t0)

@@ -19,13 +19,16 @@ import json
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 
 from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
 from latency_predictor.backends import make_estimator
+from latency_predictor.slot import device_work
 from nas.accuracy import EpochResult, naswot_score, resolve_device, train_briefly
 from nas.config import AccuracyConfig, LatencyConfig, TrainConfig
 from nas.data import Dataset
@@ -160,11 +163,13 @@ def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: R
     reward = reward_fn(ctx.reward)
 
     device = resolve_device(ctx.train.device)
+    guard = _work_guard(ctx.latency, device)
     torch.manual_seed(ctx.train.seed)
     model = build(arch, num_classes=ctx.data.num_classes, in_chans=3, dropout=ctx.train.dropout)
     t0 = time.perf_counter()
     if ctx.accuracy.estimator == "naswot":
-        score = naswot_score(model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
+        with guard():
+            score = naswot_score(model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
         report({
             **base, "status": COMPLETED, "epoch": 0, "accuracy": score, "naswot_score": score,
             "train_seconds": time.perf_counter() - t0, "reward": reward(score, lat.latency_ms, ctx.target_ms),
@@ -178,4 +183,14 @@ def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: R
             "train_seconds": time.perf_counter() - t0, "reward": reward(e.accuracy, lat.latency_ms, ctx.target_ms),
         })
 
-    train_briefly(model, ctx.data, ctx.train, device, on_epoch)
+    train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard)
+
+
+def _work_guard(latency: LatencyConfig, device: torch.device) -> Callable[[], AbstractContextManager[Any]]:
+    """Training steps on ``device`` take its measurement slot shared (see latency_predictor.slot):
+    no other trial's latency measurement of that device overlaps them. Off with
+    ``latency.options.slot=false``, as for the measurements themselves."""
+    if latency.options.get("slot", True) is False or device.type not in ("cpu", "cuda"):
+        return nullcontext
+    name = "cpu" if device.type == "cpu" else f"cuda:{device.index or 0}"
+    return partial(device_work, name, latency.options.get("slot_dir"))

@@ -121,7 +121,7 @@ def _run_two_visible(slot_dir: Path, visible: tuple[str, str]) -> list[tuple[flo
 def test_cuda0_of_two_trials_on_different_gpus_is_measured_in_parallel(slot_dir: Path) -> None:
     (_, e1, w1), (s2, _, w2) = _run_two_visible(slot_dir, ("1", "2"))
     assert s2 < e1 and max(w1, w2) < HOLD_S * 0.5
-    assert {p.name for p in slot_dir.iterdir()} == {"cuda-1.lock", "cuda-2.lock"}
+    assert {p.name for p in slot_dir.glob("*.lock")} == {"cuda-1.lock", "cuda-2.lock"}
 
 
 def test_cuda0_of_two_trials_sharing_a_gpu_takes_turns(slot_dir: Path) -> None:
