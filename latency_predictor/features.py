@@ -281,7 +281,8 @@ class FeatureExtractor:
         if not archs:
             return np.zeros((0, *w.shape[1:]))
         counts, table = self._counts(archs)
-        out: np.ndarray = counts @ (table @ w)
+        # project the distinct units when they are fewer than the batch's rows, else the rows
+        out: np.ndarray = counts @ (table @ w) if len(archs) > len(table) else (counts @ table) @ w
         return out * self.input_shape[0] if self.input_shape[0] != 1 else out
 
     def __call__(self, arch: Arch) -> np.ndarray:
