@@ -95,6 +95,7 @@ def train_briefly(
     device: torch.device,
     on_epoch: Callable[[EpochResult], None] | None = None,
     step_guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    step_check: Callable[[], None] | None = None,
 ) -> list[EpochResult]:
     """Train ``model`` for ``cfg.epochs`` epochs, evaluating after each.
 
@@ -107,6 +108,8 @@ def train_briefly(
         step_guard: entered around every training step and evaluation pass (the search passes
             :func:`latency_predictor.slot.device_work`, so no latency measurement of the same
             device overlaps a step).
+        step_check: called after every training step and evaluation pass; raises to stop
+            training (the search's per-trial time limit).
 
     Raises:
         TrainingError: the loss became NaN or infinite.
@@ -144,8 +147,12 @@ def train_briefly(
                 opt.step()
                 sched.step()
                 loss_sum += loss.detach().item() * len(idx)
+            if step_check is not None:
+                step_check()
         with step_guard():
             acc, val_loss = evaluate(model, data, device)
+        if step_check is not None:
+            step_check()
         if not math.isfinite(val_loss):
             raise TrainingError(f"validation loss became {val_loss} after epoch {epoch}; try a lower train.lr")
         res = EpochResult(epoch, acc, val_loss, loss_sum / n, time.perf_counter() - t0)

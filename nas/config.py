@@ -136,6 +136,11 @@ class SearchAlgConfig:
         population_size: NSGA-II: the population size.
         max_duplicates: consecutive already-evaluated suggestions after which the space is
             taken as exhausted and the search ends.
+        trial_timeout_s: wall-clock limit of one trial in seconds (None: no limit); checked
+            between training steps and around the latency measurement, a trial past it is
+            FAILED with ``TrialTimeoutError``.
+        max_retries: times a trial whose process died (killed, lost node) is started again
+            before it is recorded as FAILED.
     """
 
     sampler: str = "tpe"
@@ -149,6 +154,8 @@ class SearchAlgConfig:
     n_startup_trials: int = 8
     population_size: int = 8
     max_duplicates: int = 200
+    trial_timeout_s: float | None = None
+    max_retries: int = 2
 
 
 @dataclass
@@ -197,6 +204,8 @@ class SearchConfig:
             None: ``outputs/<name>`` under the launch directory.
         top_k: candidates shown in the final table.
         progress: show the progress bar.
+        resume: continue the search called ``name`` recorded in the tracking store (its
+            candidates are not evaluated again; the sampler's history is rebuilt from them).
     """
 
     space: dict[str, Any] | None = None
@@ -206,6 +215,7 @@ class SearchConfig:
     output_dir: str | None = None
     top_k: int = 10
     progress: bool = True
+    resume: bool = False
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -265,6 +275,8 @@ def validate(cfg: SearchConfig) -> None:
     if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cfg.name):
         raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
     _int_at_least("top_k", cfg.top_k, 1)
+    if cfg.resume and cfg.name is None:
+        raise ConfigError("resume", "resume=true continues a named search: add name=<the search's name>")
 
     lat = cfg.latency
     # The backend name and options are checked by the backend registry when it is built.
@@ -311,6 +323,9 @@ def validate(cfg: SearchConfig) -> None:
     _int_at_least("search.n_startup_trials", s.n_startup_trials, 0)
     _int_at_least("search.population_size", s.population_size, 2)
     _int_at_least("search.max_duplicates", s.max_duplicates, 1)
+    if s.trial_timeout_s is not None:
+        _positive("search.trial_timeout_s", s.trial_timeout_s)
+    _int_at_least("search.max_retries", s.max_retries, 0)
     if s.scheduler == "asha":
         if acc.estimator != "train":
             raise ConfigError("search.scheduler", "asha stops trials between epochs: it needs accuracy=train")

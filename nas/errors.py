@@ -29,6 +29,15 @@ class TrainingError(NASError):
     """Training a candidate failed (e.g. the loss became NaN or infinite)."""
 
 
+class TrialTimeoutError(NASError):
+    """A trial ran past ``search.trial_timeout_s`` (checked between training steps and around
+    the latency measurement)."""
+
+
+class TrialOutOfMemoryError(NASError):
+    """A trial ran out of memory (CUDA or host); the candidate is too large for the trial's device."""
+
+
 class ProxyError(NASError):
     """A training-free accuracy proxy could not score a candidate."""
 
@@ -43,6 +52,10 @@ class TrackingError(NASError):
 
 class ClusterError(NASError):
     """The Ray cluster cannot be reached or started."""
+
+
+class FaultSpecError(NASError):
+    """The fault-injection specification (``$LATNAS_FAULTS``) is malformed."""
 
 
 class SearchError(NASError):

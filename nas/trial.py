@@ -9,12 +9,18 @@ Latency is measured before training so that every per-epoch report already carri
 reward: an early-stopping scheduler (ASHA) then acts on the same number the sampler optimises.
 
 Expected failures (typed errors of :mod:`nas`, :mod:`search_spaces` and
-:mod:`latency_predictor`) end the trial with a FAILED report that names the error; any other
-exception is a bug and propagates.
+:mod:`latency_predictor`) end the trial with a FAILED report that names the error; so do running
+out of memory (``torch.OutOfMemoryError``, ``MemoryError``, or the CPU allocator's failure,
+reported as :class:`~nas.errors.TrialOutOfMemoryError`) and running past
+``search.trial_timeout_s`` (:class:`~nas.errors.TrialTimeoutError`, checked between training
+steps and around the measurement). Any other exception is a bug and propagates.
+
+Faults injected for tests (:mod:`nas.faults`, off unless ``$LATNAS_FAULTS`` is set) act here too.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import time
@@ -32,7 +38,8 @@ from latency_predictor.slot import device_work
 from nas.accuracy import EpochResult, naswot_score, resolve_device, train_briefly
 from nas.config import AccuracyConfig, LatencyConfig, TrainConfig
 from nas.data import Dataset
-from nas.errors import NASError
+from nas.errors import NASError, TrialOutOfMemoryError, TrialTimeoutError
+from nas.faults import FaultPlan
 from nas.reward import meets_target, reward_fn
 from search_spaces import Arch, SearchSpace, SearchSpaceError, build, count_macs, count_params
 
@@ -59,6 +66,8 @@ class TrialContext:
         target_ms: the latency target.
         reward: the reward's name (see :data:`nas.reward.REWARDS`).
         threads: torch threads per trial.
+        trial_timeout_s: the trial's time limit in seconds (None: none).
+        faults: faults to inject (tests only; None: none).
     """
 
     space: SearchSpace
@@ -69,6 +78,51 @@ class TrialContext:
     target_ms: float
     reward: str
     threads: int
+    trial_timeout_s: float | None = None
+    faults: FaultPlan | None = None
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A trial's time limit, checked at safe points (between steps, around the measurement).
+
+    Attributes:
+        limit_s: seconds allowed (None: no limit).
+        started: ``time.perf_counter()`` when the trial started.
+    """
+
+    limit_s: float | None
+    started: float
+
+    def check(self, stage: str) -> None:
+        """Raise when the trial has run past its limit.
+
+        Raises:
+            TrialTimeoutError: naming the limit, the time taken and ``stage``.
+        """
+        if self.limit_s is None:
+            return
+        elapsed = time.perf_counter() - self.started
+        if elapsed > self.limit_s:
+            raise TrialTimeoutError(
+                f"the trial took {elapsed:.1f} s, past search.trial_timeout_s={self.limit_s:g}, at {stage}; "
+                "raise the limit if candidates this size are meant to finish"
+            )
+
+
+def _out_of_memory(err: BaseException) -> TrialOutOfMemoryError | None:
+    """The typed failure for an allocation failure (None: ``err`` is something else)."""
+    if isinstance(err, torch.OutOfMemoryError | MemoryError):
+        kind = "CUDA" if isinstance(err, torch.OutOfMemoryError) else "host"
+    elif isinstance(err, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(err):
+        kind = "host"  # torch's CPU allocator raises a plain RuntimeError
+    else:
+        return None
+    first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return TrialOutOfMemoryError(
+        f"out of {kind} memory: {first_line[:300]}; lower train.batch_size or latency.input_shape, or give "
+        "trials more memory"
+    )
 
 
 def make_latency_estimator(
@@ -140,24 +194,44 @@ def evaluate_candidate(arch_text: str, ctx: TrialContext, report: Report) -> Non
     def timed_report(metrics: dict[str, Any]) -> None:
         report({**metrics, "trial_seconds": time.perf_counter() - started})
 
+    deadline = Deadline(ctx.trial_timeout_s, started)
     try:
-        _evaluate(arch_text, ctx, base, timed_report)
+        try:
+            _evaluate(arch_text, ctx, base, timed_report, deadline)
+        except (MemoryError, RuntimeError) as err:
+            oom = _out_of_memory(err)
+            if oom is None:
+                raise
+            raise oom from err
     except EXPECTED_ERRORS as err:
+        if isinstance(err, TrialOutOfMemoryError):
+            _release_memory()
         timed_report({
             **base, "status": FAILED, "reward": math.nan, "failure_type": type(err).__name__,
             "failure_reason": str(err),
         })
 
 
-def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: Report) -> None:
+def _release_memory() -> None:
+    # What the failed candidate held is unreachable now; give it back before the next trial.
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: Report, deadline: Deadline) -> None:
     arch = ctx.space.decode(arch_text)
     base["arch_id"] = arch.arch_id
     params, macs = profile_arch(arch, ctx.data.num_classes, ctx.latency.input_shape)
     base.update(params=params, macs=macs)
 
+    if ctx.faults is not None:
+        ctx.faults.before_measure(arch.arch_id, deadline.check)
+    deadline.check("the start of the latency measurement")
     t0 = time.perf_counter()
     lat = _estimator(ctx.latency, ctx.data.num_classes, ctx.space).measure(arch)
     base["measure_seconds"] = time.perf_counter() - t0
+    deadline.check("the end of the latency measurement")
     base.update(latency_metrics(lat))
     base["meets_target"] = meets_target(lat.latency_ms, ctx.target_ms)
     reward = reward_fn(ctx.reward)
@@ -166,10 +240,13 @@ def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: R
     guard = _work_guard(ctx.latency, device)
     torch.manual_seed(ctx.train.seed)
     model = build(arch, num_classes=ctx.data.num_classes, in_chans=3, dropout=ctx.train.dropout)
+    if ctx.faults is not None:
+        ctx.faults.before_training(arch.arch_id, model, device)
     t0 = time.perf_counter()
     if ctx.accuracy.estimator == "naswot":
         with guard():
             score = naswot_score(model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
+        deadline.check("the end of the NASWOT score")
         report({
             **base, "status": COMPLETED, "epoch": 0, "accuracy": score, "naswot_score": score,
             "train_seconds": time.perf_counter() - t0, "reward": reward(score, lat.latency_ms, ctx.target_ms),
@@ -183,7 +260,8 @@ def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: R
             "train_seconds": time.perf_counter() - t0, "reward": reward(e.accuracy, lat.latency_ms, ctx.target_ms),
         })
 
-    train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard)
+    train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard,
+                  step_check=lambda: deadline.check("a training step"))
 
 
 def _work_guard(latency: LatencyConfig, device: torch.device) -> Callable[[], AbstractContextManager[Any]]:
