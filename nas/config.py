@@ -163,8 +163,9 @@ class RayConfig:
     """Where trials run (the ``ray`` group).
 
     Attributes:
-        address: None starts a local Ray cluster on this machine; ``auto`` or ``host:port``
-            joins an existing one.
+        address: None starts a local Ray cluster on this machine (or joins ``$RAY_ADDRESS``
+            when set, as under ``ray job submit``); ``auto`` or ``host:port`` joins an existing
+            one (Ray Client ``ray://`` addresses are refused: see docs/cluster.md).
         num_cpus: CPUs of the local cluster (None: all of this machine's).
         cpus_per_trial: CPUs reserved per trial (also torch's thread count in the trial).
         gpus_per_trial: GPUs reserved per trial; None: ``visible GPUs / max_concurrent`` on a
@@ -337,8 +338,15 @@ def validate(cfg: SearchConfig) -> None:
             )
 
     r = cfg.ray
-    if r.address is not None and not (r.address == "auto" or re.fullmatch(r"(ray://)?[^:/\s]+:\d+", r.address)):
-        raise ConfigError("ray.address", f"must be 'auto', 'host:port' or 'ray://host:port', got {r.address!r}")
+    if r.address is not None and r.address.startswith("ray://"):
+        raise ConfigError(
+            "ray.address",
+            f"{r.address!r} is a Ray Client address, which runs Ray Tune's driver loop on the head node, away "
+            "from the MLflow record; run the search on a cluster node with ray.address=auto (or host:port), or "
+            "submit it with `ray job submit` (docs/cluster.md)",
+        )
+    if r.address is not None and not (r.address == "auto" or re.fullmatch(r"[^:/\s]+:\d+", r.address)):
+        raise ConfigError("ray.address", f"must be 'auto' or 'host:port' (the head node's GCS port), got {r.address!r}")
     if r.num_cpus is not None:
         _int_at_least("ray.num_cpus", r.num_cpus, 1)
     _positive("ray.cpus_per_trial", r.cpus_per_trial)

@@ -185,13 +185,18 @@ def run_search(cfg: SearchConfig) -> SearchResult:
     tracker = Tracker(uri, cfg.tracking.experiment)  # creates the store first, in this process only
 
     data = load_dataset(cfg.data)
-    make_latency_estimator(cfg.latency, data.num_classes, space)  # the backend's options are checked here
-    if cfg.ray.address is None and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
+    on_cluster = tune_adapter.joins_cluster(cfg.ray)
+    if not on_cluster:
+        make_latency_estimator(cfg.latency, data.num_classes, space)  # the backend's options are checked here
+    if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
 
     cluster = tune_adapter.connect(cfg.ray)
     try:
         resources = tune_adapter.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
+        if on_cluster:
+            # Checked where trials run: the driver's machine may lack their device (a CPU-only head node).
+            tune_adapter.check_latency_on_trial_node(cfg.latency, data.num_classes, space, resources)
         if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
             raise ConfigError("ray.gpus_per_trial", f"is 0 but train.device={cfg.train.device}: give trials a GPU")
         # What the trials will train on: Ray shows a trial only the GPUs it reserved.
@@ -220,7 +225,7 @@ def _search(
         **_environment_tags(device), "space": space.name, "target_ms": f"{cfg.target_ms:g}",
         "sampler": cfg.search.sampler, "accuracy_estimator": cfg.accuracy.estimator,
         "latency_backend": cfg.latency.backend, "ray_address": cluster.address, "output_dir": str(output_dir),
-        "resources_per_trial": json.dumps(resources),
+        "resources_per_trial": json.dumps(resources), "ray_nodes": str(cluster.nodes),
     }
     parent = tracker.start_search(name, params, tags)
     records: list[CandidateRecord] = []

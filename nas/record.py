@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from nas.trial import COMPLETED, FAILED, PRUNED, RUNNING
+from nas.trial import COMPLETED, CRASHED, FAILED, PRUNED, RUNNING
 from search_spaces import arch_id_of
 
 FINAL_METRICS = (
@@ -38,7 +38,8 @@ class CandidateRecord:
         metrics: final metric values (see :data:`FINAL_METRICS`).
         history: one dict of :data:`EPOCH_METRICS` per reported epoch, with ``epoch``.
         latency: the :class:`~latency_predictor.LatencyResult` as a dict (None if not measured).
-        tags: string facts (latency source and backend, accuracy estimator, failure).
+        tags: string facts (latency source and backend, accuracy estimator, failure, and where the
+            trial ran: ``ray_node_id``, ``ray_node_ip``, ``ray_gpu_ids``).
         start_time: Unix time the trial started.
         end_time: Unix time the trial ended.
     """
@@ -82,6 +83,7 @@ def record_from_results(
     start_time: float,
     end_time: float,
     error: str | None = None,
+    error_type: str = "TrialCrashed",
 ) -> CandidateRecord:
     """Build the record of a trial from its reports, in order.
 
@@ -92,13 +94,19 @@ def record_from_results(
         decisions: the active decisions of ``arch``.
         start_time: Unix time the trial started.
         end_time: Unix time it ended.
-        error: the error text when the trial process raised (an unexpected error).
+        error: the error text when the trial process raised or died.
+        error_type: the failure type recorded with ``error`` (``TrialCrashed``: a bug;
+            ``TrialProcessDied``: the process died more often than retries allowed).
     """
     last = results[-1] if results else {}
     tags: dict[str, str] = {}
     if error is not None:
         status = FAILED
-        tags.update(failure_type="TrialCrashed", failure_reason=error)
+        tags.update(failure_type=error_type, failure_reason=error)
+    elif last.get("status") == CRASHED:
+        status = FAILED
+        crash = str(last.get("crash", "")).strip().splitlines()
+        tags.update(failure_type="TrialCrashed", failure_reason=crash[-1] if crash else "an unexpected error")
     elif last.get("status") == FAILED:
         status = FAILED
         tags.update(failure_type=str(last.get("failure_type")), failure_reason=str(last.get("failure_reason")))
@@ -110,7 +118,8 @@ def record_from_results(
         status = FAILED
         tags.update(failure_type="NoResult", failure_reason="the trial ended without reporting a result")
     tags["status"] = status
-    for key in ("latency_source", "latency_backend", "latency_device", "accuracy_estimator"):
+    for key in ("latency_source", "latency_backend", "latency_device", "accuracy_estimator",
+                "ray_node_id", "ray_node_ip", "ray_gpu_ids"):
         if key in last:
             tags[key] = str(last[key])
     if "latency_stable" in last:

@@ -1,9 +1,14 @@
 """The only module that imports Ray: the cluster, the Tuner, the searcher and driver callbacks.
 
 * :func:`connect` starts a local Ray cluster (``ray.init`` on this machine) or joins the one at
-  ``ray.address``; an unreachable address is a :class:`~nas.errors.ClusterError` before any
-  trial. Ray's own console output is silenced (no progress tables, no dashboard, no usage
-  stats); warnings from trials still reach the console.
+  ``ray.address`` (or at ``$RAY_ADDRESS``, which ``ray job submit`` sets for the search it
+  starts); an unreachable address is a :class:`~nas.errors.ClusterError` before any trial. Ray
+  Client addresses (``ray://``) are refused: under Ray Client, Ray Tune runs its driver loop on
+  the head node, so the callbacks that write the MLflow record would run there and not here.
+  Ray's own console output is silenced (no progress tables, no dashboard, no usage stats);
+  warnings from trials still reach the console.
+* :func:`check_latency_on_trial_node` builds the latency backend once where trials run, with a
+  trial's resources (the driver's machine may lack the trials' GPU).
 * :class:`ArchSearcher` is the bookkeeping between Ray Tune's trial ids and
   :class:`nas.sampler.ArchSampler` (which holds the Optuna study), as Ray Tune's own
   ``OptunaSearch`` does, plus one evaluation per distinct architecture.
@@ -11,26 +16,39 @@
   ``reuse_actors``, FIFO or ASHA, state under an absolute ``storage_path`` (resumable), and a
   driver-side callback that turns each finished trial into a
   :class:`~nas.record.CandidateRecord` and hands it to the caller (who records it in MLflow):
-  every write happens in this process.
+  every write happens in this process. Each report carries where the trial ran (Ray node id
+  and IP, the GPU ids Ray assigned it), so the record names the node of every candidate.
+
+Failures: a typed error is a FAILED report from the trial itself (:mod:`nas.trial`). A trial
+whose process dies (killed, out of memory at the OS level, its node lost) is started again by
+Ray Tune, up to ``search.max_retries`` times (``FailureConfig(max_failures=...)``), and is
+recorded once, with its ``retries``; past that it is FAILED with ``TrialProcessDied``. An
+unexpected exception (a bug) is not retried: the trial reports it as ``CRASHED``, a stopper
+ends the experiment and the driver raises with the traceback. Ray Tune's own resume
+(``Tuner.restore``) is not used: a search is resumed from its MLflow record (:mod:`nas.driver`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import socket
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nas.config import RayConfig, SearchAlgConfig
+from latency_predictor import LatencyError
+from nas.config import LatencyConfig, RayConfig, SearchAlgConfig
 from nas.errors import ClusterError
 from nas.record import CandidateRecord, record_from_results
 from nas.sampler import ArchSampler, Outcome
-from nas.trial import COMPLETED, RUNNING, TrialContext, evaluate_candidate
+from nas.trial import COMPLETED, CRASHED, RUNNING, TrialContext, evaluate_candidate, make_latency_estimator
+from search_spaces import SearchSpace
 
 # Set before Ray is imported: Ray reads some of these at import time.
 _QUIET_ENV = {
@@ -49,11 +67,18 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # 
 from ray.tune.search import Searcher  # noqa: E402
 
 _NOISY_LOGGERS = (
+    # On Ctrl-C: "Trials did not complete" and "Resume experiment with: Tuner.restore(...)"; the
+    # driver says what was recorded and how to resume (resume=true).
+    "ray.tune.tune",
     "ray._private.authentication.authentication_token_setup",  # "token authentication is enabled" on every start
     "ray.tune.analysis.experiment_analysis",  # "failed to fetch metrics": per-trial files are off on purpose
 )
 
 log = logging.getLogger(__name__)
+
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+PLACEMENT_KEYS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
+"""Report keys that say where a trial ran (``ray_gpu_ids``: comma-separated, ``none`` without a GPU)."""
 
 
 @dataclass(frozen=True)
@@ -65,15 +90,26 @@ class Cluster:
         cpus: CPUs in the cluster.
         gpus: GPUs in the cluster.
         started_here: whether :func:`connect` started it (and :func:`disconnect` stops it).
+        joined_here: whether :func:`connect` joined an existing cluster (and :func:`disconnect`
+            leaves it, which stops nothing on the cluster).
+        nodes: alive nodes in the cluster.
     """
 
     address: str
     cpus: float
     gpus: float
     started_here: bool
+    joined_here: bool = False
+    nodes: int = 1
 
 
-def _check_address(address: str) -> None:
+def _check_address(address: str, source: str = "ray.address") -> None:
+    if address.startswith("ray://"):
+        raise ClusterError(
+            f"{source} {address!r} is a Ray Client address: under Ray Client, Ray Tune runs the search's driver "
+            "loop on the head node, away from this process and its MLflow record; run the search on a node of "
+            "the cluster with ray.address=auto (or host:port), or submit it with `ray job submit` (docs/cluster.md)"
+        )
     if address == "auto":
         return
     hostport = address.removeprefix("ray://")
@@ -83,41 +119,93 @@ def _check_address(address: str) -> None:
             pass
     except OSError as err:
         raise ClusterError(
-            f"ray.address {address!r}: cannot reach a Ray cluster at {host}:{port} ({err.strerror or err}); "
+            f"{source} {address!r}: cannot reach a Ray cluster at {host}:{port} ({err.strerror or err}); "
             "start it (ray start --head) or leave ray.address unset to start a local one"
         ) from None
+
+
+def joins_cluster(cfg: RayConfig) -> bool:
+    """Whether :func:`connect` will join an existing cluster (``ray.address`` or ``$RAY_ADDRESS`` set)."""
+    return cfg.address is not None or bool(os.environ.get(RAY_ADDRESS_ENV, "").strip())
 
 
 def connect(cfg: RayConfig) -> Cluster:
     """Start a local Ray cluster, or join ``cfg.address``; reuse Ray if it is already initialised.
 
+    With ``cfg.address`` unset and ``$RAY_ADDRESS`` set (``ray job submit`` sets it for the
+    command it starts), the cluster at ``$RAY_ADDRESS`` is joined, as ``ray.init`` would.
+
     Raises:
-        ClusterError: the address cannot be reached.
+        ClusterError: the address is a Ray Client address or cannot be reached.
     """
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
-    started = False
-    if cfg.address is not None:
-        _check_address(cfg.address)  # even when Ray is up already: a wrong address is the user's mistake
+    started = joined = False
+    target, source = cfg.address, "ray.address"
+    if target is None and os.environ.get(RAY_ADDRESS_ENV, "").strip():
+        target, source = os.environ[RAY_ADDRESS_ENV].strip(), f"${RAY_ADDRESS_ENV}"
+    if target is not None:
+        _check_address(target, source)  # even when Ray is up already: a wrong address is the user's mistake
     if ray.is_initialized():
         address = "existing"
-    elif cfg.address is not None:
+    elif target is not None:
         try:
-            ray.init(address=cfg.address, logging_level=logging.WARNING, include_dashboard=False)
+            ray.init(address=target, logging_level=logging.WARNING, include_dashboard=False)
         except (ConnectionError, RuntimeError) as err:
-            raise ClusterError(f"ray.address {cfg.address!r}: cannot join the Ray cluster: {err}") from None
-        address = cfg.address
+            raise ClusterError(f"{source} {target!r}: cannot join the Ray cluster: {err}") from None
+        address, joined = target, True
     else:
         ray.init(num_cpus=cfg.num_cpus, logging_level=logging.WARNING, include_dashboard=False)
         address, started = "local", True
     res = ray.cluster_resources()
-    return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), started)
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), started, joined, nodes)
 
 
 def disconnect(cluster: Cluster) -> None:
-    """Stop the cluster if :func:`connect` started it."""
-    if cluster.started_here and ray.is_initialized():
+    """Stop the cluster if :func:`connect` started it; leave it if :func:`connect` joined it."""
+    if (cluster.started_here or cluster.joined_here) and ray.is_initialized():
         ray.shutdown()
+
+
+def check_latency_on_trial_node(
+    cfg: LatencyConfig, num_classes: int, space: SearchSpace, resources: dict[str, float]
+) -> None:
+    """Build the latency estimator once in a Ray task with a trial's ``resources``, where trials run.
+
+    The driver's machine may lack the trials' device (a CPU-only head node driving trials on GPU
+    nodes), so on a joined cluster the backend is checked on a trial node instead.
+
+    Raises:
+        LatencyError: the estimator cannot be built there (unknown option, device not available).
+    """
+    task = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"])(_latency_error)
+    error = ray.get(task.remote(cfg, num_classes, space))
+    if error is not None:
+        raise error
+
+
+def _latency_error(cfg: LatencyConfig, num_classes: int, space: SearchSpace) -> LatencyError | None:
+    # Returned, not raised: a raised error would come back wrapped in Ray's own exception type.
+    try:
+        make_latency_estimator(cfg, num_classes, space)
+    except LatencyError as err:
+        return err
+    return None
+
+
+def placement() -> dict[str, str]:
+    """Where the calling trial runs: :data:`PLACEMENT_KEYS` (Ray node id and IP, assigned GPU ids).
+
+    Ray shows a trial only the GPUs it assigned (``CUDA_VISIBLE_DEVICES``), as ``cuda:0``,
+    ``cuda:1``, ...; the ids here are the node's own numbering of those GPUs.
+    """
+    rt = ray.get_runtime_context()
+    gpus = rt.get_accelerator_ids().get("GPU", [])
+    return {
+        "ray_node_id": rt.get_node_id(), "ray_node_ip": ray.util.get_node_ip_address(),
+        "ray_gpu_ids": ",".join(str(g) for g in gpus) or "none",
+    }
 
 
 def trial_resources(cfg: RayConfig, cluster: Cluster, max_concurrent: int) -> dict[str, float]:
@@ -187,16 +275,26 @@ class ArchSearcher(Searcher):
         self.sampler, self.arch_of = state["sampler"], state["arch_of"]
 
 
+PROCESS_DEATH_ERRORS = (
+    "ActorDiedError", "RayActorError", "WorkerCrashedError", "NodeDiedError", "ActorUnavailableError",
+    "OutOfMemoryError", "ObjectLostError", "OwnerDiedError",
+)
+"""Ray errors that mean a trial's process (or its node) died rather than its code raising."""
+
+
 class _RecordCallback(tune.Callback):
     """Driver side: gathers each trial's reports and hands one record per finished trial on."""
 
-    def __init__(self, searcher: ArchSearcher, on_record: Callable[[CandidateRecord], None]) -> None:
+    def __init__(self, searcher: ArchSearcher, on_record: Callable[[CandidateRecord], None], max_retries: int) -> None:
         self._searcher = searcher
         self._on_record = on_record
+        self._max_retries = max_retries
         self._results: dict[str, list[dict[str, Any]]] = {}
         self._start: dict[str, float] = {}
+        self._retries: dict[str, int] = {}
         self.crashes: list[str] = []
         self.n_records = 0
+        self.n_retries = 0
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._start[trial.trial_id] = time.time()
@@ -206,21 +304,61 @@ class _RecordCallback(tune.Callback):
     ) -> None:
         self._results.setdefault(trial.trial_id, []).append(result)
 
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        # The process died and Ray Tune starts the trial again from the beginning: what the lost
+        # attempt reported is discarded, so the record holds one attempt.
+        self._results.pop(trial.trial_id, None)
+        n = self._retries[trial.trial_id] = self._retries.get(trial.trial_id, 0) + 1
+        self.n_retries += 1
+        log.warning(
+            "trial %s (%s): its process died (%s); starting it again (retry %d of %d)", trial.trial_id,
+            trial.config.get("arch"), _last_line(_error_text(trial)), n, self._max_retries,
+        )
+
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        last = (self._results.get(trial.trial_id) or [{}])[-1]
+        if last.get("status") == CRASHED:
+            self.crashes.append(f"trial {trial.trial_id} ({trial.config.get('arch')}):\n{last.get('crash', '')}")
         self._finish(trial, None)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         error = _error_text(trial)
+        if any(name in error for name in PROCESS_DEATH_ERRORS):
+            tries = self._retries.get(trial.trial_id, 0) + 1
+            reason = (f"the trial's process died {tries} time(s), search.max_retries={self._max_retries}: "
+                      f"{_last_line(error)}")
+            self._finish(trial, reason, "TrialProcessDied")
+            return
         self.crashes.append(f"trial {trial.trial_id} ({trial.config.get('arch')}):\n{error}")
-        self._finish(trial, error.strip().splitlines()[-1])
+        self._finish(trial, _last_line(error))
 
-    def _finish(self, trial: Trial, error: str | None) -> None:
+    def _finish(self, trial: Trial, error: str | None, error_type: str = "TrialCrashed") -> None:
         arch = trial.config.get("arch") or self._searcher.arch_of.get(trial.trial_id, "")
         results = self._results.pop(trial.trial_id, [])
         start = self._start.pop(trial.trial_id, time.time())
         decisions = self._searcher.sampler.decisions(arch) if arch else {}
         self.n_records += 1
-        self._on_record(record_from_results(trial.trial_id, arch, results, decisions, start, time.time(), error))
+        rec = record_from_results(trial.trial_id, arch, results, decisions, start, time.time(), error, error_type)
+        rec.metrics["retries"] = float(self._retries.pop(trial.trial_id, 0))
+        self._on_record(rec)
+
+
+class _CrashStopper(tune.Stopper):
+    """Ends the experiment once a trial has crashed (a bug: the driver raises after recording)."""
+
+    def __init__(self, callback: _RecordCallback) -> None:
+        self._callback = callback
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return bool(self._callback.crashes)
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else text
 
 
 def _error_text(trial: Trial) -> str:
@@ -246,6 +384,8 @@ class TuneOutcome:
         interrupted: the run was stopped (Ctrl-C) before ``n_trials`` trials ended.
         duplicates: suggestions of already evaluated architectures (given the earlier result).
         wall_seconds: time spent in ``Tuner.fit``.
+        ray_trials: trials Ray Tune ran (its ResultGrid), each counted once however often retried.
+        retries: trial processes that died and were started again.
     """
 
     experiment_path: str
@@ -255,10 +395,21 @@ class TuneOutcome:
     interrupted: bool = False
     duplicates: int = 0
     wall_seconds: float = 0.0
+    ray_trials: int = 0
+    retries: int = 0
 
 
 def _trainable(config: dict[str, Any], ctx: TrialContext) -> None:
-    evaluate_candidate(config["arch"], ctx, tune.report)
+    where = placement()
+
+    def report(metrics: dict[str, Any]) -> None:
+        tune.report({**metrics, **where})
+
+    try:
+        evaluate_candidate(config["arch"], ctx, report)
+    except Exception:  # a bug: reported, not raised, so that Ray Tune does not retry it; the driver
+        # records it, stops the search and raises it with this traceback.
+        report({"status": CRASHED, "arch": config["arch"], "reward": math.nan, "crash": traceback.format_exc()})
 
 
 def _scheduler(cfg: SearchAlgConfig, epochs: int) -> TrialScheduler:
@@ -278,40 +429,45 @@ def run_trials(
     storage_path: Path,
     name: str,
     on_record: Callable[[CandidateRecord], None],
+    n_trials: int | None = None,
 ) -> TuneOutcome:
-    """Run up to ``search.n_trials`` trials of distinct architectures.
+    """Run up to ``n_trials`` trials of distinct architectures.
 
     Args:
         ctx: what every trial needs (shipped once through Ray's object store).
         sampler: proposes the architectures.
-        search: trial count, concurrency, scheduler.
+        search: trial count, concurrency, scheduler, retries.
         resources: ``{"cpu": ..., "gpu": ...}`` per trial.
         storage_path: absolute folder for Ray Tune's state (``<storage_path>/<name>``).
         name: the Ray Tune experiment name.
         on_record: called in this process with each finished trial's record, as it finishes.
+        n_trials: trials to run (None: ``search.n_trials``; fewer when a search is resumed).
     """
+    n_trials = search.n_trials if n_trials is None else n_trials
     searcher = ArchSearcher(sampler)
-    callback = _RecordCallback(searcher, on_record)
+    callback = _RecordCallback(searcher, on_record, search.max_retries)
     trainable = tune.with_resources(tune.with_parameters(_trainable, ctx=ctx), resources)
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
             metric="reward", mode="max", search_alg=searcher, scheduler=_scheduler(search, ctx.train.epochs),
-            num_samples=search.n_trials, max_concurrent_trials=search.max_concurrent, reuse_actors=True,
+            num_samples=n_trials, max_concurrent_trials=search.max_concurrent, reuse_actors=True,
             trial_name_creator=lambda t: f"trial_{t.trial_id}", trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
         ),
         run_config=tune.RunConfig(
             name=name, storage_path=str(storage_path.resolve()), verbose=0, callbacks=[callback],
-            # An unexpected exception in a trial is a bug: stop the search (the driver raises).
-            failure_config=tune.FailureConfig(max_failures=0, fail_fast=True),
+            # A dead trial process is started again; a bug is reported as CRASHED and stops the
+            # experiment through the stopper (fail_fast would also stop on a retried death).
+            failure_config=tune.FailureConfig(max_failures=search.max_retries, fail_fast=False),
+            stop=_CrashStopper(callback),
         ),
     )
     t0 = time.perf_counter()
     grid = tuner.fit()
     wall = time.perf_counter() - t0
-    interrupted = not sampler.exhausted and not callback.crashes and callback.n_records < search.n_trials
+    interrupted = not sampler.exhausted and not callback.crashes and callback.n_records < n_trials
     return TuneOutcome(
         experiment_path=str(Path(grid.experiment_path)), finished_trials=callback.n_records,
         crashes=callback.crashes, exhausted=sampler.exhausted, interrupted=interrupted,
-        duplicates=sampler.duplicates, wall_seconds=wall,
+        duplicates=sampler.duplicates, wall_seconds=wall, ray_trials=len(grid), retries=callback.n_retries,
     )
