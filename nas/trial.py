@@ -49,6 +49,8 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (NASError, SearchSpaceError, Late
 """Errors that make a FAILED trial with a reason instead of stopping the search."""
 
 COMPLETED, RUNNING, FAILED, PRUNED = "COMPLETED", "RUNNING", "FAILED", "PRUNED"
+CRASHED = "CRASHED"
+"""The status of a trial's last report when it raised an unexpected error (a bug)."""
 
 _ESTIMATORS: dict[str, LatencyEstimator] = {}
 
