@@ -1,0 +1,69 @@
+"""The benchmark scripts of the other parts (latency measurement, predictor, search overhead,
+and contention or reliability where those scripts exist), run as subprocesses.
+
+Each script writes its own JSON record; in quick mode it runs with smaller settings and writes
+under ``benchmarks/quick/``, so a quick run never replaces a full record. The suite's record of
+such a benchmark holds the script's command, its output's tail and the script's own record.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nas.bench.common import QUICK_DIR, RECORDS_DIR, ROOT
+
+
+@dataclass(frozen=True)
+class Script:
+    """A benchmark script: its path, record name, summary, quick and full arguments, minutes (quick, full)."""
+
+    script: str
+    record: str
+    summary: str
+    quick_args: tuple[str, ...]
+    full_args: tuple[str, ...]
+    minutes: tuple[float, float]
+
+
+SCRIPTS: dict[str, Script] = {
+    "latency": Script("scripts/bench_latency.py", "latency.json",
+                      "latency measurement: repeatability, overhead, backend agreement, GPU modes",
+                      ("--processes", "3"), (), (1.5, 2)),
+    "predictor": Script("scripts/bench_predictor.py", "predictor.json",
+                        "latency predictor: held-out accuracy, splits, throughput",
+                        ("--splits", "3", "--throughput-n", "5000"), (), (1, 25)),
+    "search": Script("scripts/bench_search.py", "search.json",
+                     "search: quickstart wall time, framework overhead per trial",
+                     ("--skip-quickstart", "--trials", "4", "--epochs", "4"), (), (1.5, 6)),
+    "contention": Script("scripts/bench_contention.py", "contention.json",
+                         "measurement under contention", (), (), (3, 10)),
+    "reliability": Script("scripts/bench_reliability.py", "reliability.json",
+                          "fault injection: trials failed, retried, recovered", (), (), (3, 10)),
+}
+
+
+def run(name: str, quick: bool, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the script of benchmark ``name`` (quick or full) and return its record and command.
+
+    Raises:
+        RuntimeError: the script failed (its output's tail is in the message).
+    """
+    s = SCRIPTS[name]
+    out = (QUICK_DIR if quick else RECORDS_DIR) / s.record
+    args = [*(s.quick_args if quick else s.full_args), "--out", str(out.relative_to(ROOT))]
+    if quick and name == "predictor":
+        # the saved predictor of the full run stays as it is
+        args += ["--predictor", str((QUICK_DIR / "predictor-model.json").relative_to(ROOT))]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, s.script, *args], cwd=ROOT, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        log(f"  {line}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{s.script} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return {"script_command": " ".join(["python", s.script, *args]), "record": out.name,
+            "script_record": json.loads(out.read_text())}

@@ -1,0 +1,114 @@
+"""The benchmark suite: rendering from records, regularised evolution, the CLI, width scaling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nas.bench import render, suite
+from nas.bench.common import spread
+from nas.errors import ConfigError
+from nas.evolution import RegularisedEvolution
+from search_spaces import Arch, load_space
+
+MACHINE = {"cpu_model": "Test CPU 9000", "cpus_usable": 2, "python": "3.11.7", "load_average": [1.0, 1.0, 1.0]}
+VERSIONS = {"torch": "2.13.0", "optuna": "5.0.0"}
+
+
+def _rec(name: str, figures: dict, mode: str = "full") -> dict:
+    return {"benchmark": name, "mode": mode, "command": f"python scripts/bench.py {name}",
+            "date": "2026-11-29T12:00:00+00:00", "machine": MACHINE, "versions": VERSIONS, "figures": figures,
+            "wall_seconds": 12.0}
+
+
+def _sampler_figures() -> dict:
+    entry = {"best_reward": spread([1.0, 2.0, 3.0])}
+    return {"latency": "predicted", "accuracy_estimate": "NASWOT", "reward": "squared", "target_ms": 14.5,
+            "target_rule": "median", "budgets": [10], "seeds": 3, "settings": {"tpe_startup_trials": 10,
+            "nsga2_population": 16}, "distinct_archs_scored": 30, "seconds_per_scored_arch": 0.2,
+            "results": {"10": {"random": entry, "tpe": {**entry, "vs_random": {"wins": 1, "ties": 1, "losses": 1}}}}}
+
+
+def test_render_sections_from_records(tmp_path: Path) -> None:
+    (tmp_path / "quick").mkdir()
+    (tmp_path / "sampler.json").write_text(json.dumps(_rec("sampler", _sampler_figures())))
+    (tmp_path / "quick" / "screening.json").write_text(json.dumps(_rec("screening", {
+        "n": 10, "latency_only_per_s": 1e5, "naswot_per_s": 5.0, "combined_per_s": 4.9,
+        "naswot_seconds_per_arch": spread([0.2, 0.25]), "wall_seconds_1000": 204.0, "wall_1000_measured": False,
+    }, mode="quick")))
+    (tmp_path / "quick" / "sampler.json").write_text(json.dumps(_rec("sampler", {"broken": True}, mode="quick")))
+    (tmp_path / "mystery.json").write_text(json.dumps(_rec("mystery", {"answer": 42})))
+    out = render.write(tmp_path, tmp_path / "BENCHMARKS.md").read_text()
+
+    assert out.index("## Sampler quality") < out.index("## Predictor-driven screening speed") < out.index("## Mystery")
+    assert "| 10 | tpe | 2.00 | 1.50 - 2.50 | 1.00 - 3.00 | 1/1/1 |" in out  # the full record, not the quick one
+    assert "target_ms = **14.50**" in out
+    assert "**1,000 candidates: 204 s** (projected from 10 candidates)" in out
+    assert "(quick mode)" in out.split("## Predictor-driven")[1].split("##")[0]
+    assert "| answer | 42 |" in out
+    assert out.count("Test CPU 9000") == 3 and out.count("2026-11-29T12:00:00+00:00") == 3
+    assert "    python scripts/bench.py sampler" in out and "torch 2.13.0" in out
+
+
+def test_render_existing_script_records_keep_their_figures() -> None:
+    records = render.load_records(Path(__file__).resolve().parents[2] / "benchmarks")
+    text = render.render({k: v for k, v in records.items() if k in ("latency", "search")})
+    if "latency" in records:
+        assert "## Latency measurement" in text and "**Agreement**" in text
+    if "search" in records:
+        assert "overhead per trial" in text
+
+
+def _objective(arch: Arch) -> float:
+    """A simple objective: kernel size times expansion ratio, summed over blocks."""
+    return float(sum(b.kernel_size * b.exp_ratio for b in arch.blocks))
+
+
+def test_evolution_improves_over_initial_population_and_stays_in_space() -> None:
+    space = load_space("mobile")
+    evo = RegularisedEvolution(space, population_size=10, sample_size=3, seed=3)
+    seen = set()
+    for _ in range(150):
+        arch = evo.ask()
+        assert arch is not None and space.contains(arch) and arch not in seen
+        seen.add(arch)
+        evo.tell(arch, _objective(arch))
+    initial_best = max(m.fitness for m in evo.history[:10])
+    assert evo.best is not None and evo.best.fitness > initial_best
+    assert len(evo.population) == 10 and evo.population[-1] == evo.history[-1]  # aging: the newest 10
+
+
+def test_evolution_rejects_bad_settings() -> None:
+    with pytest.raises(ConfigError, match="sample_size"):
+        RegularisedEvolution(load_space("tiny"), population_size=4, sample_size=5)
+
+
+def test_cli_rejects_unknown_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    assert suite.main(["sampler", "no-such-bench"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown benchmark 'no-such-bench'" in err and "sampler" in err and "screening" in err
+
+
+def test_cli_select_all_and_list(capsys: pytest.CaptureFixture[str]) -> None:
+    known = suite.registry()
+    assert {"sampler", "screening", "scale", "references"} <= set(known)
+    assert suite.select([], known) == list(known.values())
+    assert suite.main(["--list"]) == 0
+    assert "quick ~" in capsys.readouterr().out
+
+
+def test_scale_width_rounds_channels_to_8() -> None:
+    from nas.bench.references import round8, scale_width
+    from search_spaces import reference
+
+    base = reference("mobilenetv2_100")
+    assert scale_width(base, 1.0) == base
+    half = scale_width(base, 0.5)
+    assert all(b.out_chs % 8 == 0 and b.out_chs >= 8 for b in half.blocks)
+    assert half.stem_chs == 16 and half.head_chs == 1280 and half.blocks[-1].out_chs == 160
+    assert Arch.decode(half.encode()) == half
+    assert [round8(x) for x in (3.0, 12.0, 20.0, 27.0)] == [8, 16, 24, 32]
+    assert np.isclose(spread([1, 2, 3])["median"], 2.0)
