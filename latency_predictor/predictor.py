@@ -195,6 +195,21 @@ def _model_from(path: Path, raw: object, extractor: FeatureExtractor) -> Additiv
                                      raw["robust_passes"], raw["seed"])
 
 
+def _check_training(path: Path, training: object) -> None:
+    if not isinstance(training, dict):
+        raise _fail(path, "training must be a mapping")
+    for key in ("train_arch_ids", "test_arch_ids"):
+        ids = training.get(key)
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise _fail(path, f"training.{key} must be a list of architecture ids")
+    for key in ("dataset", "report"):
+        if key in training and not isinstance(training[key], dict):
+            raise _fail(path, f"training.{key} must be a mapping")
+    models = training.get("report", {}).get("models", {})
+    if not isinstance(models, dict) or not all(isinstance(m, dict) for m in models.values()):
+        raise _fail(path, "training.report.models must map model names to metrics")
+
+
 def read_predictor(path: str | Path) -> PredictorEstimator:
     """Read a predictor file without checking what it is for (use :func:`load_predictor` to search).
 
@@ -217,8 +232,7 @@ def read_predictor(path: str | Path) -> PredictorEstimator:
     if doc["feature_version"] != FEATURE_VERSION:
         raise _fail(p, f"made with feature version {doc['feature_version']!r}, this version computes "
                        f"{FEATURE_VERSION}: retrain it")
-    if not isinstance(doc["training"], dict):
-        raise _fail(p, "training must be a mapping")
+    _check_training(p, doc["training"])
     try:
         target = PredictorTarget.from_dict(doc["target"])
     except (ConfigError, TypeError) as err:

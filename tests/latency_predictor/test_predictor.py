@@ -211,6 +211,8 @@ def test_load_rejects_unexpected_content(trained: tuple[Path, object], tmp_path:
     extra = {**doc, "code": "print(1)"}
     negative = json.loads(json.dumps(doc))
     negative["model"]["coef"][0] = -1.0
+    bad_training = json.loads(json.dumps(doc))
+    bad_training["training"]["report"] = [1]
     edited = json.loads(json.dumps(doc))
     edited["target"]["fingerprint"]["environment"]["onnxruntime"] = "9.9"
     for content, phrase in [
@@ -218,6 +220,7 @@ def test_load_rejects_unexpected_content(trained: tuple[Path, object], tmp_path:
         ({**doc, "version": 99}, "version 99"), (extra, "exactly the keys"),
         (bad_coef, "coef must be a list of numbers"), (short, "entries, expected"),
         (negative, "non-negative"), (edited, "does not match its fingerprint"),
+        (bad_training, "training.report must be a mapping"),
         (path.read_text().replace('"intercept": ', '"intercept": NaN, "x": ', 1), "exactly the keys"),
     ]:
         with pytest.raises(PredictorFileError, match=phrase):
