@@ -188,10 +188,9 @@ def test_load_refuses_a_mismatched_predictor(
             "onnxruntime", "cpu", "fp32", {**good.fingerprint.environment, "device_name": "Other CPU"}),
             good.input_shape), "device_name 'Other CPU' here"),
     }
-    for name, (expected, phrase) in cases.items():
+    for expected, phrase in cases.values():
         with pytest.raises(PredictorMismatchError, match=phrase):
             load_predictor(path, expected)
-        assert name
     assert load_predictor(path, good).target == good
 
 
