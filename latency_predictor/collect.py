@@ -219,6 +219,9 @@ def _parser() -> argparse.ArgumentParser:
     shape = "x".join(map(str, DEFAULT_INPUT_SHAPE))
     p.add_argument("--input-shape", default=shape, help=f"N,C,H,W or NxCxHxW (default {shape})")
     p.add_argument("--threads", type=int, default=1, help="runtime threads (default 1)")
+    p.add_argument("--num-classes", type=int, default=1000,
+                   help="classifier width of the measured networks; match the search's data (digits: 10) "
+                        "(default 1000)")
     p.add_argument("--precision", help="fp32 (default) or what the backend allows")
     p.add_argument("--provider", help="onnxruntime provider: cpu (default), cuda or tensorrt")
     p.add_argument("--device", help="torch/tensorrt device: cpu or cuda:N")
@@ -237,7 +240,8 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     measure = MeasureConfig(warmup_runs=args.warmup_runs, warmup_s=args.warmup_s, min_runs=args.min_runs,
                             min_time_s=args.min_time_s, max_time_s=args.max_time_s)
     threads_key = {"onnxruntime": "intra_op_threads", "torch": "threads"}.get(args.backend)
-    opts: dict[str, Any] = {"input_shape": parse_shape(args.input_shape), "measure": measure}
+    opts: dict[str, Any] = {"input_shape": parse_shape(args.input_shape), "measure": measure,
+                            "num_classes": args.num_classes}
     if threads_key:
         opts[threads_key] = args.threads
     given = {"precision": args.precision, "provider": args.provider, "device": args.device}

@@ -119,7 +119,7 @@ def record_from_results(
         tags.update(failure_type="NoResult", failure_reason="the trial ended without reporting a result")
     tags["status"] = status
     for key in ("latency_source", "latency_backend", "latency_device", "accuracy_estimator",
-                "ray_node_id", "ray_node_ip", "ray_gpu_ids"):
+                "ray_node_id", "ray_node_ip", "ray_gpu_ids", "latency_confirm_reason"):
         if key in last:
             tags[key] = str(last[key])
     if "latency_stable" in last:
@@ -127,7 +127,7 @@ def record_from_results(
 
     metrics: dict[str, float] = {}
     if status != FAILED:
-        for key in (*FINAL_METRICS, "train_loss", "naswot_score"):
+        for key in (*FINAL_METRICS, "train_loss", "naswot_score", "latency_predicted_ms"):
             src = "latency_ms" if key == "latency_p50" else key
             v = _num(last.get(src))
             if v is not None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
+from latency_predictor import ConfigError, LatencyError, LatencyEstimator, LatencyResult
 from latency_predictor.backends import make_estimator
 from latency_predictor.slot import device_work
 from nas.accuracy import EpochResult, naswot_score, resolve_device, train_briefly
@@ -40,6 +40,7 @@ from nas.config import AccuracyConfig, LatencyConfig, TrainConfig
 from nas.data import Dataset
 from nas.errors import NASError, TrialOutOfMemoryError, TrialTimeoutError
 from nas.faults import FaultPlan
+from nas.predicted import make_predictor_estimator
 from nas.reward import meets_target, reward_fn
 from search_spaces import Arch, SearchSpace, SearchSpaceError, build, count_macs, count_params
 
@@ -128,7 +129,7 @@ def _out_of_memory(err: BaseException) -> TrialOutOfMemoryError | None:
 
 
 def make_latency_estimator(
-    cfg: LatencyConfig, num_classes: int, space: SearchSpace | None = None
+    cfg: LatencyConfig, num_classes: int, space: SearchSpace | None = None, target_ms: float | None = None
 ) -> LatencyEstimator:
     """The latency estimator ``cfg`` describes, for networks with ``num_classes`` outputs.
 
@@ -136,21 +137,29 @@ def make_latency_estimator(
         cfg: backend name, deployment input shape, backend options, measurement settings.
         num_classes: classifier width of the measured networks.
         space: the search space, for estimators bound to one (a learned predictor).
+        target_ms: the latency target (hybrid predictor mode confirms candidates near it).
 
     Raises:
         LatencyError: unknown backend or option, invalid value, backend not available here.
     """
-    del space  # the measuring backends take any architecture
+    if cfg.backend == "predictor":
+        if space is None:
+            raise ConfigError("latency=predictor needs the search space its predictor was trained for")
+        return make_predictor_estimator(tuple(cfg.input_shape), cfg.options, num_classes, space, target_ms)
     options = dict(cfg.options)
     options.setdefault("num_classes", num_classes)
     return make_estimator(cfg.backend, input_shape=list(cfg.input_shape), measure=dict(cfg.measure), **options)
 
 
-def _estimator(cfg: LatencyConfig, num_classes: int, space: SearchSpace) -> LatencyEstimator:
+def _estimator(
+    cfg: LatencyConfig, num_classes: int, space: SearchSpace, target_ms: float | None = None
+) -> LatencyEstimator:
     # Built once per worker process: with reuse_actors the same process serves many trials.
-    key = json.dumps([cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes, space.name], sort_keys=True)
+    key = json.dumps(
+        [cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes, space.name, target_ms], sort_keys=True
+    )
     if key not in _ESTIMATORS:
-        _ESTIMATORS[key] = make_latency_estimator(cfg, num_classes, space)
+        _ESTIMATORS[key] = make_latency_estimator(cfg, num_classes, space, target_ms)
     return _ESTIMATORS[key]
 
 
@@ -172,6 +181,9 @@ def latency_metrics(lat: LatencyResult) -> dict[str, Any]:
         "latency_device": lat.device,
         "latency_stable": lat.stable,
         "latency_json": json.dumps(lat.to_dict()),
+        # hybrid predictor mode: the prediction a confirming measurement replaced, and why
+        **({"latency_predicted_ms": lat.extra["predicted_ms"], "latency_confirm_reason": lat.extra["confirm_reason"]}
+           if "confirm_reason" in lat.extra else {}),
     }
 
 
@@ -231,7 +243,7 @@ def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: R
         ctx.faults.before_measure(arch.arch_id, deadline.check)
     deadline.check("the start of the latency measurement")
     t0 = time.perf_counter()
-    lat = _estimator(ctx.latency, ctx.data.num_classes, ctx.space).measure(arch)
+    lat = _estimator(ctx.latency, ctx.data.num_classes, ctx.space, ctx.target_ms).measure(arch)
     base["measure_seconds"] = time.perf_counter() - t0
     deadline.check("the end of the latency measurement")
     base.update(latency_metrics(lat))

@@ -1,0 +1,130 @@
+"""latency=predictor: a real predictor (trained on real ONNX Runtime measurements of the tiny
+space) drives the search, is refused when it does not fit, and hybrid mode confirms and refits."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from mlflow import MlflowClient
+from omegaconf import OmegaConf
+
+from latency_predictor import ConfigError, PredictorMismatchError
+from latency_predictor.backends import make_estimator
+from latency_predictor.collect import collect
+from latency_predictor.dataset import Dataset
+from latency_predictor.train import train_predictor
+from nas.config import SearchConfig
+from nas.driver import run_search
+from nas.predicted import POINTER_FILE, HybridEstimator, make_predictor_estimator
+from nas.search import CONF_DIR
+from search_spaces import SearchSpace, load_space
+
+SHAPE = (1, 3, 32, 32)
+CLASSES = 10
+MEASURE = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 0.5,
+           "max_repeats": 1, "stability_threshold": 100.0, "min_cpu_share": 0.0}
+
+
+@pytest.fixture(scope="module")
+def space() -> SearchSpace:
+    return load_space("tiny")
+
+
+@pytest.fixture(scope="module")
+def trained(space: SearchSpace, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    slots = tmp_path_factory.mktemp("slots")
+    est = make_estimator("onnxruntime", input_shape=SHAPE, measure=MEASURE, slot_dir=slots, num_classes=CLASSES)
+    data = tmp_path_factory.mktemp("data") / "tiny"
+    collect(space, est, data, 16, repeats=2, min_cpu_share=0.0, progress=False)
+    predictor, _ = train_predictor(Dataset.open(data), test_fraction=0.25, seed=0)
+    return predictor.save(data.parent / "tiny-predictor.json"), data
+
+
+def test_predictor_for_the_search_predicts(space: SearchSpace, trained: tuple[Path, Path]) -> None:
+    est = make_predictor_estimator(SHAPE, {"path": str(trained[0])}, CLASSES, space)
+    arch = space.sample(np.random.default_rng(5))
+    r = est.measure(arch)
+    assert r.source == "predicted" and r.latency_ms > 0 and r.input_shape == SHAPE
+
+
+@pytest.mark.parametrize(
+    ("shape", "classes", "space_name", "options", "words"),
+    [
+        ((1, 3, 64, 64), CLASSES, "tiny", {}, "input shape"),
+        (SHAPE, 1000, "tiny", {}, "num_classes"),
+        (SHAPE, CLASSES, "mobile", {}, "space 'mobile' here"),
+        (SHAPE, CLASSES, "tiny", {"device": "no-such-device-xyz"}, "no-such-device-xyz"),
+    ],
+)
+def test_mismatched_predictor_is_refused_naming_the_difference(
+    trained: tuple[Path, Path], shape: tuple[int, ...], classes: int, space_name: str,
+    options: dict[str, str], words: str,
+) -> None:
+    with pytest.raises(PredictorMismatchError, match=words):
+        make_predictor_estimator(shape, {"path": str(trained[0]), **options}, classes, load_space(space_name))
+
+
+def test_bad_options_are_config_errors(space: SearchSpace, trained: tuple[Path, Path], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"latency\.options\.path"):
+        make_predictor_estimator(SHAPE, {}, CLASSES, space)
+    with pytest.raises(ConfigError, match="no predictor file"):
+        make_predictor_estimator(SHAPE, {"path": str(tmp_path / "none.json")}, CLASSES, space)
+    with pytest.raises(ConfigError, match="unknown for latency=predictor"):
+        make_predictor_estimator(SHAPE, {"path": str(trained[0]), "hybird": True}, CLASSES, space)
+    with pytest.raises(ConfigError, match="dataset"):
+        make_predictor_estimator(SHAPE, {"path": str(trained[0]), "hybrid": True}, CLASSES, space)
+
+
+def test_hybrid_confirms_near_target_adds_to_dataset_and_refits(
+    space: SearchSpace, trained: tuple[Path, Path], tmp_path: Path
+) -> None:
+    path, data = trained
+    options = {"path": str(path), "hybrid": True, "dataset": str(data), "refit_every": 1,
+               "measure_options": {"measure": MEASURE, "slot_dir": str(tmp_path)}}
+    probe = make_predictor_estimator(SHAPE, {"path": str(path)}, CLASSES, space)
+    arch = next(a for a in (space.sample(np.random.default_rng(i)) for i in range(100))
+                if a.encode() not in Dataset.open(data).measured_archs())
+    predicted = probe.measure(arch).latency_ms
+    before = len(Dataset.open(data).records)
+    est = make_predictor_estimator(SHAPE, options, CLASSES, space, target_ms=predicted)  # right at the target
+    assert isinstance(est, HybridEstimator)
+    r = est.measure(arch)
+    assert r.source == "measured" and r.extra["confirm_reason"] == "near_target"
+    assert r.extra["predicted_ms"] == pytest.approx(predicted)
+    ds = Dataset.open(data)
+    assert len(ds.records) == before + 1 and ds.records[-1].origin == "confirm"
+    assert (data / POINTER_FILE).read_text().strip().startswith("predictor-refit-")
+    # far from the target and sure: predicted, not measured; and by the refitted predictor
+    far = make_predictor_estimator(SHAPE, options, CLASSES, space, target_ms=predicted * 1000)
+    assert isinstance(far, HybridEstimator)
+    far.opts = dataclasses.replace(far.opts, confirm_uncertain_rel=1e9)
+    other = far.measure(space.sample(np.random.default_rng(99)))
+    assert other.source == "predicted"
+    assert far.predictor.digest != probe.digest
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_search_with_predicted_latency(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        dcfg = compose(config_name="config", overrides=[
+            "+space=tiny", "target_ms=1.0", "search.n_trials=3", "search.max_concurrent=2",
+            "data.max_train_samples=256", "data.max_val_samples=128", "train.epochs=1",
+            "latency=predictor", f"latency.options.path={trained[0]}", "latency.input_shape=[1,3,32,32]",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}",
+            "progress=false", "name=predicted",
+        ])
+    cfg = OmegaConf.to_object(dcfg)
+    assert isinstance(cfg, SearchConfig)
+    cfg.space_source = "conf/space/tiny.yaml"
+    result = run_search(cfg)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("latnas")
+    assert exp is not None
+    children = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("latnas.role") == "candidate"]
+    assert len(children) == 3 and result.parent_run_id
+    assert all(c.data.tags["latency_source"] == "predicted" for c in children)
+    assert all(c.data.tags["latency_backend"] == "predictor" for c in children)
