@@ -482,3 +482,50 @@ def _fluent(uri: str, run_id: str) -> Iterator[None]:
             yield
     finally:
         mlflow.set_tracking_uri(previous)
+
+
+# ---------------------------------------------------------------------- latency predictors
+def log_predictor(
+    tracker: Tracker, name: str, files: Iterable[Path], params: Mapping[str, Any],
+    dataset_files: Iterable[Path] = (), dataset_params: Mapping[str, Any] | None = None,
+    register: str | None = None,
+) -> tuple[str, str | None]:
+    """Record a latency predictor (and the dataset it was fitted on) as a finished run.
+
+    The run has tag ``latnas.role=predictor`` (the leaderboard ignores it), the predictor's
+    identity and quality figures as params, the predictor file under ``predictor/`` and the
+    dataset files under ``dataset/``. With ``register``, the predictor file is registered as a
+    version of that registered model (its source is the logged artifact folder).
+
+    Returns:
+        The run id and the registered version (None when not registered).
+
+    Raises:
+        TrackingError: the store cannot be written.
+    """
+    flat = {f"predictor.{k}": v for k, v in params.items()}
+    flat.update({f"dataset.{k}": v for k, v in (dataset_params or {}).items()})
+    try:
+        run = tracker.client.create_run(tracker.experiment_id, run_name=name, tags={ROLE_TAG: "predictor"})
+        run_id = run.info.run_id
+        tracker._log(run_id, params=flat)
+        for f in files:
+            tracker.client.log_artifact(run_id, str(f), artifact_path="predictor")
+        for f in dataset_files:
+            tracker.client.log_artifact(run_id, str(f), artifact_path="dataset")
+        version: str | None = None
+        if register:
+            try:
+                tracker.client.get_registered_model(register)
+            except MlflowException:
+                tracker.client.create_registered_model(register, tags={ROLE_TAG: "predictor"})
+            mv = tracker.client.create_model_version(
+                register, source=f"{run.info.artifact_uri}/predictor", run_id=run_id,
+                tags={k: str(v) for k, v in params.items()
+                      if k in ("predictor_digest", "space", "backend", "fingerprint")},
+            )
+            version = str(mv.version)
+        tracker.client.set_terminated(run_id, "FINISHED")
+    except (MlflowException, OSError) as err:
+        raise TrackingError(f"cannot record the predictor in {tracker.uri}: {err}") from None
+    return run_id, version

@@ -128,3 +128,25 @@ def test_search_with_predicted_latency(trained: tuple[Path, Path], tmp_path: Pat
     assert len(children) == 3 and result.parent_run_id
     assert all(c.data.tags["latency_source"] == "predicted" for c in children)
     assert all(c.data.tags["latency_backend"] == "predictor" for c in children)
+
+
+def test_register_predictor_records_files_and_a_model_version(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    from nas.register_predictor import main
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rc = main(["--predictor", str(trained[0]), "--dataset", str(trained[1]), "--register", "tiny-cpu",
+               "--tracking-uri", uri])
+    assert rc == 0
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("latnas")
+    assert exp is not None
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.data.tags["latnas.role"] == "predictor" and run.info.status == "FINISHED"
+    assert run.data.params["predictor.space"] == "tiny"
+    assert any(k.startswith("dataset.") for k in run.data.params)
+    paths = {a.path for a in client.list_artifacts(run.info.run_id, "predictor")}
+    assert paths == {f"predictor/{trained[0].name}"}
+    assert client.list_artifacts(run.info.run_id, "dataset")
+    (version,) = client.search_model_versions("name='tiny-cpu'")
+    assert version.run_id == run.info.run_id and version.source.endswith("/predictor")
+    assert main(["--predictor", str(tmp_path / "missing.json"), "--tracking-uri", uri]) == 2
