@@ -84,6 +84,10 @@ class RegularisedEvolution:
         idx = self.rng.choice(len(self.population), size=self.sample_size, replace=False)
         return max((self.population[int(i)] for i in idx), key=lambda m: m.fitness)
 
+    def history_archs(self) -> set[Arch]:
+        """Every architecture evaluated so far."""
+        return {m.arch for m in self.history}
+
     @property
     def best(self) -> Member | None:
         """The fittest member ever evaluated (None before the first result)."""

@@ -41,7 +41,8 @@ SCRIPTS: dict[str, Script] = {
                      "search: quickstart wall time, framework overhead per trial",
                      ("--skip-quickstart", "--trials", "4", "--epochs", "4"), (), (1.5, 6)),
     "contention": Script("scripts/bench_contention.py", "contention.json",
-                         "measurement under contention", (), (), (3, 10)),
+                         "measurement alone and during a busy search (with and without the slot)",
+                         ("--rounds", "3", "--settle", "10"), (), (3, 6)),
     "reliability": Script("scripts/bench_reliability.py", "reliability.json",
                           "fault injection: trials failed, retried, recovered", (), (), (3, 10)),
 }
@@ -57,8 +58,8 @@ def run(name: str, quick: bool, log: Callable[[str], None] = print) -> dict[str,
     out = (QUICK_DIR if quick else RECORDS_DIR) / s.record
     args = [*(s.quick_args if quick else s.full_args), "--out", str(out.relative_to(ROOT))]
     if quick and name == "predictor":
-        # the saved predictor of the full run stays as it is
-        args += ["--predictor", str((QUICK_DIR / "predictor-model.json").relative_to(ROOT))]
+        # the predictor saved by a full run (which the search benchmarks load) stays as it is
+        args += ["--predictor", ".latnas/predictors/quick-mobile-onnxruntime-cpu.json"]
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([sys.executable, s.script, *args], cwd=ROOT, capture_output=True, text=True)
     for line in proc.stdout.splitlines():

@@ -66,7 +66,13 @@ def _measure(arch: Arch, cache: dict[Arch, float]) -> float:
 
 def searched(target_ms: float, search_n: int, evaluator: ProxyEvaluator, measured: dict[Arch, float],
              seed: int = 0) -> tuple[Arch, dict[str, Any]]:
-    """The best network of a small evolution search whose measured latency meets ``target_ms``."""
+    """The best network of a small evolution search whose measured latency meets ``target_ms``.
+
+    The search runs on predicted latency. Its candidates are then measured best-first; after each
+    measurement the predictions are recalibrated by the median measured/predicted ratio so far
+    (the machine's load moves measured latency away from the predictor's), and the candidates
+    re-ranked by the reward at the recalibrated latency.
+    """
     space = load_space("mobile")
     evo = RegularisedEvolution(space, population_size=20, sample_size=5, seed=seed)
     for _ in range(search_n):
@@ -75,19 +81,22 @@ def searched(target_ms: float, search_n: int, evaluator: ProxyEvaluator, measure
             break
         score, lat = evaluator(arch)
         evo.tell(arch, squared_penalty(score, lat, target_ms))
-    ranked = sorted(evo.history, key=lambda m: -m.fitness)
-    chosen, tried = None, []
-    for m in ranked[:MEASURED_CANDIDATES * 3]:
-        lat = _measure(m.arch, measured)
-        tried.append(lat)
+    ratios: list[float] = []
+    chosen: Arch | None = None
+    for _ in range(MEASURED_CANDIDATES):
+        r = float(np.median(ratios)) if ratios else 1.0
+        pool = [m.arch for m in evo.history if m.arch not in measured]
+        best = max(pool, key=lambda a: squared_penalty(evaluator(a)[0], evaluator(a)[1] * r, target_ms))
+        lat = _measure(best, measured)
+        ratios.append(lat / evaluator(best)[1])
         if lat <= target_ms:
-            chosen = m.arch
+            chosen = best
             break
-        if len(tried) >= MEASURED_CANDIDATES:
-            break
+    tried = [a for a in measured if a in evo.history_archs()]
     if chosen is None:  # nothing measured within the target: the fastest of those measured
-        chosen = min((m.arch for m in ranked[:len(tried)]), key=lambda a: measured[a])
-    return chosen, {"evaluated": len(evo.history), "measured": tried}
+        chosen = min(tried, key=lambda a: measured[a])
+    return chosen, {"evaluated": len(evo.history), "measured_ms": [measured[a] for a in tried],
+                    "measured_over_predicted": ratios}
 
 
 def scaled_reference(name: str, target_ms: float, measured: dict[Arch, float]) -> tuple[Arch, float]:

@@ -311,16 +311,21 @@ noisy, ratios were measured side by side in one run, and spreads are reported.
 def render(records: dict[str, Rec]) -> str:
     """The whole ``BENCHMARKS.md`` text for these records."""
     parts = [INTRO]
-    names = [n for n in ORDER if n in records] + sorted(n for n in records if n not in ORDER and
-                                                        not n.endswith("-model"))
-    for name in names:
+    # A record named <benchmark>_<variant> (e.g. predictor_seed1) follows its benchmark's section.
+    def key(name: str) -> tuple[int, str]:
+        base = name.split("_")[0]
+        return (ORDER.index(base) if base in ORDER else len(ORDER), name)
+
+    for name in sorted(records, key=key):
         rec = records[name]
-        body = RENDERERS.get(name, _generic)
+        base, _, variant = name.partition("_")
+        body = RENDERERS.get(base, _generic)
         try:
             text = body(rec)
         except (KeyError, TypeError, StopIteration):
             text = _generic(rec)
-        parts.append(f"## {TITLES.get(name, name.capitalize())}\n\n{text}\n\n{meta(rec)}\n")
+        title = TITLES.get(base, base.capitalize()) + (f" ({variant})" if variant else "")
+        parts.append(f"## {title}\n\n{text}\n\n{meta(rec)}\n")
     return "\n".join(parts)
 
 

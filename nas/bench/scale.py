@@ -30,6 +30,7 @@ from typing import Any
 
 from nas.config import SearchConfig
 from nas.driver import run_search
+from nas.trial import COMPLETED
 
 NODES, GPUS_PER_NODE = 3, 8
 
@@ -58,7 +59,7 @@ def one_search(n_trials: int, concurrent: int, epochs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="latnas-scale-") as tmp:
         result = run_search(_config(Path(tmp), n_trials, concurrent, epochs))
     t = result.timings
-    done = [c for c in result.candidates if c.status == "completed"]
+    done = [c for c in result.candidates if c.status == COMPLETED]
     n = len(result.candidates)
     own = sum(float(c.metrics.get("trial_seconds", 0.0)) for c in result.candidates)
     return {

@@ -58,13 +58,14 @@ def _screening(args: argparse.Namespace, quick: bool, log: Callable[[str], None]
 def _scale(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     from nas.bench import scale
 
-    return scale.run(n_trials=args.trials or (6 if quick else 16), epochs=1 if quick else 2, log=log)
+    return scale.run(n_trials=args.trials or (6 if quick else 16), epochs=2 if quick else 4, log=log)
 
 
 def _references(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     from nas.bench import references
 
-    return references.run(seeds=args.seeds or 3, epochs=2 if quick else 5, search_n=60 if quick else 400,
+    seeds = args.seeds or (2 if quick else 3)
+    return references.run(seeds=seeds, epochs=2 if quick else 5, search_n=60 if quick else 400,
                           quick=quick, log=log)
 
 
@@ -106,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-render", action="store_true", help="do not render BENCHMARKS.md after the run")
     p.add_argument("--records", type=Path, default=common.RECORDS_DIR, help="records folder (default benchmarks/)")
     p.add_argument("--output", type=Path, default=common.ROOT / "BENCHMARKS.md", help="rendered file")
-    p.add_argument("--seeds", type=int, help="sampler: search seeds (10); references: training seeds (3)")
+    p.add_argument("--seeds", type=int, help="sampler: search seeds (10); references: training seeds (quick 2; full 3)")
     p.add_argument("--budgets", help="sampler: comma-separated budgets (quick 10,25; full 50,150,500)")
     p.add_argument("--candidates", type=int, help="screening: candidates scored (quick 200; full 1000)")
     p.add_argument("--trials", type=int, help="scale: trials per search (quick 6; full 16)")
@@ -162,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         record["figures"] = figures
         record["wall_seconds"] = round(wall, 1)
         path = common.write_record(common.record_path(b.name, mode, args.records), record)
-        print(f"   {b.name}: {wall:.0f} s; wrote {path}", flush=True)
+        print(f"   {b.name}: {wall:.0f} s; wrote {path.relative_to(args.records.parent)}", flush=True)
     if not args.no_render:
         from nas.bench import render
 
