@@ -28,6 +28,7 @@ class Script:
     quick_args: tuple[str, ...]
     full_args: tuple[str, ...]
     minutes: tuple[float, float]
+    in_quick: bool = True
 
 
 SCRIPTS: dict[str, Script] = {
@@ -39,12 +40,12 @@ SCRIPTS: dict[str, Script] = {
                         ("--splits", "3", "--throughput-n", "5000"), (), (1, 25)),
     "search": Script("scripts/bench_search.py", "search.json",
                      "search: quickstart wall time, framework overhead per trial",
-                     ("--skip-quickstart", "--trials", "4", "--epochs", "4"), (), (1.5, 6)),
+                     ("--skip-quickstart", "--trials", "4", "--epochs", "4"), (), (1, 6)),
     "contention": Script("scripts/bench_contention.py", "contention.json",
                          "measurement alone and during a busy search (with and without the slot)",
-                         ("--rounds", "3", "--settle", "10"), (), (3, 6)),
+                         ("--rounds", "3", "--settle", "10"), (), (3, 6), in_quick=False),
     "reliability": Script("scripts/bench_reliability.py", "reliability.json",
-                          "fault injection: trials failed, retried, recovered", (), (), (3, 10)),
+                          "fault injection: trials failed, retried, recovered", (), (), (3, 10), in_quick=False),
 }
 
 

@@ -193,6 +193,12 @@ def _sampler(rec: Rec) -> str:
             rows.append([b, n, _f(br["median"]), f"{_f(br['q25'])} - {_f(br['q75'])}",
                          f"{_f(br['min'])} - {_f(br['max'])}",
                          f"{vs['wins']}/{vs['ties']}/{vs['losses']}" if vs else "-"])
+    top = str(max(f["budgets"]))
+    ranked = sorted(names, key=lambda n: -f["results"][top][n]["best_reward"]["median"])
+    beats = [f"{n} {f['results'][top][n]['vs_random']['wins']}/{f['seeds']}" for n in ranked
+             if "vs_random" in f["results"][top][n]]
+    verdict = (f"At {top} evaluations, by median best reward: {' > '.join(ranked)}; seeds on which each beats "
+               f"random search: {', '.join(beats)}.")
     return f"""Which search algorithm finds the best reward for the same number of evaluated architectures? On the
 `mobile` space, with {f['latency']} and, as the cheap accuracy estimate, the {f['accuracy_estimate']}. The
 reward is {f['reward']} at target_ms = **{_f(f['target_ms'])}**, the {f['target_rule']}, so about half the
@@ -204,6 +210,8 @@ they draw what random search draws, hence ties at small budgets. Rewards are NAS
 this batch), so differences of a few units are real but small.
 
 {table(['budget', 'sampler', 'median best reward', 'IQR', 'range', 'vs random (W/T/L)'], rows)}
+
+{verdict}
 
 {f['distinct_archs_scored']} distinct architectures scored, {_f(f['seconds_per_scored_arch'], 2)} s each."""
 

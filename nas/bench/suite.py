@@ -35,6 +35,7 @@ class Benchmark:
     run: Runner
     minutes: tuple[float, float]
     external: bool = False
+    in_quick: bool = True
 
 
 def _ints(text: str | None, default: Sequence[int]) -> list[int]:
@@ -84,17 +85,18 @@ def registry() -> dict[str, Benchmark]:
 
     items = [
         Benchmark("sampler", "sampler quality: TPE, NSGA-II, regularised evolution, random at equal budgets",
-                  _sampler, (5, 60)),
+                  _sampler, (2.5, 60)),
         Benchmark("screening", "predictor-driven screening speed: candidates scored per second", _screening,
-                  (1.5, 5)),
+                  (0.7, 4)),
         Benchmark("scale", "search throughput with 1 and 2 workers; projection to 3 nodes x 8 GPUs", _scale,
-                  (2.5, 6)),
+                  (1.5, 5)),
         Benchmark("references", "searched vs hand-designed networks at two latency targets", _references,
-                  (6, 25)),
+                  (3, 25)),
     ]
     for name, ext in external.SCRIPTS.items():
         if (common.ROOT / ext.script).exists():
-            items.append(Benchmark(name, ext.summary, _external(name), ext.minutes, external=True))
+            items.append(Benchmark(name, ext.summary, _external(name), ext.minutes, external=True,
+                                   in_quick=ext.in_quick))
     return {b.name: b for b in items}
 
 
@@ -114,8 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def select(names: Sequence[str], known: dict[str, Benchmark]) -> list[Benchmark]:
-    """The benchmarks called ``names`` (all when empty).
+def select(names: Sequence[str], known: dict[str, Benchmark], quick: bool = False) -> list[Benchmark]:
+    """The benchmarks called ``names`` (when empty: all, or in quick mode those marked for it).
 
     Raises:
         ConfigError: an unknown name, listing the known ones.
@@ -123,7 +125,9 @@ def select(names: Sequence[str], known: dict[str, Benchmark]) -> list[Benchmark]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError("benchmark", f"unknown benchmark {unknown[0]!r}; known: {', '.join(sorted(known))}")
-    return [known[n] for n in names] if names else list(known.values())
+    if names:
+        return [known[n] for n in names]
+    return [b for b in known.values() if b.in_quick or not quick]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,10 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     known = registry()
     if args.list:
         for b in known.values():
-            print(f"{b.name:<12} quick ~{b.minutes[0]:g} min, full ~{b.minutes[1]:g} min  {b.summary}")
+            note = "" if b.in_quick else " (not in --quick unless named)"
+            print(f"{b.name:<12} quick ~{b.minutes[0]:g} min, full ~{b.minutes[1]:g} min  {b.summary}{note}")
         return 0
     try:
-        chosen = select(args.names, known)
+        chosen = select(args.names, known, args.quick)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
