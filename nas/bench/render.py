@@ -6,7 +6,8 @@ how to read it), the figures as tables, and the record's machine, versions, date
 that reproduces it. A full-mode record (``benchmarks/<name>.json``) is preferred; without one, the
 quick-mode record (``benchmarks/quick/<name>.json``) is rendered and marked as such. A benchmark
 with no record gets no section. Records of unknown layout are rendered generically (their scalar
-figures).
+figures). Hand-written observations about a record's figures live in ``benchmarks/notes/<name>.md``
+and are placed, marked as such, under the generated tables.
 """
 
 from __future__ import annotations
@@ -316,8 +317,13 @@ noisy, ratios were measured side by side in one run, and spreads are reported.
 """
 
 
-def render(records: dict[str, Rec]) -> str:
-    """The whole ``BENCHMARKS.md`` text for these records."""
+def render(records: dict[str, Rec], notes: dict[str, str] | None = None) -> str:
+    """The whole ``BENCHMARKS.md`` text for these records.
+
+    ``notes`` (benchmark name -> Markdown) are hand-written observations about a record's
+    figures, kept in ``benchmarks/notes/<name>.md`` and placed under its generated tables.
+    """
+    notes = notes or {}
     parts = [INTRO]
     # A record named <benchmark>_<variant> (e.g. predictor_seed1) follows its benchmark's section.
     def key(name: str) -> tuple[int, str]:
@@ -333,11 +339,14 @@ def render(records: dict[str, Rec]) -> str:
         except (KeyError, TypeError, StopIteration):
             text = _generic(rec)
         title = TITLES.get(base, base.capitalize()) + (f" ({variant})" if variant else "")
+        if notes.get(name):
+            text += f"\n\n**Notes** (written by hand about these figures):\n\n{notes[name].strip()}"
         parts.append(f"## {title}\n\n{text}\n\n{meta(rec)}\n")
     return "\n".join(parts)
 
 
 def write(records_dir: Path, output: Path) -> Path:
     """Render the records in ``records_dir`` to ``output``."""
-    output.write_text(render(load_records(records_dir)))
+    notes = {p.stem: p.read_text() for p in sorted((records_dir / "notes").glob("*.md"))}
+    output.write_text(render(load_records(records_dir), notes))
     return output

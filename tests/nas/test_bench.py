@@ -41,6 +41,8 @@ def test_render_sections_from_records(tmp_path: Path) -> None:
     }, mode="quick")))
     (tmp_path / "quick" / "sampler.json").write_text(json.dumps(_rec("sampler", {"broken": True}, mode="quick")))
     (tmp_path / "mystery.json").write_text(json.dumps(_rec("mystery", {"answer": 42})))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "sampler.md").write_text("TPE was lucky on seed 3.\n")
     out = render.write(tmp_path, tmp_path / "BENCHMARKS.md").read_text()
 
     assert out.index("## Sampler quality") < out.index("## Predictor-driven screening speed") < out.index("## Mystery")
@@ -49,6 +51,7 @@ def test_render_sections_from_records(tmp_path: Path) -> None:
     assert "**1,000 candidates: 204 s** (projected from 10 candidates)" in out
     assert "(quick mode)" in out.split("## Predictor-driven")[1].split("##")[0]
     assert "| answer | 42 |" in out
+    assert "**Notes** (written by hand about these figures):\n\nTPE was lucky on seed 3." in out
     assert out.count("Test CPU 9000") == 3 and out.count("2026-11-29T12:00:00+00:00") == 3
     assert "    python scripts/bench.py sampler" in out and "torch 2.13.0" in out
 
