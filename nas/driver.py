@@ -4,15 +4,28 @@ Everything a user can get wrong is checked before the first trial: values and ra
 search space, the dataset path, the latency backend, the MLflow store, the Ray cluster. Then
 the parent MLflow run is opened, the trials run on Ray Tune, each finished trial is recorded
 as it finishes, and the parent run is closed with a status whatever happens.
+
+**Resuming** (``resume=true name=<name>``) re-drives the search from its MLflow record, the
+one store every finished candidate is written to before anything else learns of it: the parent
+run is reopened (a child run the killed driver left RUNNING is marked KILLED), the settings
+that decide results must match the recorded ones, every recorded candidate is replayed into
+a fresh sampler (:meth:`nas.sampler.ArchSampler.replay`: Optuna's history is rebuilt, and
+those architectures are never proposed again), and a new Ray Tune experiment
+(``<output_dir>/ray/<name>-resume<k>``) runs the trials still missing. Ray Tune's own
+``Tuner.restore`` is not used: its snapshot of the experiment lags the record by up to its
+checkpoint period, so a driver killed in between would run recorded candidates again.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import platform
+import shlex
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,15 +40,23 @@ from nas import tune_adapter
 from nas.config import SearchConfig, validate
 from nas.data import load_dataset
 from nas.errors import ConfigError, NASError, SearchError
+from nas.faults import ENV_VAR as FAULTS_ENV_VAR
+from nas.faults import FaultPlan
 from nas.record import LEADERBOARD_COLUMNS, CandidateRecord, best_of, leaderboard_rows
 from nas.report import Progress, format_best, format_table
-from nas.sampler import ArchSampler
-from nas.tracking import Tracker, default_tracking_uri
+from nas.sampler import ArchSampler, Outcome
+from nas.tracking import RunInfo, Tracker, candidate_from_run, default_tracking_uri
 from nas.trial import TrialContext, make_latency_estimator
 from search_spaces import SearchSpace, SearchSpaceError
 
 USER_ERRORS: tuple[type[Exception], ...] = (NASError, SearchSpaceError, LatencyError)
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
+RESUMABLE_KEYS = (
+    "name", "output_dir", "top_k", "progress", "resume", "search.n_trials", "search.max_concurrent",
+    "search.max_retries", "search.trial_timeout_s", "search.max_duplicates",
+)
+"""Settings a resumed search may change; every other one (and anything under ``ray.`` or
+``tracking.``, which may change too) must match the recorded search, or results would mix."""
 
 
 @dataclass
@@ -59,6 +80,11 @@ class SearchResult:
         files: the artifacts written to ``output_dir`` (and logged on the parent run).
         timings: seconds spent starting up (checks, dataset, Ray), in ``Tuner.fit``
             (``tune_seconds``), logging candidates to MLflow and writing the artifacts.
+        resumed: candidates read back from the record of an earlier run of this search.
+        stale_runs: child runs the earlier run left RUNNING, marked KILLED on resume.
+        retries: trial processes that died and were started again (this run).
+        ray_trials: trials Ray Tune ran (this run).
+        optuna_states: Optuna trial states of the evaluated architectures (all runs).
     """
 
     name: str
@@ -76,6 +102,11 @@ class SearchResult:
     wall_seconds: float = 0.0
     files: dict[str, Path] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    resumed: int = 0
+    stale_runs: int = 0
+    retries: int = 0
+    ray_trials: int = 0
+    optuna_states: dict[str, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- the record's context
@@ -121,6 +152,71 @@ def _environment_tags(device: str) -> dict[str, str]:
     return {**tags, **_git_commit()}
 
 
+def _space_hash(cfg: SearchConfig) -> str:
+    return hashlib.sha256(yaml.safe_dump(cfg.space, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _params(cfg: SearchConfig, space: SearchSpace, dataset: dict[str, Any]) -> dict[str, str]:
+    """The parent run's params: the flattened config (the space by name, size and hash)."""
+    params = {k: v for k, v in _flatten(dataclasses.asdict(cfg)).items() if not k.startswith("space")}
+    params.update(space=space.name, space_size=space.size(), dataset=dataset)
+    return {k: str(v)[:6000] for k, v in params.items()}
+
+
+def _check_resumable(previous: RunInfo, params: dict[str, str], space_hash: str, name: str) -> dict[str, str]:
+    """The resumable settings that changed; raise when another one differs from the record.
+
+    Raises:
+        ConfigError: naming each setting that differs from the recorded search.
+    """
+    changed, differ = {}, []
+    for key, value in params.items():
+        if key not in previous.params or previous.params[key] == value:
+            continue
+        if key in RESUMABLE_KEYS or key.startswith(("ray.", "tracking.")):
+            changed[key] = f"{previous.params[key]} -> {value}"
+        else:
+            differ.append(f"{key}={previous.params[key]} (now {value})")
+    recorded_hash = previous.tags.get("space_sha256")
+    if recorded_hash is not None and recorded_hash != space_hash:
+        differ.append("the search space definition")
+    if differ:
+        raise ConfigError(
+            "resume", f"search {name!r} was recorded with other settings: {'; '.join(differ)}; resume with the "
+            "recorded settings, or start a new search with another name"
+        )
+    return changed
+
+
+def _outcome_of_record(rec: CandidateRecord) -> Outcome:
+    """What the sampler is told about a recorded candidate (a resumed search's history)."""
+    m = rec.metrics
+    step = int(m.get("epochs_completed", 0))
+    if rec.status == "COMPLETED":
+        return Outcome("complete", reward=m.get("reward"), accuracy=m.get("accuracy"), latency_ms=m.get("latency_p50"),
+                       step=step)
+    if rec.status == "PRUNED":
+        return Outcome("pruned", reward=m.get("reward"), accuracy=m.get("accuracy"), latency_ms=m.get("latency_p50"),
+                       step=step)
+    return Outcome("fail")
+
+
+def _resume_command(command: list[str] | None, name: str) -> str | None:
+    if command is None:
+        return None
+    kept = [a for a in command if a.lstrip("+").split("=", 1)[0] not in ("name", "resume")]
+    return shlex.join([*kept, f"name={name}", "resume=true"])
+
+
+def _fault_plan(output_dir: Path) -> FaultPlan | None:
+    plan = FaultPlan.from_env()
+    if plan is None:
+        return None
+    print(f"warning: {FAULTS_ENV_VAR}={plan.spec!r}: faults are injected into trials on purpose (testing only); "
+          f"unset {FAULTS_ENV_VAR} for a real search", file=sys.stderr, flush=True)
+    return plan.with_marker_dir(output_dir / "faults")
+
+
 def _search_name(cfg: SearchConfig, space: SearchSpace) -> str:
     if cfg.name:
         return cfg.name
@@ -160,11 +256,14 @@ def _write_artifacts(
 # ---------------------------------------------------------------------- the search
 
 
-def run_search(cfg: SearchConfig) -> SearchResult:
-    """Run one search as ``cfg`` describes and record it in MLflow.
+def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchResult:
+    """Run one search as ``cfg`` describes and record it in MLflow (or continue it: ``cfg.resume``).
 
     Args:
         cfg: the full configuration (``cfg.space`` is the space mapping).
+        command: the command line that started the search (program and overrides); when the
+            search is interrupted, the command that resumes it is printed: this one with
+            ``name=<name> resume=true`` (None: the driver names the settings to add).
 
     Returns:
         The candidates, the best one and where everything was recorded.
@@ -180,11 +279,26 @@ def run_search(cfg: SearchConfig) -> SearchResult:
     space = SearchSpace.from_dict(cast(dict[str, Any], cfg.space), source=cfg.space_source)
     launch_dir = Path.cwd()
     name = _search_name(cfg, space)
-    output_dir = Path(cfg.output_dir).resolve() if cfg.output_dir else (launch_dir / "outputs" / name).resolve()
     uri = cfg.tracking.uri or default_tracking_uri(launch_dir)
     tracker = Tracker(uri, cfg.tracking.experiment)  # creates the store first, in this process only
+    previous = tracker.previous_search(name)
+    if previous is not None and not cfg.resume:
+        raise ConfigError(
+            "name", f"a search named {name!r} is already recorded in {uri} (run {previous.run_id}, "
+            f"{previous.status}); continue it with resume=true, or choose another name"
+        )
+    if previous is None and cfg.resume:
+        raise ConfigError(
+            "resume", f"no search named {name!r} in experiment {cfg.tracking.experiment!r} of {uri}: check name= "
+            "and tracking.uri=, or drop resume=true to start it"
+        )
+    out = cfg.output_dir or (previous.tags.get("output_dir") if previous is not None else None)
+    output_dir = Path(out).resolve() if out else (launch_dir / "outputs" / name).resolve()
 
     data = load_dataset(cfg.data)
+    params = _params(cfg, space, data.summary())
+    changed = _check_resumable(previous, params, _space_hash(cfg), name) if previous is not None else {}
+    faults = _fault_plan(output_dir)
     on_cluster = tune_adapter.joins_cluster(cfg.ray)
     if not on_cluster:
         make_latency_estimator(cfg.latency, data.num_classes, space)  # the backend's options are checked here
@@ -207,31 +321,77 @@ def run_search(cfg: SearchConfig) -> SearchResult:
         )
         ctx = TrialContext(
             space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
-            threads=max(1, int(resources["cpu"])),
+            threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
         )
-        return _search(cfg, space, name, output_dir, tracker, ctx, sampler, resources, cluster, device, t_start)
+        run = _Run(name, output_dir, params, previous, changed, _resume_command(command, name))
+        return _search(cfg, space, run, tracker, ctx, sampler, resources, cluster, device, t_start)
     finally:
         tune_adapter.disconnect(cluster)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """This run of a search: its name, folder, params, and the record it resumes (if any)."""
+
+    name: str
+    output_dir: Path
+    params: dict[str, str]
+    previous: RunInfo | None
+    changed: dict[str, str]
+    resume_command: str | None
+
+
+def _open_record(
+    run: _Run, tracker: Tracker, space: SearchSpace, sampler: ArchSampler, tags: dict[str, str]
+) -> tuple[str, list[CandidateRecord], dict[str, str], int, int]:
+    """Start the parent run, or reopen it and replay its candidates into ``sampler``.
+
+    Returns:
+        The parent run id, the recorded candidates, their run ids, stale runs marked KILLED, and
+        this run's resume number (0: a new search).
+    """
+    if run.previous is None:
+        return tracker.start_search(run.name, run.params, tags), [], {}, 0, 0
+    k = int(run.previous.tags.get("resume_count", "0")) + 1
+    resume_tags = {**tags, "resume_count": str(k)}
+    if run.changed:
+        resume_tags[f"resume_{k}_changes"] = json.dumps(run.changed)
+    finished, stale = tracker.resume_search(run.previous, resume_tags)
+    records, run_ids = [], {}
+    for info in finished:
+        arch = info.params["arch"]
+        rec = candidate_from_run(info, space.to_decisions(space.decode(arch)))
+        sampler.replay(arch, _outcome_of_record(rec))
+        records.append(rec)
+        run_ids[rec.trial_id] = info.run_id
+    return run.previous.run_id, records, run_ids, stale, k
+
+
 def _search(
-    cfg: SearchConfig, space: SearchSpace, name: str, output_dir: Path, tracker: Tracker, ctx: TrialContext,
+    cfg: SearchConfig, space: SearchSpace, run: _Run, tracker: Tracker, ctx: TrialContext,
     sampler: ArchSampler, resources: dict[str, float], cluster: tune_adapter.Cluster, device: str,
     t_start: float,
 ) -> SearchResult:
-    params = {k: v for k, v in _flatten(dataclasses.asdict(cfg)).items() if not k.startswith("space")}
-    params.update(space=space.name, space_size=space.size(), dataset=ctx.data.summary())
+    name, output_dir = run.name, run.output_dir
     tags = {
         **_environment_tags(device), "space": space.name, "target_ms": f"{cfg.target_ms:g}",
         "sampler": cfg.search.sampler, "accuracy_estimator": cfg.accuracy.estimator,
         "latency_backend": cfg.latency.backend, "ray_address": cluster.address, "output_dir": str(output_dir),
         "resources_per_trial": json.dumps(resources), "ray_nodes": str(cluster.nodes),
+        "space_sha256": _space_hash(cfg),
     }
-    parent = tracker.start_search(name, params, tags)
-    records: list[CandidateRecord] = []
-    run_ids: dict[str, str] = {}
+    if ctx.faults is not None:
+        tags["fault_injection"] = ctx.faults.spec
+    parent, records, run_ids, stale, resume_k = _open_record(run, tracker, space, sampler, tags)
+    resumed = len(records)
     progress = Progress(cfg.search.n_trials, enabled=cfg.progress)
+    for rec in records:
+        progress.update(rec)
     timings = {"startup_seconds": time.perf_counter() - t_start, "mlflow_seconds": 0.0}
+    if run.previous is not None:
+        print(f"Resuming search {name}: {resumed} of {cfg.search.n_trials} candidates recorded"
+              + (f", {stale} half-written record(s) marked KILLED" if stale else "")
+              + f"; Optuna's history rebuilt from them; {max(0, cfg.search.n_trials - resumed)} to run.", flush=True)
 
     def on_record(rec: CandidateRecord) -> None:
         t0 = time.perf_counter()
@@ -241,12 +401,24 @@ def _search(
         progress.update(rec)
 
     status = "FAILED"
+    ray_counts = {"n_ray_trials": 0.0}  # this run's, for the check that Ray Tune, Optuna and MLflow agree
     try:
-        outcome = tune_adapter.run_trials(ctx, sampler, cfg.search, resources, output_dir / "ray", name, on_record)
+        remaining = cfg.search.n_trials - resumed
+        ray_name = name if resume_k == 0 else f"{name}-resume{resume_k}"
+        if remaining > 0:
+            outcome = tune_adapter.run_trials(
+                ctx, sampler, cfg.search, resources, output_dir / "ray", ray_name, on_record, n_trials=remaining
+            )
+        else:
+            outcome = tune_adapter.TuneOutcome(experiment_path="(no trials left to run)", finished_trials=0)
         timings["tune_seconds"] = outcome.wall_seconds
+        ray_counts["n_ray_trials"] = outcome.ray_trials
         status = "KILLED" if outcome.interrupted else ("FAILED" if outcome.crashes else "FINISHED")
     except KeyboardInterrupt:
         status = "KILLED"
+        hint = run.resume_command or f"run the same search again with resume=true name={name}"
+        print(f"\nInterrupted; what ended is recorded and the parent run is KILLED. To resume it: {hint}",
+              file=sys.stderr, flush=True)
         raise
     finally:
         # Whatever happened, record what finished and close the parent run with a status.
@@ -258,8 +430,9 @@ def _search(
             tracker.log_artifacts(files.values())
             best = best_of(records)
             timings["artifacts_seconds"] = time.perf_counter() - t0
-            tracker.log_summary(_summary(records, sampler, best, timings, t_start),
-                                {"best_arch_id": best.arch_id, "best_arch": best.arch} if best else {})
+            summary = _summary(records, sampler, best, timings, t_start)
+            summary.update(ray_counts, n_optuna_trials=sum(sampler.counts().values()))
+            tracker.log_summary(summary, {"best_arch_id": best.arch_id, "best_arch": best.arch} if best else {})
         finally:
             tracker.end_search(status)
 
@@ -267,9 +440,10 @@ def _search(
         name=name, status=status, best=best, candidates=records, leaderboard=rows, run_ids=run_ids,
         parent_run_id=parent, experiment_id=tracker.experiment_id, tracking_uri=tracker.uri, output_dir=output_dir,
         ray_experiment_path=outcome.experiment_path, duplicates=sampler.duplicates,
-        wall_seconds=time.perf_counter() - t_start, files=files, timings=timings,
+        wall_seconds=time.perf_counter() - t_start, files=files, timings=timings, resumed=resumed, stale_runs=stale,
+        retries=outcome.retries, ray_trials=outcome.ray_trials, optuna_states=sampler.counts(),
     )
-    _print_summary(result, cfg, tracker, outcome)
+    _print_summary(result, cfg, tracker, outcome, run.resume_command)
     if outcome.crashes:
         raise SearchError(
             "a trial raised an unexpected error (a bug, not a bad candidate); the search was stopped:\n"
@@ -285,7 +459,8 @@ def _summary(
     counts = {s: sum(r.status == s for r in records) for s in ("COMPLETED", "PRUNED", "FAILED")}
     summary = {
         "n_completed": counts["COMPLETED"], "n_pruned": counts["PRUNED"], "n_failed": counts["FAILED"],
-        "n_duplicates": sampler.duplicates, "wall_seconds": time.perf_counter() - t_start, **timings,
+        "n_duplicates": sampler.duplicates, "n_retries": sum(r.metrics.get("retries", 0.0) for r in records),
+        "wall_seconds": time.perf_counter() - t_start, **timings,
     }
     if best is not None:
         summary.update(best_reward=best.metrics["reward"], best_accuracy=best.metrics["accuracy"],
@@ -294,13 +469,19 @@ def _summary(
 
 
 def _print_summary(
-    result: SearchResult, cfg: SearchConfig, tracker: Tracker, outcome: tune_adapter.TuneOutcome
+    result: SearchResult, cfg: SearchConfig, tracker: Tracker, outcome: tune_adapter.TuneOutcome,
+    resume_command: str | None,
 ) -> None:
     target_ms = cast(float, cfg.target_ms)
     done = len(result.candidates)
     lines = [""]
     if outcome.interrupted:
-        lines.append(f"Interrupted: {done} of {cfg.search.n_trials} trials ended; what ended is recorded.")
+        how = resume_command or f"run the same search again with resume=true name={result.name}"
+        lines += [
+            f"Interrupted: {done} of {cfg.search.n_trials} trials ended; what ended is recorded and the parent run "
+            "is KILLED.",
+            f"To resume it: {how}",
+        ]
     elif outcome.exhausted:
         lines.append(f"The space has no architecture left to try after {done} trials.")
     dup = f", {result.duplicates} repeated suggestions answered from earlier results" if result.duplicates else ""

@@ -23,10 +23,14 @@ Kinds, and what the trial then does:
 * ``hang:<seconds>``: the trial stalls that long before measuring, checking its time limit
   (``search.trial_timeout_s``) as it waits, so it fails with
   :class:`~nas.errors.TrialTimeoutError` when the limit is shorter;
+* ``bug``: an untyped ``RuntimeError``, as a bug in LatNAS would raise: the search records
+  the trial as crashed, stops and raises (a bug is never retried nor taken for a bad candidate);
 * ``kill``: on its first attempt the trial's process kills itself with SIGKILL, as the
   operating system's out-of-memory killer or an operator would; a marker file in
   ``marker_dir`` (the search's ``<output_dir>/faults``, which every trial must see: one machine)
-  makes the retry run normally, so the trial completes when ``search.max_retries`` >= 1.
+  makes the retry run normally, so the trial completes when ``search.max_retries`` >= 1;
+* ``die``: the trial's process kills itself on every attempt, so the trial ends FAILED with
+  ``TrialProcessDied`` once ``search.max_retries`` restarts are spent.
 
 Which architectures are hit is deterministic: kind ``k`` hits the architecture whose
 ``sha256(f"{seed}:{k}:{arch_id}")``, read as a fraction of 2**64, is below the kind's rate
@@ -50,9 +54,14 @@ from latency_predictor import EngineBuildError, ExportError, LatencyError, Measu
 from nas.errors import FaultSpecError
 
 ENV_VAR = "LATNAS_FAULTS"
-KINDS = ("export", "engine", "measure", "nan", "oom", "hang", "kill")
+KINDS = ("export", "engine", "measure", "nan", "oom", "hang", "kill", "die", "bug")
 _LATENCY_ERRORS: dict[str, Callable[[str], LatencyError]] = {
     "export": ExportError, "engine": EngineBuildError, "measure": MeasurementError,
+}
+_FAILURE_TYPES = {
+    "die": "TrialProcessDied", "bug": "TrialCrashed", "export": "ExportError", "engine": "EngineBuildError",
+    "measure": "MeasurementError",
+    "oom": "TrialOutOfMemoryError", "nan": "TrainingError",
 }
 _IMPOSSIBLE_BYTES = 1 << 62  # more than any host or GPU has
 
@@ -158,20 +167,19 @@ class FaultPlan:
 
         ``kill`` is not a failure when retries are allowed; ``hang`` only past the time limit.
         """
-        for kind in ("hang", "export", "engine", "measure", "oom", "nan"):
+        for kind in ("die", "hang", "bug", "export", "engine", "measure", "oom", "nan"):
             if not self.hits(kind, arch_id):
                 continue
             if kind == "hang":
                 if trial_timeout_s is not None and (self._by_kind["hang"].arg or 0.0) > trial_timeout_s:
                     return "TrialTimeoutError"
                 continue
-            return {"export": "ExportError", "engine": "EngineBuildError", "measure": "MeasurementError",
-                    "oom": "TrialOutOfMemoryError", "nan": "TrainingError"}[kind]
+            return _FAILURE_TYPES[kind]
         return None
 
     # ------------------------------------------------------------------ in the trial
     def before_measure(self, arch_id: str, check_time: Callable[[str], None]) -> None:
-        """Faults of the start of a trial: ``kill``, ``hang``, then the latency errors.
+        """Faults of the start of a trial: ``die``, ``kill``, ``hang``, ``bug``, then the latency errors.
 
         Args:
             arch_id: the trial's architecture.
@@ -179,7 +187,10 @@ class FaultPlan:
 
         Raises:
             LatencyError: ``export``, ``engine`` or ``measure`` hits this architecture.
+            RuntimeError: ``bug`` hits it.
         """
+        if self.hits("die", arch_id):
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.hits("kill", arch_id):
             self._kill_once(arch_id)
         if self.hits("hang", arch_id):
@@ -187,6 +198,8 @@ class FaultPlan:
             while time.perf_counter() < until:
                 check_time("a stall injected by LATNAS_FAULTS")
                 time.sleep(min(0.05, max(0.0, until - time.perf_counter())))
+        if self.hits("bug", arch_id):
+            raise RuntimeError(f"bug injected by {ENV_VAR} for architecture {arch_id}")
         for kind, error in _LATENCY_ERRORS.items():
             if self.hits(kind, arch_id):
                 raise error(f"{kind} failure injected by {ENV_VAR} for architecture {arch_id}")

@@ -11,6 +11,12 @@ needs on top of ask/tell:
   evaluated, the earlier result is told again and another one is asked for; when it suggests
   one still being evaluated, that Optuna trial waits and is told the same result when it comes.
   Such suggestions are counted in :attr:`ArchSampler.duplicates`.
+* **a history that survives the driver**: :meth:`ArchSampler.replay` adds an architecture
+  evaluated by an earlier run of the same search (read back from the MLflow record on resume)
+  to the study as a finished trial with its decisions and outcome, so the sampler models it
+  and never proposes it again. Each Optuna trial of an evaluated architecture carries the
+  user attribute ``arch`` (and ``replayed`` when it came from the record); a repeated
+  suggestion carries ``duplicate_of``.
 
 Objectives: ``reward`` (maximised) for TPE and random; ``accuracy`` (maximised) and
 ``latency_ms`` (minimised) for NSGA-II.
@@ -151,11 +157,14 @@ class ArchSampler:
             arch = self.space.from_decisions(_Suggestions(trial, self._options)).encode()
             if arch in self._done:
                 self.duplicates += 1
+                trial.set_user_attr("duplicate_of", arch)
                 self._tell(trial, self._done[arch])
             elif arch in self._running:
                 self.duplicates += 1
+                trial.set_user_attr("duplicate_of", arch)
                 self._waiting.setdefault(arch, []).append(trial)
             else:
+                trial.set_user_attr("arch", arch)
                 self._running[arch] = trial
                 return arch
         self.exhausted = True
@@ -171,6 +180,57 @@ class ArchSampler:
         for waiting in self._waiting.pop(arch, []):
             self._tell(waiting, outcome)
 
+    def replay(self, arch: str, outcome: Outcome) -> None:
+        """Add ``arch``, evaluated earlier with ``outcome``, to the study as a finished trial.
+
+        Used when a search is resumed: the study's history is rebuilt from the record, one
+        trial per evaluated architecture, with the decisions that give it. An architecture
+        already known to this sampler is left as it is.
+
+        Raises:
+            SearchSpaceError: ``arch`` does not belong to the space.
+        """
+        if arch in self._done or arch in self._running:
+            return
+        decisions = self.space.to_decisions(self.space.decode(arch))
+        params = {name: value for name, value in decisions.items() if name in self._options}
+        distributions: dict[str, optuna.distributions.BaseDistribution] = {
+            name: optuna.distributions.CategoricalDistribution(list(self._options[name])) for name in params
+        }
+        values: list[float] | None = None
+        intermediate: dict[int, float] = {}
+        if outcome.state == "fail":
+            state = optuna.trial.TrialState.FAIL
+        elif outcome.state == "pruned":
+            state = optuna.trial.TrialState.PRUNED
+            if len(self.objectives) == 1 and outcome.reward is not None:
+                intermediate[outcome.step] = outcome.reward
+        else:
+            state = optuna.trial.TrialState.COMPLETE
+            values = self._values(outcome)
+        self.study.add_trial(optuna.trial.create_trial(
+            state=state, params=params, distributions=distributions, values=values,
+            intermediate_values=intermediate, user_attrs={"arch": arch, "replayed": True},
+        ))
+        self._done[arch] = outcome
+
+    def counts(self) -> dict[str, int]:
+        """Optuna trial states of the evaluated architectures (repeated suggestions left out)."""
+        out: dict[str, int] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            if "arch" in t.user_attrs:
+                out[t.state.name] = out.get(t.state.name, 0) + 1
+        return out
+
+    def _values(self, outcome: Outcome) -> list[float]:
+        if len(self.objectives) > 1:
+            if outcome.accuracy is None or outcome.latency_ms is None:
+                raise ValueError("a completed outcome needs accuracy and latency_ms for a multi-objective sampler")
+            return [outcome.accuracy, outcome.latency_ms]
+        if outcome.reward is None:
+            raise ValueError("a completed outcome needs a reward")
+        return [outcome.reward]
+
     def _tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
         if outcome.state == "fail":
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -179,12 +239,8 @@ class ArchSampler:
             if len(self.objectives) == 1 and outcome.reward is not None:
                 trial.report(outcome.reward, outcome.step)  # TPE reads a pruned trial's last value
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        elif len(self.objectives) > 1:
-            if outcome.accuracy is None or outcome.latency_ms is None:
-                raise ValueError("a completed outcome needs accuracy and latency_ms for a multi-objective sampler")
-            self.study.tell(trial, [outcome.accuracy, outcome.latency_ms])
         else:
-            self.study.tell(trial, outcome.reward)
+            self.study.tell(trial, self._values(outcome))
 
     def decisions(self, arch: str) -> dict[str, Any]:
         """The active decisions that give ``arch``."""

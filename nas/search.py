@@ -60,14 +60,19 @@ def main(dcfg: DictConfig) -> None:
     cfg = OmegaConf.to_object(dcfg)
     if not isinstance(cfg, SearchConfig):
         raise TypeError(f"the composed config is a {type(cfg).__name__}, not a SearchConfig")
-    runtime = HydraConfig.get().runtime
+    hydra_cfg = HydraConfig.get()
+    runtime = hydra_cfg.runtime
     cfg.space_source = f"conf/space/{runtime.choices.get('space')}.yaml"
-    cfg.output_dir = cfg.output_dir or runtime.output_dir
+    if not cfg.resume:  # a resumed search keeps its recorded folder unless output_dir= is given
+        cfg.output_dir = cfg.output_dir or runtime.output_dir
+    command = ["python", "-m", "nas.search", *hydra_cfg.overrides.task]
     try:
-        result = run_search(cfg)
+        result = run_search(cfg, command)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before the trials started: the driver said how to resume
+        sys.exit(130)
     if result.status == "KILLED":
         sys.exit(130)
 

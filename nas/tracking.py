@@ -13,7 +13,10 @@ Layout (others read it: the leaderboard, the export, resume):
 
 Every write happens in the driver process (Ray Tune callbacks run there), so the store never
 has concurrent writers. Child runs are created already finished, so none is ever left RUNNING;
-the parent is always ended with a status (``FINISHED``, ``FAILED`` or ``KILLED``).
+the parent is always ended with a status (``FINISHED``, ``FAILED`` or ``KILLED``), except when
+the driver itself is killed (SIGKILL, a lost machine): resuming the search
+(:meth:`Tracker.resume_search`) reopens its parent run, marks a child run the driver was
+writing when it died ``KILLED``, and hands back the finished candidates.
 
 The second part of the module, :class:`SearchStore`, reads that record back for the
 leaderboard and the export, and makes the review's own few writes: the Pareto plot and reference
@@ -139,6 +142,45 @@ class Tracker:
         self.parent_run_id = run.info.run_id
         self._log(self.parent_run_id, params=params)
         return self.parent_run_id
+
+    def previous_search(self, name: str) -> RunInfo | None:
+        """The parent run of the search called ``name`` already in this experiment (None: none)."""
+        runs = SearchStore(self.uri, self.experiment).searches_named(name)
+        return runs[0] if runs else None
+
+    def resume_search(self, parent: RunInfo, tags: Mapping[str, str]) -> tuple[list[RunInfo], int]:
+        """Continue the search of ``parent``: reopen its run and return its finished candidates.
+
+        The parent run is set RUNNING again (it is RUNNING already when the driver was killed) and
+        tagged with ``tags``. A candidate run still RUNNING was being written when the driver
+        died: its record is incomplete, so it is marked KILLED (tag ``status=KILLED``) and its
+        architecture counts as not evaluated.
+
+        Returns:
+            The finished candidate runs (``COMPLETED``, ``PRUNED`` or ``FAILED``), one per
+            architecture, and how many stale runs were marked KILLED.
+        """
+        store = SearchStore(self.uri, self.experiment)
+        finished: dict[str, RunInfo] = {}
+        stale = 0
+        try:
+            self.client.update_run(parent.run_id, status="RUNNING")
+            self.parent_run_id = parent.run_id
+            self._log(parent.run_id, tags=tags)
+            for run in sorted(store.candidates(parent.run_id), key=lambda r: r.start_time):
+                if run.status == "RUNNING":
+                    self._log(run.run_id, tags={
+                        "status": "KILLED", "failure_type": "DriverStopped",
+                        "failure_reason": "the search's driver stopped while this record was written; the "
+                                          "architecture counts as not evaluated and may be evaluated again",
+                    })
+                    self.client.set_terminated(run.run_id, "KILLED")
+                    stale += 1
+                elif run.tags.get("status") in ("COMPLETED", "PRUNED", "FAILED") and "arch" in run.params:
+                    finished.setdefault(run.params["arch"], run)
+        except MlflowException as err:
+            raise TrackingError(f"cannot resume the search in {self.uri}: {err.message}") from None
+        return list(finished.values()), stale
 
     def log_candidate(self, rec: CandidateRecord, search_name: str) -> str:
         """Create the finished child run of one candidate; returns its run id."""
@@ -281,6 +323,27 @@ def _info(run: Run) -> RunInfo:
     )
 
 
+_RECORD_TAGS_SKIPPED = (ROLE_TAG, SEARCH_TAG, PARENT_TAG, "trial_id")
+
+
+def candidate_from_run(run: RunInfo, decisions: dict[str, Any]) -> CandidateRecord:
+    """A candidate's record read back from its child run (a resumed search's earlier candidates).
+
+    Args:
+        run: the candidate's child run.
+        decisions: the active decisions of its architecture (typed, from the space).
+
+    The per-epoch history and the full latency record stay in MLflow; the record carries the
+    final metrics and the tags.
+    """
+    tags = {k: v for k, v in run.tags.items() if not k.startswith("mlflow.") and k not in _RECORD_TAGS_SKIPPED}
+    return CandidateRecord(
+        trial_id=run.tags.get("trial_id", run.run_id), arch=run.params["arch"],
+        arch_id=run.params.get("arch_id", run.name), status=run.tags.get("status", "FAILED"), decisions=decisions,
+        metrics=dict(run.metrics), tags=tags, start_time=run.start_time / 1000, end_time=run.start_time / 1000,
+    )
+
+
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "\\'") + "'"
 
@@ -367,6 +430,13 @@ class SearchStore:
             raise TrackingError(f"experiment {self.experiment!r} in {self.uri} has no search yet")
         known = sorted({r.tags.get(SEARCH_TAG, r.name) for r in self._search(f"tags.`{ROLE_TAG}` = 'search'")})
         raise TrackingError(f"no search named {search!r} in experiment {self.experiment!r}; searches: {known}")
+
+    def searches_named(self, name: str) -> list[RunInfo]:
+        """Parent runs of searches called ``name``, latest first (normally one)."""
+        return self._search(
+            f"tags.`{ROLE_TAG}` = 'search' and tags.`{SEARCH_TAG}` = {_quote(name)}",
+            order_by=["attributes.start_time DESC"],
+        )
 
     def candidates(self, parent_run_id: str) -> list[RunInfo]:
         """Every candidate run of a search, by reward (best first; runs without a reward last)."""

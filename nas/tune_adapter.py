@@ -56,6 +56,9 @@ _QUIET_ENV = {
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # no per-trial CSV/JSON/TensorBoard files: MLflow is the record
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_DEDUP_LOGS": "1",
+    # Ray Tune's traceback of every failed attempt: the driver reports retries in one line, records
+    # the reason of a trial that failed and raises a crash with its traceback.
+    "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
 }
 for _k, _v in _QUIET_ENV.items():
     os.environ.setdefault(_k, _v)
@@ -275,11 +278,15 @@ class ArchSearcher(Searcher):
         self.sampler, self.arch_of = state["sampler"], state["arch_of"]
 
 
-PROCESS_DEATH_ERRORS = (
-    "ActorDiedError", "RayActorError", "WorkerCrashedError", "NodeDiedError", "ActorUnavailableError",
-    "OutOfMemoryError", "ObjectLostError", "OwnerDiedError",
-)
-"""Ray errors that mean a trial's process (or its node) died rather than its code raising."""
+def process_died(error_text: str) -> bool:
+    """Whether a trial's error means its process (or node) died rather than code raising.
+
+    The trainable reports every exception of LatNAS's own code itself, so what reaches Ray Tune
+    as an error is either a death (Ray's actor-died, worker-crashed and out-of-memory-kill
+    messages, which carry no traceback) or an exception in Ray's wrapper around the trainable
+    (with a traceback): a bug.
+    """
+    return "Traceback (most recent call last)" not in error_text
 
 
 class _RecordCallback(tune.Callback):
@@ -312,7 +319,7 @@ class _RecordCallback(tune.Callback):
         self.n_retries += 1
         log.warning(
             "trial %s (%s): its process died (%s); starting it again (retry %d of %d)", trial.trial_id,
-            trial.config.get("arch"), _last_line(_error_text(trial)), n, self._max_retries,
+            trial.config.get("arch"), _first_sentence(_last_line(_error_text(trial))), n, self._max_retries,
         )
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
@@ -323,7 +330,7 @@ class _RecordCallback(tune.Callback):
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         error = _error_text(trial)
-        if any(name in error for name in PROCESS_DEATH_ERRORS):
+        if process_died(error):
             tries = self._retries.get(trial.trial_id, 0) + 1
             reason = (f"the trial's process died {tries} time(s), search.max_retries={self._max_retries}: "
                       f"{_last_line(error)}")
@@ -359,6 +366,11 @@ class _CrashStopper(tune.Stopper):
 def _last_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[-1] if lines else text
+
+
+def _first_sentence(text: str, limit: int = 160) -> str:
+    head = text.split(". ", 1)[0]
+    return head if len(head) <= limit else head[: limit - 3] + "..."
 
 
 def _error_text(trial: Trial) -> str:

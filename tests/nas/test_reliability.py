@@ -10,15 +10,25 @@ trial's process) or raise the typed error a backend raises. The driver-kill and 
 
 from __future__ import annotations
 
+import csv
 import math
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_dir
+from mlflow import MlflowClient
+from mlflow.entities import Run
+from omegaconf import OmegaConf
 
-from nas.config import AccuracyConfig, DataConfig, LatencyConfig, TrainConfig
+from nas.config import AccuracyConfig, DataConfig, LatencyConfig, SearchConfig, TrainConfig
 from nas.data import Dataset, load_dataset
-from nas.faults import FaultPlan
+from nas.driver import run_search
+from nas.errors import SearchError
+from nas.faults import ENV_VAR, FaultPlan
+from nas.search import CONF_DIR
 from nas.trial import COMPLETED, FAILED, RUNNING, TrialContext, evaluate_candidate
 from search_spaces import load_space
 
@@ -104,3 +114,114 @@ def test_faults_hit_only_their_architectures(data: Dataset) -> None:
     for arch in archs:
         status = _run(arch, _ctx(data, faults="measure@0.5,seed=3", epochs=1))[-1]["status"]
         assert status == (FAILED if arch in hit else COMPLETED)
+
+
+# ---------------------------------------------------------------------- searches with injected faults
+
+CHEAP = (
+    "+space=tiny", "target_ms=1.0", "data.max_train_samples=128", "data.max_val_samples=64", "data.resolution=16",
+    "train.epochs=1", "latency.input_shape=[1,3,32,32]", "latency.measure.min_runs=10",
+    "latency.measure.min_time_s=0.05", "latency.measure.max_time_s=0.3", "latency.measure.max_repeats=1",
+    "progress=false",
+)
+
+
+def _config(tmp_path: Path, *overrides: str) -> SearchConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        dcfg = compose(config_name="config", overrides=[
+            *CHEAP, f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}", *overrides,
+        ])
+    cfg = OmegaConf.to_object(dcfg)
+    assert isinstance(cfg, SearchConfig)
+    cfg.space_source = "conf/space/tiny.yaml"
+    return cfg
+
+
+def _runs(db: Path) -> tuple[list[Run], list[Run]]:
+    """The parent runs and the candidate runs in the store."""
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("latnas")
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    return ([r for r in runs if r.data.tags.get("latnas.role") == "search"],
+            [r for r in runs if r.data.tags.get("latnas.role") == "candidate"])
+
+
+def _check_candidates(children: list[Run], plan: FaultPlan, timeout: float | None = None) -> Counter[str]:
+    """Every good candidate COMPLETED, every bad one FAILED with the failure its fault causes; one run per arch."""
+    archs = [c.data.params["arch"] for c in children]
+    assert len(set(archs)) == len(archs)
+    statuses: Counter[str] = Counter()
+    for child in children:
+        tags, arch_id = child.data.tags, child.data.params["arch_id"]
+        expected = plan.expected_failure(arch_id, timeout)
+        statuses[tags["status"]] += 1
+        if expected is None:
+            assert tags["status"] == "COMPLETED", (arch_id, tags.get("failure_reason"))
+            assert child.info.status == "FINISHED" and "reward" in child.data.metrics
+        else:
+            assert tags["status"] == "FAILED" and child.info.status == "FAILED", arch_id
+            assert tags["failure_type"] == expected and tags["failure_reason"], (arch_id, tags)
+            assert "reward" not in child.data.metrics
+    return statuses
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_bad_candidates_fail_with_their_reason_and_the_search_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = "export@0.1,measure@0.05,engine@0.05,oom@0.05,nan@0.05,seed=4"
+    monkeypatch.setenv(ENV_VAR, spec)
+    result = run_search(_config(tmp_path, "search.n_trials=10", "name=faults"))
+    parents, children = _runs(tmp_path / "mlflow.db")
+    assert result.status == "FINISHED" and parents[0].info.status == "FINISHED"
+    assert parents[0].data.tags["fault_injection"] == spec
+    statuses = _check_candidates(children, FaultPlan.parse(spec))
+    assert statuses["FAILED"] >= 2 and statuses["COMPLETED"] >= 2 and sum(statuses.values()) == 10
+    # Ray Tune, Optuna and MLflow count the same trials; Optuna was told each failure.
+    assert result.ray_trials == 10 == len(children)
+    assert result.optuna_states == {"COMPLETE": statuses["COMPLETED"], "FAIL": statuses["FAILED"]}
+    assert parents[0].data.metrics["n_failed"] == statuses["FAILED"]
+    # The leaderboard has the reason of every failed candidate.
+    with (tmp_path / "out" / "leaderboard.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    failed = [r for r in rows if r["status"] == "FAILED"]
+    assert len(failed) == statuses["FAILED"] and all(r["failure_reason"] for r in failed)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_killed_trial_processes_are_retried_and_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # kill: the process dies on the first attempt only; die: on every attempt.
+    spec = "die@0.25,kill@0.25,seed=1"
+    monkeypatch.setenv(ENV_VAR, spec)
+    result = run_search(_config(tmp_path, "search.n_trials=4", "search.max_retries=1", "name=retry"))
+    parents, children = _runs(tmp_path / "mlflow.db")
+    plan = FaultPlan.parse(spec)
+    ids = [c.data.params["arch_id"] for c in children]
+    died = {a for a in ids if plan.hits("die", a)}
+    killed = {a for a in ids if plan.hits("kill", a)} - died
+    assert died and killed and len(children) == 4 and result.ray_trials == 4 and result.status == "FINISHED"
+    _check_candidates(children, plan)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for child in children:
+        arch_id = child.data.params["arch_id"]
+        assert child.data.metrics["retries"] == (1.0 if arch_id in killed | died else 0.0)
+        if arch_id in died:
+            assert "died 2 time(s), search.max_retries=1" in child.data.tags["failure_reason"]
+        else:  # one attempt recorded, not the lost one too
+            assert [h.step for h in client.get_metric_history(child.info.run_id, "accuracy")] == [1]
+    assert result.retries == len(killed | died) == parents[0].data.metrics["n_retries"]
+    assert result.optuna_states == {"COMPLETE": 4 - len(died), "FAIL": len(died)}
+    assert {p.name for p in (tmp_path / "out" / "faults").iterdir()} == {f"kill-{a}" for a in killed}
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_bug_stops_the_search_without_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_VAR, "bug@1")
+    with pytest.raises(SearchError, match=r"bug injected by LATNAS_FAULTS") as err:
+        run_search(_config(tmp_path, "search.n_trials=4", "search.max_concurrent=1", "name=bug"))
+    assert "Traceback" in str(err.value)
+    parents, children = _runs(tmp_path / "mlflow.db")
+    assert parents[0].info.status == "FAILED"
+    assert len(children) == 1 and children[0].data.tags["failure_type"] == "TrialCrashed"
+    assert children[0].data.metrics["retries"] == 0.0
