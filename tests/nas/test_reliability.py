@@ -10,9 +10,18 @@ trial's process) or raise the typed error a backend raises. The driver-kill and 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +234,144 @@ def test_a_bug_stops_the_search_without_retries(tmp_path: Path, monkeypatch: pyt
     assert parents[0].info.status == "FAILED"
     assert len(children) == 1 and children[0].data.tags["failure_type"] == "TrialCrashed"
     assert children[0].data.metrics["retries"] == 0.0
+
+
+# ---------------------------------------------------------------------- the driver killed, interrupted
+
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    started: str  # /proc/<pid>/stat field 22: tells a process from a later one with the same pid
+
+
+def _proc(pid: int) -> _Proc | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return _Proc(pid, fields[19])
+
+
+def _descendants(root: int) -> set[_Proc]:
+    """The processes under ``root`` now (Ray's head processes and workers the search started)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return {p for p in map(_proc, found) if p is not None}
+
+
+def _alive(procs: set[_Proc]) -> set[_Proc]:
+    return {p for p in procs if _proc(p.pid) == p and "Z" not in Path(f"/proc/{p.pid}/stat").read_text().split()[2]}
+
+
+def _kill(procs: set[_Proc]) -> None:
+    for p in _alive(procs):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGKILL)
+
+
+def _cli(tmp_path: Path, name: str, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "nas.search", *CHEAP, "ray.num_cpus=2",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}", f"name={name}", *extra,
+    ]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("HYDRA_", "RAY_ADDRESS", ENV_VAR))}
+
+
+@contextlib.contextmanager
+def _driver(args: list[str], cwd: Path) -> Iterator[tuple[subprocess.Popen[str], set[_Proc]]]:
+    """``args`` started in its own session (its own process group, as a shell job); every process
+    it started is killed on the way out, by pid, whatever the test did to the driver."""
+    with (cwd / "driver.log").open("w") as log:
+        proc = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True, env=_env(),
+                                start_new_session=True)
+    seen: set[_Proc] = set()
+    try:
+        yield proc, seen
+    finally:
+        seen |= _descendants(proc.pid)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _kill(seen)
+
+
+def _wait_for_candidates(db: Path, n: int, proc: subprocess.Popen[str], seen: set[_Proc], timeout: float) -> int:
+    """Wait until ``n`` candidate runs are recorded (noting the driver's processes meanwhile)."""
+    deadline = time.monotonic() + timeout
+    client = MlflowClient(f"sqlite:///{db}")
+    while time.monotonic() < deadline:
+        seen |= _descendants(proc.pid)
+        if proc.poll() is not None:
+            raise AssertionError(f"the search ended early ({proc.returncode})")
+        exp = client.get_experiment_by_name("latnas") if db.exists() else None
+        if exp is not None:
+            found = client.search_runs([exp.experiment_id], "tags.`latnas.role` = 'candidate'")
+            if len(found) >= n:
+                return len(found)
+        time.sleep(0.3)
+    raise AssertionError(f"fewer than {n} candidates recorded after {timeout} s")
+
+
+def test_a_killed_driver_resumes_without_losing_or_repeating_candidates(tmp_path: Path) -> None:
+    args, db = _cli(tmp_path, "killed", "search.n_trials=5"), tmp_path / "mlflow.db"
+    with _driver(args, tmp_path) as (proc, seen):
+        _wait_for_candidates(db, 2, proc, seen, timeout=240)
+        seen |= _descendants(proc.pid)
+        proc.send_signal(signal.SIGKILL)  # no clean-up of any kind: a power cut, the OOM killer
+        proc.wait()
+    parents, before = _runs(db)
+    assert [p.info.status for p in parents] == ["RUNNING"]  # left open by the dead driver
+    recorded = {c.info.run_id: c.data.params["arch"] for c in before if c.info.status != "RUNNING"}
+
+    resumed = subprocess.run([*args, "resume=true"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             env=_env())
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"Resuming search killed: {len(recorded)} of 5 candidates recorded" in resumed.stdout
+
+    parents_after, children = _runs(db)
+    assert [p.info.run_id for p in parents_after] == [parents[0].info.run_id]  # the same parent run, continued
+    parent = parents_after[0]
+    assert parent.info.status == "FINISHED" and parent.data.tags["resume_count"] == "1"
+    assert all(c.info.status != "RUNNING" for c in children)
+    live = [c for c in children if c.data.tags["status"] != "KILLED"]
+    assert len(live) == 5 and len({c.data.params["arch"] for c in live}) == 5  # one run per architecture
+    by_id = {c.info.run_id: c for c in children}
+    for run_id, arch in recorded.items():  # nothing recorded before the kill is lost or replaced
+        assert by_id[run_id].data.params["arch"] == arch and by_id[run_id].data.tags["status"] != "KILLED"
+    m = parent.data.metrics
+    assert m["n_completed"] + m["n_failed"] + m["n_pruned"] == 5 == m["n_optuna_trials"]
+    assert m["n_ray_trials"] == 5 - len(recorded)  # Ray Tune ran only the missing ones
+    assert (tmp_path / "out" / "ray" / "killed").is_dir() and (tmp_path / "out" / "ray" / "killed-resume1").is_dir()
+
+
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
+    args, db = _cli(tmp_path, "interrupted", "search.n_trials=40"), tmp_path / "mlflow.db"
+    with _driver(args, tmp_path) as (proc, seen):
+        _wait_for_candidates(db, 1, proc, seen, timeout=240)
+        seen |= _descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        assert proc.wait(timeout=120) == 130
+        time.sleep(2)
+        assert not _alive(seen), "the search left processes running"
+    out = (tmp_path / "driver.log").read_text()
+    assert "Interrupted:" in out and "the parent run is KILLED" in out
+    given = [a for a in args[3:] if not a.startswith("name=")]
+    expected = shlex.join(["python", "-m", "nas.search", *given, "name=interrupted", "resume=true"])
+    assert f"To resume it: {expected}" in out
+    parents, children = _runs(db)
+    assert [p.info.status for p in parents] == ["KILLED"]
+    assert children and all(c.info.status in ("FINISHED", "FAILED") for c in children)
+    assert parents[0].data.metrics["n_completed"] + parents[0].data.metrics["n_failed"] == len(children)
