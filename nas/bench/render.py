@@ -269,6 +269,18 @@ def _references(rec: Rec) -> str:
             rows.append([_f(t["target_ms"], 1), c["name"], _f(c["latency_ms"]), _f(c.get("params_m"), 2),
                          f"{_pct(acc['median'])} ({_pct(acc['min'])} - {_pct(acc['max'])})"])
     matched = "\n".join(f"- {line}" for line in f.get("summary", []))
+    over = [f"at {t['target_ms']:g} ms the searched network measured {c['latency_ms']:.2f} ms" for t in f["targets"]
+            for c in t["candidates"] if c["name"] == "searched" and c["latency_ms"] > t["target_ms"]]
+    if over:
+        matched += ("\n\nThe searched networks missed their targets when measured here (" + "; ".join(over)
+                    + "): none of the candidates measured met the target under this run's load, so the fastest "
+                    "measured is shown, and the latencies are not exactly matched.")
+    weak = [c["name"] for t in f["targets"] for c in t["candidates"] if c["accuracy"]["median"] < 0.5]
+    if weak:
+        matched += (f"\n\nWith {f['epochs']} epoch(s), {', '.join(sorted(set(weak)))} stayed under 50% accuracy: "
+                    "deep, narrow networks barely start to learn in so short a budget (same optimiser and learning "
+                    "rate for every network), so this compares what each network learns in a very short budget, "
+                    "not what it can reach.")
     return f"""Does the search find networks that beat hand-designed ones at the same latency? At two latency targets on
 this machine's ONNX Runtime CPU (1 thread, 1x3x224x224, measured), the best network of a small search
 ({f['search']}) against the reference networks width-scaled (channels x multiplier, rounded to 8) to the
