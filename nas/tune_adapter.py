@@ -158,7 +158,9 @@ def connect(cfg: RayConfig) -> Cluster:
             raise ClusterError(f"{source} {target!r}: cannot join the Ray cluster: {err}") from None
         address, joined = target, True
     else:
-        ray.init(num_cpus=cfg.num_cpus, logging_level=logging.WARNING, include_dashboard=False)
+        # address="local": a new cluster here, even where `ray start` (or another program) left a
+        # cluster address in Ray's temp folder, which a plain ray.init() would silently join.
+        ray.init(address="local", num_cpus=cfg.num_cpus, logging_level=logging.WARNING, include_dashboard=False)
         address, started = "local", True
     res = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))

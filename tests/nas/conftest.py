@@ -15,6 +15,6 @@ def ray_cluster() -> Iterator[None]:
     from nas import tune_adapter  # sets Ray's quiet environment before the cluster starts
 
     del tune_adapter
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()

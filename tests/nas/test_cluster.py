@@ -67,7 +67,7 @@ def three_nodes() -> Iterator[ThreeNodes]:
             ray.shutdown()
         cluster.shutdown()
         if was_up:
-            ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+            ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
 
 
 def _config(tmp_path: Path, *overrides: str) -> SearchConfig:
@@ -139,6 +139,24 @@ def test_ray_address_from_the_environment_joins_that_cluster(
     try:
         assert cluster.joined_here and not cluster.started_here
         assert (cluster.address, cluster.nodes, cluster.cpus, cluster.gpus) == (three_nodes.address, 3, 3.0, 2.0)
+    finally:
+        tune_adapter.disconnect(cluster)
+    assert not ray.is_initialized()
+
+
+def test_without_an_address_a_local_cluster_is_started_not_the_running_one_joined(
+    three_nodes: ThreeNodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    from nas import tune_adapter
+
+    # The running cluster left its address in Ray's temp folder, which a plain ray.init() joins.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cluster = tune_adapter.connect(RayConfig(num_cpus=1))
+    try:
+        assert cluster.started_here and not cluster.joined_here
+        assert (cluster.address, cluster.nodes, cluster.cpus) == ("local", 1, 1.0)
     finally:
         tune_adapter.disconnect(cluster)
     assert not ray.is_initialized()
