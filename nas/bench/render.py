@@ -13,6 +13,7 @@ and are placed, marked as such, under the generated tables.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,8 @@ def meta(rec: Rec) -> str:
     cmd = rec.get("command", "")
     if isinstance(cmd, list):
         cmd = " ".join(cmd)
+    # a folder outside the repository is the reader's choice, not part of the command
+    cmd = re.sub(r"(?<!\S)/\S*/([^/\s]+)", r"DIR/\1", cmd)
     date = rec.get("date") or rec.get("created") or "?"
     cpus = m.get("cpus_usable", "?")
     load = m.get("load_average")
@@ -295,6 +298,22 @@ Digits is a weak proxy for ranking (one test image is 0.28 points, and seed-to-s
 as large as the differences between architectures); treat small differences as ties."""
 
 
+def _contention(rec: Rec) -> str:
+    rows = [[cond, _f(x["p50_ms"]), f"{_f(x['p50_min_ms'])} - {_f(x['p50_max_ms'])}", _f(x["min_ms"]),
+             _f(x.get("ratio_to_alone")), f"{x['stable']}/{x['n']}", _f(x["cpu_per_wall"]), _f(x["slot_wait_s"])]
+            for cond, x in rec["summary"].items()]
+    load = rec.get("search_load", {})
+    net = rec.get("arch_name", rec.get("arch"))
+    return f"""Does a measurement stay trustworthy while a search trains other candidates on the same machine? The
+same network (`{net}`) is measured in {rec['rounds']} rounds, each three ways in rotating
+order: with the search paused (alone), during the search with the measurement slot, and during it without
+the slot; plus once before the search starts (no search). Ratios to *alone* are medians of per-round ratios.
+Search load: {load.get('concurrent_trials', '?')} concurrent trials of the `{load.get('space', '?')}` space.
+
+{table(['condition', 'median p50 ms', 'p50 range', 'min ms', 'ratio to alone', 'stable', 'CPU share',
+        'slot wait s'], rows)}"""
+
+
 def _generic(rec: Rec) -> str:
     flat: list[list[str]] = []
 
@@ -304,7 +323,8 @@ def _generic(rec: Rec) -> str:
                 if k not in ("machine", "versions", "environment", "command", "date", "created"):
                     walk(f"{prefix}{k}.", v)
         elif isinstance(x, int | float | str | bool) and len(flat) < 40:
-            flat.append([prefix.rstrip("."), _f(x)])
+            text = _f(x)
+            flat.append([prefix.rstrip("."), text if len(text) <= 80 else text[:77] + "..."])
 
     walk("", rec.get("figures", rec))
     note = "Figures as recorded (this record's layout has no dedicated renderer):"
@@ -313,7 +333,7 @@ def _generic(rec: Rec) -> str:
 
 RENDERERS: dict[str, Callable[[Rec], str]] = {
     "latency": _latency, "predictor": _predictor, "search": _search, "sampler": _sampler,
-    "screening": _screening, "scale": _scale, "references": _references,
+    "screening": _screening, "scale": _scale, "references": _references, "contention": _contention,
 }
 
 INTRO = """# Benchmarks
