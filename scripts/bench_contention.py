@@ -2,21 +2,23 @@
 
     python scripts/bench_contention.py                  # writes benchmarks/contention.json
 
-A real search (``python -m nas.search``, mobile space, ``--concurrent`` trials at once with one
-CPU each, so every core trains or measures) runs in a subprocess that shares this process's
-measurement slot directory. Once its trials run, ``--rounds`` rounds each measure the same
-network (ONNX Runtime, CPU, one thread, 1x3x224x224) three ways, in rotating order:
+1. **Alone**: the network (ONNX Runtime, CPU, one thread, 1x3x224x224) is measured ``--rounds``
+   times with no search running.
+2. **Busy**: a real search (``python -m nas.search``, mobile space, ``--concurrent`` trials at
+   once with one CPU each, so every core trains or measures) runs in a subprocess that shares
+   this process's measurement slot directory. Once its trials run, ``--rounds`` rounds each
+   measure the network twice, in alternating order:
 
-* **alone**: the search's processes are paused (SIGSTOP) for the measurement, then resumed;
-* **busy, slot**: with the measurement slot, as trials measure: the measurement waits for the
-  search's own measurements and for the training steps already running, and no new training
-  step starts until it is done (:func:`latency_predictor.slot.device_work`);
-* **busy, no slot** (``slot=False``): on top of whatever the search is doing.
+   * **busy, slot**: as trials measure: the measurement waits for the search's own measurements
+     and for the training steps already running, and no new training step starts until it is
+     done (:func:`latency_predictor.slot.device_work`);
+   * **busy, no slot** (``slot=False``): on top of whatever the search is doing.
+3. **Alone after**: measured again once the search is stopped (Ctrl-C, as a user would).
 
-Pairing the three within a round cancels the load of other work on the machine, which changes
-from minute to minute on a shared machine; the ratios to *alone* are medians of per-round
-ratios. One more set is measured before the search starts (**no search**), to check that a
-paused search is as good as none. Each measurement is one attempt of the protocol
+Beside each measurement the script reads how many cores the search's processes used while it
+ran (from ``/proc``): the direct evidence of whether the search's work overlapped it. The pair
+of busy measurements of a round see the same load from other work on the machine, so their
+ratio is compared round by round. Each measurement is one attempt of the protocol
 (``max_repeats=1``), so a disturbed attempt is reported as measured (and flagged
 ``stable=False``) instead of being repeated. Printed side by side; written as JSON with every
 measurement, the load averages and the command.
@@ -40,13 +42,12 @@ from typing import Any
 
 from latency_predictor.backends import make_estimator
 from latency_predictor.environment import cpu_model, package_version, usable_cpus
-from latency_predictor.slot import SLOT_DIR_ENV
+from latency_predictor.slot import SLOT_DIR_ENV, measurement_slot
 from search_spaces import Arch, resolve_arch
 
 ROOT = Path(__file__).resolve().parent.parent
 SEARCH_NAME = "contention-load"
-NO_SEARCH, ALONE, BUSY_SLOT, BUSY_NO_SLOT = "no search", "alone", "busy, slot", "busy, no slot"
-CONDITIONS = [ALONE, BUSY_SLOT, BUSY_NO_SLOT]
+ALONE, BUSY_SLOT, BUSY_NO_SLOT, ALONE_AFTER = "alone", "busy, slot", "busy, no slot", "alone after"
 MEASURE = {"max_repeats": 1}  # the protocol's defaults otherwise: >= 100 runs and >= 1 s per attempt
 
 
@@ -57,8 +58,8 @@ def _cpu_times() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def _tree(root: int) -> tuple[list[int], float]:
-    """Process ``root`` and its descendants (the search: driver, Ray, trials), and their CPU seconds so far."""
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds used so far by process ``root`` and its descendants (the search: driver, Ray, trials)."""
     parent: dict[int, int] = {}
     used: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -74,31 +75,30 @@ def _tree(root: int) -> tuple[list[int], float]:
         kids = [pid for pid, ppid in parent.items() if ppid in frontier and pid not in tree]
         tree.update(kids)
         frontier = kids
-    return sorted(tree), sum(used.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
-
-
-def _signal_tree(root: int, sig: signal.Signals) -> None:
-    for pid in _tree(root)[0]:
-        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-            os.kill(pid, sig)
+    return sum(used.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
 
 
 def measure_once(arch: Arch, slot: bool, slot_dir: Path, condition: str, search_pid: int | None) -> dict[str, Any]:
-    """One measurement of ``arch`` (ONNX Runtime, CPU, one thread, 1x3x224x224) and the load beside it."""
+    """One measurement of ``arch`` (ONNX Runtime, CPU, one thread, 1x3x224x224) and the load beside it.
+
+    With the slot, the slot is taken here first (the backend's own take is then re-entrant), so the
+    search's CPU use is read over exactly the span the measurement held it (export included).
+    """
     est = make_estimator("onnxruntime", intra_op_threads=1, measure=MEASURE, slot=slot, slot_dir=slot_dir)
-    busy0, total0 = _cpu_times()
-    search0 = _tree(search_pid)[1] if search_pid else 0.0
-    t0 = time.perf_counter()
-    r = est.measure(arch)
-    wall = time.perf_counter() - t0
-    search1 = _tree(search_pid)[1] if search_pid else 0.0
-    busy1, total1 = _cpu_times()
-    timed = r.extra["measure_s"]
+    with measurement_slot("cpu", slot_dir) if slot else contextlib.nullcontext() as ticket:
+        busy0, total0 = _cpu_times()
+        search0 = _tree_cpu_seconds(search_pid) if search_pid else 0.0
+        t0 = time.perf_counter()
+        r = est.measure(arch)
+        wall = time.perf_counter() - t0
+        search1 = _tree_cpu_seconds(search_pid) if search_pid else 0.0
+        busy1, total1 = _cpu_times()
     return {
         "condition": condition, "slot": slot, "p50_ms": r.stats.p50, "p90_ms": r.stats.p90, "min_ms": r.stats.min,
-        "stable": r.stable, "cpu_per_wall": r.extra["cpu_per_wall"], "slot_wait_s": r.extra["slot_wait_s"],
-        "call_seconds": wall, "timed_seconds": timed,
-        # Cores busy on the node during the call (ours and anyone else's), and used by the search alone.
+        "stable": r.stable, "cpu_per_wall": r.extra["cpu_per_wall"],
+        "slot_wait_s": ticket.waited_s if ticket is not None else None,
+        "measure_seconds": wall, "timed_seconds": r.extra["measure_s"],
+        # While it measured: cores busy on the node (ours and anyone else's), and used by the search.
         "node_busy_cores": usable_cpus() * (busy1 - busy0) / max(1, total1 - total0),
         "search_cores": (search1 - search0) / wall,
     }
@@ -141,24 +141,14 @@ def stop_search(proc: subprocess.Popen[str], work: Path, timeout_s: float = 120.
     return (work / "search.log").read_text(errors="replace")
 
 
-def measure_paused(arch: Arch, slot_dir: Path, proc: subprocess.Popen[str]) -> dict[str, Any]:
-    """Measure with the search's processes paused (a private slot: a paused trial may hold the shared one)."""
-    _signal_tree(proc.pid, signal.SIGSTOP)
-    try:
-        return measure_once(arch, True, slot_dir / "paused", ALONE, proc.pid)
-    finally:
-        _signal_tree(proc.pid, signal.SIGCONT)
-
-
-def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median figures of one condition's measurements, and the median ratio to *alone* in the same rounds."""
+def summarise(rows: list[dict[str, Any]], alone_p50: float) -> dict[str, Any]:
+    """Median figures of one condition's measurements, and the ratio of its median p50 to *alone*'s."""
     waits = [r["slot_wait_s"] for r in rows if r["slot_wait_s"] is not None]
-    ratios = [r["ratio_to_alone"] for r in rows if r.get("ratio_to_alone") is not None]
+    p50 = statistics.median(r["p50_ms"] for r in rows)
     return {
-        "n": len(rows), "p50_ms": statistics.median(r["p50_ms"] for r in rows),
-        "p50_min_ms": min(r["p50_ms"] for r in rows), "p50_max_ms": max(r["p50_ms"] for r in rows),
+        "n": len(rows), "p50_ms": p50, "p50_min_ms": min(r["p50_ms"] for r in rows),
+        "p50_max_ms": max(r["p50_ms"] for r in rows), "ratio_to_alone": p50 / alone_p50,
         "min_ms": statistics.median(r["min_ms"] for r in rows),
-        "ratio_to_alone": statistics.median(ratios) if ratios else None,
         "stable": sum(bool(r["stable"]) for r in rows),
         "cpu_per_wall": statistics.median(r["cpu_per_wall"] for r in rows),
         "slot_wait_s": statistics.median(waits) if waits else None,
@@ -170,7 +160,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="mobilenetv2_100", help="reference name or architecture string")
-    ap.add_argument("--rounds", type=int, default=8, help="rounds of the three measurements (default 8)")
+    ap.add_argument("--rounds", type=int, default=8, help="measurements per condition (default 8)")
     ap.add_argument("--concurrent", type=int, default=usable_cpus(), help="trials at once (default: usable CPUs)")
     ap.add_argument("--settle", type=float, default=20.0, help="seconds after the first trial starts (default 20)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "contention.json", help="JSON output")
@@ -182,8 +172,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="latnas-contention-") as tmp:
         work, slot_dir = Path(tmp), Path(tmp) / "slots"
         measure_once(arch, True, slot_dir, "warm-up", None)  # first-call costs (imports, export) out of the figures
-        print(f"no search: {args.rounds} measurements of {args.arch} ...", flush=True)
-        rows += [measure_once(arch, True, slot_dir, NO_SEARCH, None) for _ in range(args.rounds)]
+        print(f"alone: {args.rounds} measurements of {args.arch} ...", flush=True)
+        rows += [measure_once(arch, True, slot_dir, ALONE, None) for _ in range(args.rounds)]
         print(f"busy: a search with {args.concurrent} trials at once in a subprocess, {args.rounds} rounds ...",
               flush=True)
         t_search = time.perf_counter()
@@ -191,36 +181,38 @@ def main() -> None:
         try:
             wait_until_trials_run(proc, work, args.settle, timeout_s=300)
             for i in range(args.rounds):
-                order = CONDITIONS[i % 3:] + CONDITIONS[: i % 3]
-                got: dict[str, dict[str, Any]] = {}
-                for c in order:
-                    if c == ALONE:
-                        got[c] = measure_paused(arch, slot_dir, proc)
-                    else:
-                        got[c] = measure_once(arch, c == BUSY_SLOT, slot_dir, c, proc.pid)
+                got = {}
+                for c in ((BUSY_SLOT, BUSY_NO_SLOT) if i % 2 == 0 else (BUSY_NO_SLOT, BUSY_SLOT)):
+                    got[c] = measure_once(arch, c == BUSY_SLOT, slot_dir, c, proc.pid)
                     if proc.poll() is not None:
                         raise SystemExit("the search ended while measuring; its load is gone")
-                for c in (BUSY_SLOT, BUSY_NO_SLOT):
-                    got[c]["ratio_to_alone"] = got[c]["p50_ms"] / got[ALONE]["p50_ms"]
-                rows += [dict(got[c], round=i) for c in CONDITIONS]
+                got[BUSY_SLOT]["slot_over_no_slot"] = got[BUSY_SLOT]["p50_ms"] / got[BUSY_NO_SLOT]["p50_ms"]
+                rows += [dict(got[c], round=i) for c in (BUSY_SLOT, BUSY_NO_SLOT)]
         finally:
             out = stop_search(proc, work)
         search_s = time.perf_counter() - t_search
         done = next((line for line in out.splitlines() if line.startswith(("Interrupted", "Search "))), "")
         print(f"  search stopped after {search_s:.0f} s: {done.strip()}", flush=True)
+        print("alone again ...", flush=True)
+        rows += [measure_once(arch, True, slot_dir, ALONE_AFTER, None) for _ in range(args.rounds)]
 
-    summary = {c: summarise([r for r in rows if r["condition"] == c]) for c in (NO_SEARCH, *CONDITIONS)}
+    alone_p50 = statistics.median(r["p50_ms"] for r in rows if r["condition"] == ALONE)
+    summary = {c: summarise([r for r in rows if r["condition"] == c], alone_p50)
+               for c in (ALONE, BUSY_SLOT, BUSY_NO_SLOT, ALONE_AFTER)}
+    paired = statistics.median(r["slot_over_no_slot"] for r in rows if "slot_over_no_slot" in r)
     print(f"\n{args.arch}, ONNX Runtime CPU, 1 thread, 1x3x224x224; search load: {args.concurrent} trials at once "
           f"on {usable_cpus()} usable CPUs; load average {load_start[0]:.1f} at the start")
     print(f"{'condition':<15}{'p50 ms':>8}{'range':>16}{'x alone':>9}{'min ms':>8}{'stable':>8}{'cpu/wall':>10}"
           f"{'slot wait s':>13}{'node cores':>12}{'search cores':>14}")
     for c, sm in summary.items():
         wait = f"{sm['slot_wait_s']:.2f}" if sm["slot_wait_s"] is not None else "-"
-        ratio = f"{sm['ratio_to_alone']:.2f}" if sm["ratio_to_alone"] is not None else "-"
         span = f"{sm['p50_min_ms']:.2f}-{sm['p50_max_ms']:.2f}"
         stable = f"{sm['stable']}/{sm['n']}"
-        print(f"{c:<15}{sm['p50_ms']:>8.2f}{span:>16}{ratio:>9}{sm['min_ms']:>8.2f}{stable:>8}"
+        print(f"{c:<15}{sm['p50_ms']:>8.2f}{span:>16}{sm['ratio_to_alone']:>9.2f}{sm['min_ms']:>8.2f}{stable:>8}"
               f"{sm['cpu_per_wall']:>10.2f}{wait:>13}{sm['node_busy_cores']:>12.2f}{sm['search_cores']:>14.2f}")
+    print(f"busy, slot / busy, no slot in the same round: median {paired:.2f}")
+    print("(medians; min ms: fastest run; cpu/wall: the measuring process's CPU share; node cores / search cores: "
+          "cores busy on the machine / used by the search's processes while the measurement ran)")
 
     report = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -232,7 +224,7 @@ def main() -> None:
         "rounds": args.rounds,
         "search_load": {"concurrent_trials": args.concurrent, "cpus_per_trial": 1, "space": "mobile",
                         "seconds": round(search_s, 1), "summary_line": done.strip()},
-        "summary": summary, "measurements": rows,
+        "summary": summary, "slot_over_no_slot_paired": paired, "measurements": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
