@@ -24,7 +24,7 @@ ORDER = ("latency", "predictor", "search", "contention", "reliability", "sampler
          "references")
 TITLES = {
     "latency": "Latency measurement", "predictor": "Latency predictor", "search": "Search overhead",
-    "contention": "Measurement under contention", "reliability": "Reliability (fault injection)",
+    "contention": "Measurement under load", "reliability": "Reliability (fault injection)",
     "sampler": "Sampler quality", "screening": "Predictor-driven screening speed",
     "scale": "Search throughput and scale", "references": "Searched vs hand-designed networks",
 }
@@ -300,18 +300,23 @@ as large as the differences between architectures); treat small differences as t
 
 def _contention(rec: Rec) -> str:
     rows = [[cond, _f(x["p50_ms"]), f"{_f(x['p50_min_ms'])} - {_f(x['p50_max_ms'])}", _f(x["min_ms"]),
-             _f(x.get("ratio_to_alone")), f"{x['stable']}/{x['n']}", _f(x["cpu_per_wall"]), _f(x["slot_wait_s"])]
+             _f(x.get("ratio_to_alone")), f"{x['stable']}/{x['n']}", _f(x["cpu_per_wall"]), _f(x["slot_wait_s"]),
+             _f(x.get("search_cores"))]
             for cond, x in rec["summary"].items()]
     load = rec.get("search_load", {})
     net = rec.get("arch_name", rec.get("arch"))
+    paired = rec.get("slot_over_no_slot_paired")
     return f"""Does a measurement stay trustworthy while a search trains other candidates on the same machine? The
-same network (`{net}`) is measured in {rec['rounds']} rounds, each three ways in rotating
-order: with the search paused (alone), during the search with the measurement slot, and during it without
-the slot; plus once before the search starts (no search). Ratios to *alone* are medians of per-round ratios.
-Search load: {load.get('concurrent_trials', '?')} concurrent trials of the `{load.get('space', '?')}` space.
+same network (`{net}`, ONNX Runtime CPU, one thread, 1x3x224x224, one attempt of the protocol each) is
+measured {rec['rounds']} times alone; then, while a real search runs in another process
+({load.get('concurrent_trials', '?')} concurrent trials of the `{load.get('space', '?')}` space, one CPU
+each), in {rec['rounds']} rounds of two measurements in alternating order: with the measurement slot (as
+trials measure: it waits for the search's measurements and running training steps, and holds new steps
+back) and without it; then alone again. *Search cores* is how many cores the search's processes used
+while the measurement ran. Paired by round, the p50 with the slot was **{_f(paired)}x** the p50 without it.
 
-{table(['condition', 'median p50 ms', 'p50 range', 'min ms', 'ratio to alone', 'stable', 'CPU share',
-        'slot wait s'], rows)}"""
+{table(['condition', 'median p50 ms', 'p50 range', 'min ms', 'x alone', 'stable', 'CPU share',
+        'slot wait s', 'search cores'], rows)}"""
 
 
 def _generic(rec: Rec) -> str:
