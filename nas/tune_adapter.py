@@ -398,7 +398,8 @@ class TuneOutcome:
         interrupted: the run was stopped (Ctrl-C) before ``n_trials`` trials ended.
         duplicates: suggestions of already evaluated architectures (given the earlier result).
         wall_seconds: time spent in ``Tuner.fit``.
-        ray_trials: trials Ray Tune ran (its ResultGrid), each counted once however often retried.
+        ray_trials: trials Ray Tune started (its ResultGrid), each counted once however often
+            retried; after a Ctrl-C this includes the trials it stopped unfinished (not recorded).
         retries: trial processes that died and were started again.
     """
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import math
 import os
 import shlex
@@ -375,3 +376,23 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     assert [p.info.status for p in parents] == ["KILLED"]
     assert children and all(c.info.status in ("FINISHED", "FAILED") for c in children)
     assert parents[0].data.metrics["n_completed"] + parents[0].data.metrics["n_failed"] == len(children)
+
+
+# ---------------------------------------------------------------------- the full suite
+
+
+@pytest.mark.slow
+def test_full_fault_injection_suite(tmp_path: Path) -> None:
+    """About 20% bad candidates, killed trial processes, a SIGKILLed driver, a Ctrl-C, two resumes
+    (``scripts/bench_reliability.py``, which checks the record against the fault plan)."""
+    out = tmp_path / "reliability.json"
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_reliability.py", "--n-trials", "18", "--out", str(out)],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=1500, env=_env(),
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    record = json.loads(out.read_text())
+    assert all(record["checks"].values()), record["checks"]
+    f = record["figures"]
+    assert f["trials"] == 18 and f["lost"] == 0 and f["duplicates"] == 0 and f["failed"] == f["bad_by_plan"]
+    assert f["retried"] >= 1 and f["driver_interruptions"] == 2
