@@ -22,6 +22,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import os
 import platform
 import shlex
 import subprocess
@@ -34,6 +35,7 @@ from typing import Any, cast
 import torch
 import yaml
 
+from latency_predictor import ConfigError as LatencyConfigError
 from latency_predictor import LatencyError
 from latency_predictor.environment import cpu_model, package_version
 from nas import tune_adapter
@@ -201,6 +203,29 @@ def _outcome_of_record(rec: CandidateRecord) -> Outcome:
     return Outcome("fail")
 
 
+def _check_output_dir(output_dir: Path) -> None:
+    """Create the search's folder now, so that a bad ``output_dir`` fails before any trial."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            "output_dir", f"cannot create {str(output_dir)!r} ({err.strerror or err}); choose a folder you can write"
+        ) from None
+    if not os.access(output_dir, os.W_OK | os.X_OK):
+        raise ConfigError("output_dir", f"{str(output_dir)!r} is not writable; choose a folder you can write")
+
+
+def _check_latency(cfg: SearchConfig, num_classes: int, space: SearchSpace) -> None:
+    """Build the latency backend as a trial will; a bad setting names the latency group's keys."""
+    try:
+        make_latency_estimator(cfg.latency, num_classes, space)
+    except LatencyConfigError as err:
+        raise LatencyConfigError(
+            f"latency (backend {cfg.latency.backend!r}): {err}; set these with latency.options.<key>=... and "
+            "latency.measure.<key>=..."
+        ) from None
+
+
 def _resume_command(command: list[str] | None, name: str) -> str | None:
     if command is None:
         return None
@@ -294,6 +319,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
         )
     out = cfg.output_dir or (previous.tags.get("output_dir") if previous is not None else None)
     output_dir = Path(out).resolve() if out else (launch_dir / "outputs" / name).resolve()
+    _check_output_dir(output_dir)
 
     data = load_dataset(cfg.data)
     params = _params(cfg, space, data.summary())
@@ -301,7 +327,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     faults = _fault_plan(output_dir)
     on_cluster = tune_adapter.joins_cluster(cfg.ray)
     if not on_cluster:
-        make_latency_estimator(cfg.latency, data.num_classes, space)  # the backend's options are checked here
+        _check_latency(cfg, data.num_classes, space)
     if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
 
