@@ -9,6 +9,7 @@ SE ratio). The flat list of decisions a sampler sees comes from :meth:`SearchSpa
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,6 +313,16 @@ _STAGE_KEYS = {"depth", "out_chs", "stride", "block"}
 _BLOCK_KEYS = ("block_type", "exp_ratio", "kernel_size", "se_ratio")
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 2, 6, 6, 80, 80
+
+
+def _short(value: Any) -> str:
+    """``repr`` bounded in depth and length: a YAML alias bomb (anchors referring to anchors) is a
+    small file whose full repr would take exponential time and memory."""
+    return _REPR.repr(value)
+
+
 def _choice_list(src: str, key: str, raw: Any, check: Any, allowed: str) -> tuple[Any, ...]:
     items = raw if isinstance(raw, list) else [raw]
     if not items:
@@ -320,10 +331,10 @@ def _choice_list(src: str, key: str, raw: Any, check: Any, allowed: str) -> tupl
     for v in items:
         ok, value = check(v)
         if not ok:
-            raise SpaceConfigError(src, key, f"value {v!r} is not allowed; allowed: {allowed}")
+            raise SpaceConfigError(src, key, f"value {_short(v)} is not allowed; allowed: {allowed}")
         out.append(value)
     if len(set(out)) != len(out):
-        raise SpaceConfigError(src, key, f"duplicate choices in {items!r}")
+        raise SpaceConfigError(src, key, f"duplicate choices in {_short(items)}")
     return tuple(out)
 
 
@@ -415,7 +426,7 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
             if key not in rs:
                 raise SpaceConfigError(src, f"{p}.{key}", "missing")
         if not isinstance(rs["stride"], int) or isinstance(rs["stride"], bool) or rs["stride"] not in (1, 2):
-            raise SpaceConfigError(src, f"{p}.stride", f"value {rs['stride']!r} is not allowed; allowed: 1 or 2")
+            raise SpaceConfigError(src, f"{p}.stride", f"value {_short(rs['stride'])} is not allowed; allowed: 1 or 2")
         st = Stage(
             depth=_choice_list(src, f"{p}.depth", rs["depth"], _depth, f"integers 1..{MAX_DEPTH}"),
             out_chs=_choice_list(src, f"{p}.out_chs", rs["out_chs"], _chs, f"integers 1..{MAX_CHS}"),
@@ -432,7 +443,9 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
             )
         stages.append(st)
     desc = data.get("description", "")
-    return SearchSpace(name, activation, stem, head, tuple(stages), str(desc), src)
+    if not isinstance(desc, str):
+        raise SpaceConfigError(src, "description", f"must be a string, got {type(desc).__name__}")
+    return SearchSpace(name, activation, stem, head, tuple(stages), desc, src)
 
 
 def available_spaces() -> list[str]:

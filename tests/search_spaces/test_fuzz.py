@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import re
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -76,3 +79,34 @@ def test_binary_and_missing_files_raise_typed_errors(tmp_path: Path) -> None:
             assert words in str(err) and str(path) in str(err)
         else:
             raise AssertionError(f"{path} loaded")
+
+
+def _alias_bomb(levels: int = 12) -> str:
+    """A few hundred bytes of YAML whose anchors refer to anchors: 9**levels leaves when expanded."""
+    node = '&l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]'
+    for i in range(1, levels):
+        node = f"&l{i} [{node}, " + ", ".join([f"*l{i - 1}"] * 8) + "]"
+    return node
+
+
+@pytest.mark.parametrize("key", ["name", "description", "activation", "stem_chs", "head_chs", "block",
+                                 "block.kernel_size", "stages", "stages.depth", "stages.stride"])
+def test_alias_bombs_raise_typed_errors_quickly(tmp_path: Path, key: str) -> None:
+    lines = (Path(__file__).parents[2] / "conf" / "space" / "tiny.yaml").read_text().splitlines()
+    if key.startswith("stages."):
+        i = next(n for n, line in enumerate(lines) if line.startswith("  - {"))
+        field = key.split(".")[1]
+        lines[i] = re.sub(rf"{field}: (\[[^]]*\]|\d+)", f"{field}: {_alias_bomb()}", lines[i])
+    elif key == "block.kernel_size":
+        lines = [f"  kernel_size: {_alias_bomb()}" if line.startswith("  kernel_size:") else line for line in lines]
+    else:
+        lines = [line for line in lines if not line.startswith(f"{key}:")]
+        if key == "block":
+            lines = [line for line in lines if not line.startswith("  ") or line.startswith("  -")]
+        lines.append(f"{key}: {_alias_bomb()}")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    t0 = time.perf_counter()
+    with pytest.raises(SpaceConfigError) as err:
+        load_space(path)
+    assert time.perf_counter() - t0 < 5.0 and len(str(err.value)) < 1000
