@@ -258,8 +258,8 @@ def main() -> None:
         "command": " ".join(["python scripts/bench_reliability.py", *sys.argv[1:]]),
         "machine": {"cpus_usable": usable_cpus(), "cpu_model": cpu_model(), "python": sys.version.split()[0]},
         "versions": {d: package_version(d) for d in ("torch", "onnxruntime", "ray", "optuna", "mlflow")},
-        "settings": {"n_trials": args.n_trials, "faults": spec, "trial_timeout_s": args.timeout,
-                     "search": list(SETTINGS)},
+        "settings": {"n_trials": args.n_trials, "bad_rate": args.bad_rate, "kill_rate": args.kill_rate,
+                     "faults": spec, "trial_timeout_s": args.timeout, "search": list(SETTINGS)},
     }
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="latnas-reliability-") as tmp:
@@ -308,6 +308,7 @@ def main() -> None:
         if not resume:
             result["checks"]["resume_command_printed"] = False
 
+    report["machine"]["load_average"] = [round(x, 2) for x in os.getloadavg()]
     report.update(phases=phases, wall_seconds=round(time.perf_counter() - t_start, 1), **result)
     f = result["figures"]
     print(f"\ntrials {f['trials']}: completed {f['completed']}, failed {f['failed']} {f['failed_by_type']} "
