@@ -204,7 +204,9 @@ class ArchSampler:
         elif outcome.state == "pruned":
             state = optuna.trial.TrialState.PRUNED
             if len(self.objectives) == 1 and outcome.reward is not None:
+                # as when told live: the last report is the pruned trial's value
                 intermediate[outcome.step] = outcome.reward
+                values = [outcome.reward]
         else:
             state = optuna.trial.TrialState.COMPLETE
             values = self._values(outcome)
