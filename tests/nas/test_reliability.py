@@ -429,3 +429,58 @@ def test_full_fault_injection_suite(tmp_path: Path) -> None:
     f = record["figures"]
     assert f["trials"] == 18 and f["lost"] == 0 and f["duplicates"] == 0 and f["failed"] == f["bad_by_plan"]
     assert f["retried"] >= 1 and f["driver_interruptions"] == 2
+
+
+@pytest.mark.slow
+def test_a_worker_node_lost_mid_search_has_its_trials_run_elsewhere(tmp_path: Path) -> None:
+    """Three Ray nodes on this machine (``ray.cluster_utils.Cluster``, one CPU each); a worker node
+    is removed, without warning, while trials run on it: they are started again on the others."""
+    import threading
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    was_up = ray.is_initialized()
+    if was_up:  # the session's local cluster would be reused instead of joining this one
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    removed: list[str] = []
+    try:
+        workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+        cluster.wait_for_nodes()
+        doomed = workers[0]
+        db = tmp_path / "mlflow.db"
+
+        def remove_when_busy() -> None:
+            client = MlflowClient(f"sqlite:///{db}")
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                exp = client.get_experiment_by_name("latnas") if db.exists() else None
+                runs = client.search_runs([exp.experiment_id], "tags.`latnas.role` = 'candidate'") if exp else []
+                if len(runs) >= 2:
+                    cluster.remove_node(doomed, allow_graceful=False)
+                    removed.append(doomed.node_id)
+                    return
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=remove_when_busy, daemon=True)
+        watcher.start()
+        result = run_search(_config(
+            tmp_path, f"ray.address={cluster.address}", "ray.gpus_per_trial=0", "search.n_trials=8",
+            "search.max_concurrent=3", "search.max_retries=2", "train.epochs=3", "name=lost-node",
+        ))
+        watcher.join(timeout=10)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+        if was_up:
+            ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    assert removed, "the node was never removed"
+    _, children = _runs(tmp_path / "mlflow.db")
+    assert result.status == "FINISHED" and len(children) == 8
+    assert all(c.data.tags["status"] == "COMPLETED" for c in children), [c.data.tags for c in children]
+    assert len({c.data.params["arch"] for c in children}) == 8
+    retried = [c for c in children if c.data.metrics["retries"] >= 1]
+    assert retried and result.retries >= 1  # the trials running on the lost node were started again
+    assert all(c.data.tags["ray_node_id"] != removed[0] for c in retried)  # ... and finished elsewhere
