@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
+from typing import Any
 
 from latency_predictor.errors import ConfigError
+from latency_predictor.timing import MeasureConfig
 
 
 def key_value_args(argv: Sequence[str], flags: Sequence[str] = ()) -> list[str]:
@@ -33,3 +36,21 @@ def key_value_args(argv: Sequence[str], flags: Sequence[str] = ()) -> list[str]:
         else:
             out += [opt, value]
     return out
+
+
+PROTOCOL_ARGS: tuple[str, ...] = ("warmup_runs", "warmup_s", "min_runs", "min_time_s", "max_time_s")
+"""The measurement-protocol options every measuring command takes (``--warmup-runs`` ...)."""
+
+
+def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--warmup-runs``, ``--warmup-s``, ``--min-runs``, ``--min-time-s``, ``--max-time-s``,
+    defaulting to :class:`~latency_predictor.timing.MeasureConfig`'s values."""
+    d = MeasureConfig()
+    for name in PROTOCOL_ARGS:
+        default = getattr(d, name)
+        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
+
+
+def protocol_from_args(args: argparse.Namespace, **more: Any) -> MeasureConfig:
+    """The :class:`MeasureConfig` of parsed :func:`add_protocol_arguments` options, plus ``more``."""
+    return MeasureConfig(**{name: getattr(args, name) for name in PROTOCOL_ARGS}, **more)

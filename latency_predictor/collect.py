@@ -32,14 +32,13 @@ import numpy as np
 from tqdm import tqdm
 
 from latency_predictor.backends import BACKENDS, DEFAULT_BACKEND, make_estimator
-from latency_predictor.cliargs import key_value_args
+from latency_predictor.cliargs import add_protocol_arguments, key_value_args, protocol_from_args
 from latency_predictor.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.errors import ConfigError, LatencyError
 from latency_predictor.export import DEFAULT_INPUT_SHAPE, parse_shape
 from latency_predictor.features import FeatureExtractor
 from latency_predictor.protocol import LatencyEstimator
 from latency_predictor.target import PredictorTarget
-from latency_predictor.timing import MeasureConfig
 from search_spaces import Arch, SearchSpace, SearchSpaceError, load_space
 
 AXES: tuple[str, ...] = ("depth", "out_chs", "kernel_size", "exp_ratio", "se_ratio", "block_type")
@@ -225,20 +224,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", help="fp32 (default) or what the backend allows")
     p.add_argument("--provider", help="onnxruntime provider: cpu (default), cuda or tensorrt")
     p.add_argument("--device", help="torch/tensorrt device: cpu or cuda:N")
-    d = MeasureConfig()
-    p.add_argument("--warmup-runs", type=int, default=d.warmup_runs)
-    p.add_argument("--warmup-s", type=float, default=d.warmup_s)
-    p.add_argument("--min-runs", type=int, default=d.min_runs)
-    p.add_argument("--min-time-s", type=float, default=d.min_time_s)
-    p.add_argument("--max-time-s", type=float, default=d.max_time_s)
+    add_protocol_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     """The measuring backend's options from parsed arguments."""
-    measure = MeasureConfig(warmup_runs=args.warmup_runs, warmup_s=args.warmup_s, min_runs=args.min_runs,
-                            min_time_s=args.min_time_s, max_time_s=args.max_time_s)
+    measure = protocol_from_args(args)
     threads_key = {"onnxruntime": "intra_op_threads", "torch": "threads"}.get(args.backend)
     opts: dict[str, Any] = {"input_shape": parse_shape(args.input_shape), "measure": measure,
                             "num_classes": args.num_classes}

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from latency_predictor.backends import BACKENDS, DEFAULT_BACKEND, MeasuredBackend, make_estimator
 from latency_predictor.breakdown import Breakdown
+from latency_predictor.cliargs import add_protocol_arguments, protocol_from_args
 from latency_predictor.errors import ConfigError, LatencyError
 from latency_predictor.export import DEFAULT_INPUT_SHAPE, parse_shape
 from latency_predictor.protocol import LatencyResult
@@ -54,12 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="torch/tensorrt device: cpu or cuda:N")
     p.add_argument("--cuda-graphs", action="store_true", help="torch on CUDA: time a CUDA-graph replay")
     p.add_argument("--cache-dir", help="tensorrt engine cache directory")
+    add_protocol_arguments(p)
     d = MeasureConfig()
-    p.add_argument("--warmup-runs", type=int, default=d.warmup_runs)
-    p.add_argument("--warmup-s", type=float, default=d.warmup_s)
-    p.add_argument("--min-runs", type=int, default=d.min_runs)
-    p.add_argument("--min-time-s", type=float, default=d.min_time_s)
-    p.add_argument("--max-time-s", type=float, default=d.max_time_s)
     p.add_argument("--max-repeats", type=int, default=d.max_repeats)
     p.add_argument("--stability-threshold", type=float, default=d.stability_threshold, help="largest IQR/median")
     p.add_argument("--min-cpu-share", type=float, default=d.min_cpu_share,
@@ -79,9 +76,8 @@ def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
         batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     except ValueError:
         raise ConfigError(f"--batch-sizes must be integers separated by commas, got {args.batch_sizes!r}") from None
-    measure = MeasureConfig(
-        warmup_runs=args.warmup_runs, warmup_s=args.warmup_s, min_runs=args.min_runs, min_time_s=args.min_time_s,
-        max_time_s=args.max_time_s, max_repeats=args.max_repeats, stability_threshold=args.stability_threshold,
+    measure = protocol_from_args(
+        args, max_repeats=args.max_repeats, stability_threshold=args.stability_threshold,
         min_cpu_share=args.min_cpu_share, throughput_batch_sizes=batch_sizes,
     )
     opts: dict[str, Any] = {"input_shape": parse_shape(args.input_shape), "measure": measure}

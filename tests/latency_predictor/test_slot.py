@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,10 +28,10 @@ def _hold(slot_dir: str, device: str, out: mp.Queue) -> None:  # type: ignore[ty
     out.put((start, end, ticket.waited_s))
 
 
-def _run_two(slot_dir: Path, devices: tuple[str, str]) -> list[tuple[float, float, float]]:
+def _run_two(slot_dir: Path, devices: tuple[str, str], target: Any = _hold) -> list[tuple[float, float, float]]:
     ctx = mp.get_context("fork")  # the children only lock and sleep: no torch work after the fork
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    procs = [ctx.Process(target=_hold, args=(str(slot_dir), d, out)) for d in devices]
+    procs = [ctx.Process(target=target, args=(str(slot_dir), d, out)) for d in devices]
     for p in procs:
         p.start()
     spans = [out.get(timeout=30) for _ in procs]
@@ -105,27 +106,14 @@ def _hold_visible(slot_dir: str, visible: str, out: mp.Queue) -> None:  # type: 
     _hold(slot_dir, "cuda:0", out)
 
 
-def _run_two_visible(slot_dir: Path, visible: tuple[str, str]) -> list[tuple[float, float, float]]:
-    ctx = mp.get_context("fork")
-    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    procs = [ctx.Process(target=_hold_visible, args=(str(slot_dir), v, out)) for v in visible]
-    for p in procs:
-        p.start()
-    spans = [out.get(timeout=30) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
-    return sorted(spans)
-
-
 def test_cuda0_of_two_trials_on_different_gpus_is_measured_in_parallel(slot_dir: Path) -> None:
-    (_, e1, w1), (s2, _, w2) = _run_two_visible(slot_dir, ("1", "2"))
+    (_, e1, w1), (s2, _, w2) = _run_two(slot_dir, ("1", "2"), _hold_visible)
     assert s2 < e1 and max(w1, w2) < HOLD_S * 0.5
     assert {p.name for p in slot_dir.glob("*.lock")} == {"cuda-1.lock", "cuda-2.lock"}
 
 
 def test_cuda0_of_two_trials_sharing_a_gpu_takes_turns(slot_dir: Path) -> None:
-    (_, e1, _), (s2, _, w2) = _run_two_visible(slot_dir, ("3", "3"))
+    (_, e1, _), (s2, _, w2) = _run_two(slot_dir, ("3", "3"), _hold_visible)
     assert s2 >= e1 - 0.01 and w2 >= HOLD_S * 0.5
 
 
