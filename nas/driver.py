@@ -44,7 +44,7 @@ from nas.data import load_dataset
 from nas.errors import ConfigError, NASError, SearchError
 from nas.faults import ENV_VAR as FAULTS_ENV_VAR
 from nas.faults import FaultPlan
-from nas.record import LEADERBOARD_COLUMNS, CandidateRecord, best_of, leaderboard_rows
+from nas.record import LEADERBOARD_COLUMNS, CandidateRecord, best_of, latency_sources, leaderboard_rows, pareto_points
 from nas.report import Progress, format_best, format_table
 from nas.sampler import ArchSampler, Outcome
 from nas.tracking import RunInfo, Tracker, candidate_from_run, default_tracking_uri
@@ -432,8 +432,10 @@ def _search(
         remaining = cfg.search.n_trials - resumed
         ray_name = name if resume_k == 0 else f"{name}-resume{resume_k}"
         if remaining > 0:
+            hybrid = cfg.latency.backend == "predictor" and bool(cfg.latency.options.get("hybrid"))
             outcome = tune_adapter.run_trials(
-                ctx, sampler, cfg.search, resources, output_dir / "ray", ray_name, on_record, n_trials=remaining
+                ctx, sampler, cfg.search, resources, output_dir / "ray", ray_name, on_record, n_trials=remaining,
+                front=(lambda: pareto_points(records)) if hybrid else None,
             )
         else:
             outcome = tune_adapter.TuneOutcome(experiment_path="(no trials left to run)", finished_trials=0)
@@ -488,6 +490,7 @@ def _summary(
         "n_duplicates": sampler.duplicates, "n_retries": sum(r.metrics.get("retries", 0.0) for r in records),
         "wall_seconds": time.perf_counter() - t_start, **timings,
     }
+    summary.update({f"n_latency_{k}": float(v) for k, v in latency_sources(records).items()})
     if best is not None:
         summary.update(best_reward=best.metrics["reward"], best_accuracy=best.metrics["accuracy"],
                        best_latency_ms=best.metrics["latency_p50"])
@@ -515,6 +518,12 @@ def _print_summary(
     if result.leaderboard:
         lines += ["", format_table(result.leaderboard, target_ms, cfg.top_k), ""]
     lines.append(format_best(result.candidates, target_ms))
+    sources = latency_sources(result.candidates)
+    if "predicted" in sources:
+        confirmed = {k.removeprefix("confirmed_"): v for k, v in sources.items() if k.startswith("confirmed_")}
+        why = ", ".join(f"{k} {v}" for k, v in sorted(confirmed.items()))
+        lines.append(f"Latency: {sources['predicted']} predicted, {sources.get('measured', 0)} measured"
+                     + (f" to confirm the prediction ({why})" if why else "") + ".")
     lines += [
         "",
         "Results:",

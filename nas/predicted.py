@@ -11,7 +11,11 @@ Two modes, chosen by ``latency.options.hybrid``:
 * **hybrid**: the predictor screens and a real measurement on *this* machine confirms the
   candidates that matter: those whose prediction lies within the predictor's error band of the
   target (a wrong prediction would flip the reward) and those the predictor is least sure of
-  (ensemble spread above ``confirm_uncertain_rel`` of the prediction). A confirmed latency
+  (ensemble spread above ``confirm_uncertain_rel`` of the prediction), before the candidate
+  trains; and, once its accuracy is known, those that could join the Pareto front of accuracy
+  against latency of the candidates finished so far (the driver hands each trial that front;
+  :meth:`HybridEstimator.may_join_front`). So every candidate on the final front has a
+  measured latency. A confirmed latency
   replaces the prediction (``latency_source=measured``, with the prediction kept in
   ``extra["predicted_ms"]``). Confirmations are appended to the predictor's dataset
   (``latency.options.dataset``), and every ``refit_every`` confirmations the predictor is refitted
@@ -28,8 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +66,10 @@ class PredictorOptions:
         measure_options: that backend's options (hybrid), e.g. ``{intra_op_threads: 1}``.
         confirm_uncertain_rel: confirm when the ensemble spread exceeds this share of the prediction.
         refit_every: refit after this many confirmations (0: never).
+        pareto_band: a finished candidate is confirmed when, with its predicted latency lowered by
+            this share, it would join the Pareto front; None: the predictor's own error band
+            (a predictor trained on few networks has a wide band and confirms more); 0: only
+            when the prediction itself puts it on the front.
     """
 
     path: str
@@ -71,6 +80,7 @@ class PredictorOptions:
     measure_options: dict[str, Any] = field(default_factory=dict)
     confirm_uncertain_rel: float = 0.1
     refit_every: int = 10
+    pareto_band: float | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> PredictorOptions:
@@ -99,6 +109,8 @@ class PredictorOptions:
             raise ConfigError("latency.options.confirm_uncertain_rel: must be > 0")
         if opts.refit_every < 0:
             raise ConfigError("latency.options.refit_every: must be >= 0")
+        if opts.pareto_band is not None and not 0 <= opts.pareto_band < 1:
+            raise ConfigError(f"latency.options.pareto_band: must be in [0, 1) or null, not {opts.pareto_band}")
         return opts
 
 
@@ -178,11 +190,35 @@ class HybridEstimator:
         reason = self.confirm_reason(predicted)
         if reason is None:
             return predicted
+        return self.confirm(arch, predicted, reason)
+
+    def confirm(self, arch: Arch, predicted: LatencyResult, reason: str) -> LatencyResult:
+        """Measure ``arch`` for real, add the measurement to the dataset (refitting when due), and
+        return it with the prediction it replaces and ``reason`` in ``extra``."""
         measured: LatencyResult = self.backend.measure(arch)
         self._record(measured)
         extra = {**measured.extra, "predicted_ms": predicted.latency_ms, "confirm_reason": reason,
                  "predictor_digest": self.predictor.digest}
         return dataclasses.replace(measured, extra=extra)
+
+    def may_join_front(self, predicted: LatencyResult, objective: float,
+                       front: Sequence[Sequence[float]]) -> bool:
+        """Whether a candidate with this prediction and ``objective`` (higher is better, e.g.
+        accuracy) could be on the Pareto front of ``front`` (``[latency_ms, objective]`` pairs of
+        the candidates finished so far): no point of ``front`` is at least as fast as its
+        optimistic latency (the prediction less ``pareto_band``, by default the predictor's error
+        band) and at least as good, and better in one. Only a predicted latency can join: a
+        measured one needs no confirming.
+        """
+        if predicted.source != "predicted" or not math.isfinite(objective):
+            return False
+        band = self.opts.pareto_band
+        if band is None:
+            band = float(predicted.extra.get("error_band_rel", 0.0))
+        optimistic = predicted.latency_ms * (1.0 - band)
+        return not any(
+            lat <= optimistic and obj >= objective and (lat < optimistic or obj > objective) for lat, obj in front
+        )
 
     def _reload_if_refitted(self) -> None:
         current = _current_path(self.opts)

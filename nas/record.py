@@ -176,6 +176,35 @@ def best_of(records: list[CandidateRecord]) -> CandidateRecord | None:
     return max(done, key=lambda r: r.reward or 0.0) if done else None
 
 
+def pareto_points(records: list[CandidateRecord]) -> list[list[float]]:
+    """``[latency_p50, accuracy]`` of the completed candidates no other completed candidate beats
+    on both lower latency and higher accuracy, fastest first."""
+    done = sorted(
+        ((r.metrics["latency_p50"], r.metrics["accuracy"]) for r in records
+         if r.status == COMPLETED and "latency_p50" in r.metrics and "accuracy" in r.metrics),
+        key=lambda p: (p[0], -p[1]),
+    )
+    front: list[list[float]] = []
+    for lat, acc in done:
+        if not front or acc > front[-1][1]:
+            front.append([lat, acc])
+    return front
+
+
+def latency_sources(records: list[CandidateRecord]) -> dict[str, int]:
+    """How the completed candidates' latencies were obtained: ``predicted``, ``measured``, and
+    in hybrid predictor mode ``confirmed_<reason>`` for the measurements that confirmed a prediction."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if r.status != COMPLETED:
+            continue
+        for key in (r.tags.get("latency_source"),
+                    f"confirmed_{r.tags['latency_confirm_reason']}" if "latency_confirm_reason" in r.tags else None):
+            if key:
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def leaderboard_rows(records: list[CandidateRecord], run_ids: dict[str, str]) -> list[dict[str, Any]]:
     """Rows of :data:`LEADERBOARD_COLUMNS`, ranked (``run_ids``: trial id -> MLflow run id)."""
     rows = []

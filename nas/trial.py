@@ -40,7 +40,7 @@ from nas.config import AccuracyConfig, LatencyConfig, TrainConfig
 from nas.data import Dataset
 from nas.errors import NASError, TrialOutOfMemoryError, TrialTimeoutError
 from nas.faults import FaultPlan
-from nas.predicted import make_predictor_estimator
+from nas.predicted import HybridEstimator, make_predictor_estimator
 from nas.reward import meets_target, reward_fn
 from search_spaces import Arch, SearchSpace, SearchSpaceError, build, count_macs, count_params
 
@@ -187,8 +187,14 @@ def latency_metrics(lat: LatencyResult) -> dict[str, Any]:
     }
 
 
-def evaluate_candidate(arch_text: str, ctx: TrialContext, report: Report) -> None:
+def evaluate_candidate(
+    arch_text: str, ctx: TrialContext, report: Report, front: list[list[float]] | None = None
+) -> None:
     """Evaluate one architecture and report its figures (one report per epoch when training).
+
+    ``front``: in hybrid predictor mode, the ``[latency_ms, accuracy]`` Pareto front of the
+    candidates finished when this one started; a candidate whose predicted latency and final
+    accuracy could join it is measured for real before its final report.
 
     Every report carries ``status``: ``RUNNING`` after an intermediate epoch, ``COMPLETED`` on
     the last, ``FAILED`` (with ``failure_type`` and ``failure_reason``) when an expected error
@@ -211,7 +217,7 @@ def evaluate_candidate(arch_text: str, ctx: TrialContext, report: Report) -> Non
     deadline = Deadline(ctx.trial_timeout_s, started)
     try:
         try:
-            _evaluate(arch_text, ctx, base, timed_report, deadline)
+            _evaluate(arch_text, ctx, base, timed_report, deadline, front)
         except (MemoryError, RuntimeError) as err:
             oom = _out_of_memory(err)
             if oom is None:
@@ -233,7 +239,10 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: Report, deadline: Deadline) -> None:
+def _evaluate(
+    arch_text: str, ctx: TrialContext, base: dict[str, Any], report: Report, deadline: Deadline,
+    front: list[list[float]] | None,
+) -> None:
     arch = ctx.space.decode(arch_text)
     base["arch_id"] = arch.arch_id
     params, macs = profile_arch(arch, ctx.data.num_classes, ctx.latency.input_shape)
@@ -243,12 +252,29 @@ def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: R
         ctx.faults.before_measure(arch.arch_id, deadline.check)
     deadline.check("the start of the latency measurement")
     t0 = time.perf_counter()
-    lat = _estimator(ctx.latency, ctx.data.num_classes, ctx.space, ctx.target_ms).measure(arch)
+    estimator = _estimator(ctx.latency, ctx.data.num_classes, ctx.space, ctx.target_ms)
+    lat = estimator.measure(arch)
     base["measure_seconds"] = time.perf_counter() - t0
     deadline.check("the end of the latency measurement")
     base.update(latency_metrics(lat))
     base["meets_target"] = meets_target(lat.latency_ms, ctx.target_ms)
     reward = reward_fn(ctx.reward)
+
+    def confirm_if_on_front(accuracy: float) -> float:
+        # Hybrid mode: a predicted candidate that could join the Pareto front is measured now that
+        # its accuracy is known; returns the latency its final reward uses.
+        nonlocal lat
+        if front is None or not isinstance(estimator, HybridEstimator):
+            return lat.latency_ms
+        if not estimator.may_join_front(lat, accuracy, front):
+            return lat.latency_ms
+        deadline.check("the start of the Pareto-front confirmation")
+        t1 = time.perf_counter()
+        lat = estimator.confirm(arch, lat, "pareto")
+        base["measure_seconds"] += time.perf_counter() - t1
+        base.update(latency_metrics(lat))
+        base["meets_target"] = meets_target(lat.latency_ms, ctx.target_ms)
+        return lat.latency_ms
 
     device = resolve_device(ctx.train.device)
     guard = _work_guard(ctx.latency, device)
@@ -261,17 +287,22 @@ def _evaluate(arch_text: str, ctx: TrialContext, base: dict[str, Any], report: R
         with guard():
             score = naswot_score(model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
         deadline.check("the end of the NASWOT score")
+        train_seconds = time.perf_counter() - t0
+        latency_ms = confirm_if_on_front(score)
         report({
             **base, "status": COMPLETED, "epoch": 0, "accuracy": score, "naswot_score": score,
-            "train_seconds": time.perf_counter() - t0, "reward": reward(score, lat.latency_ms, ctx.target_ms),
+            "train_seconds": train_seconds, "reward": reward(score, latency_ms, ctx.target_ms),
         })
         return
 
     def on_epoch(e: EpochResult) -> None:
+        train_seconds = time.perf_counter() - t0
+        last = e.epoch == ctx.train.epochs
+        latency_ms = confirm_if_on_front(e.accuracy) if last else lat.latency_ms
         report({
-            **base, "status": COMPLETED if e.epoch == ctx.train.epochs else RUNNING, "epoch": e.epoch,
+            **base, "status": COMPLETED if last else RUNNING, "epoch": e.epoch,
             "accuracy": e.accuracy, "val_loss": e.val_loss, "train_loss": e.train_loss,
-            "train_seconds": time.perf_counter() - t0, "reward": reward(e.accuracy, lat.latency_ms, ctx.target_ms),
+            "train_seconds": train_seconds, "reward": reward(e.accuracy, latency_ms, ctx.target_ms),
         })
 
     train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard,

@@ -246,12 +246,14 @@ def outcome_of(result: dict[str, Any] | None, error: bool) -> Outcome:
 class ArchSearcher(Searcher):
     """A Ray Tune searcher that proposes distinct architectures from an :class:`ArchSampler`.
 
-    The trial config is ``{"arch": <canonical architecture string>}``.
+    The trial config is ``{"arch": <canonical architecture string>}``, plus ``"front"`` (the
+    ``[latency_ms, accuracy]`` Pareto front when the trial starts) when ``front`` is given.
     """
 
-    def __init__(self, sampler: ArchSampler) -> None:
+    def __init__(self, sampler: ArchSampler, front: Callable[[], list[list[float]]] | None = None) -> None:
         super().__init__(metric="reward", mode="max")
         self.sampler = sampler
+        self.front = front
         self.arch_of: dict[str, str] = {}
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any) -> bool:
@@ -263,7 +265,7 @@ class ArchSearcher(Searcher):
         if arch is None:
             return Searcher.FINISHED  # type: ignore[return-value]  # Ray's documented sentinel
         self.arch_of[trial_id] = arch
-        return {"arch": arch}
+        return {"arch": arch} if self.front is None else {"arch": arch, "front": self.front()}
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         arch = self.arch_of.get(trial_id)
@@ -421,7 +423,7 @@ def _trainable(config: dict[str, Any], ctx: TrialContext) -> None:
         tune.report({**metrics, **where})
 
     try:
-        evaluate_candidate(config["arch"], ctx, report)
+        evaluate_candidate(config["arch"], ctx, report, config.get("front"))
     except Exception:  # a bug: reported, not raised, so that Ray Tune does not retry it; the driver
         # records it, stops the search and raises it with this traceback.
         report({"status": CRASHED, "arch": config["arch"], "reward": math.nan, "crash": traceback.format_exc()})
@@ -445,6 +447,7 @@ def run_trials(
     name: str,
     on_record: Callable[[CandidateRecord], None],
     n_trials: int | None = None,
+    front: Callable[[], list[list[float]]] | None = None,
 ) -> TuneOutcome:
     """Run up to ``n_trials`` trials of distinct architectures.
 
@@ -457,9 +460,11 @@ def run_trials(
         name: the Ray Tune experiment name.
         on_record: called in this process with each finished trial's record, as it finishes.
         n_trials: trials to run (None: ``search.n_trials``; fewer when a search is resumed).
+        front: the current ``[latency_ms, accuracy]`` Pareto front, handed to each trial as it
+            starts (hybrid predictor mode confirms candidates that could join it).
     """
     n_trials = search.n_trials if n_trials is None else n_trials
-    searcher = ArchSearcher(sampler)
+    searcher = ArchSearcher(sampler, front)
     callback = _RecordCallback(searcher, on_record, search.max_retries)
     trainable = tune.with_resources(tune.with_parameters(_trainable, ctx=ctx), resources)
     tuner = tune.Tuner(

@@ -4,6 +4,7 @@ space) drives the search, is refused when it does not fit, and hybrid mode confi
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from latency_predictor.train import train_predictor
 from nas.config import SearchConfig
 from nas.driver import run_search
 from nas.predicted import POINTER_FILE, HybridEstimator, make_predictor_estimator
+from nas.record import pareto_points
 from nas.search import CONF_DIR
 from search_spaces import SearchSpace, load_space
 
@@ -150,3 +152,55 @@ def test_register_predictor_records_files_and_a_model_version(trained: tuple[Pat
     (version,) = client.search_model_versions("name='tiny-cpu'")
     assert version.run_id == run.info.run_id and version.source.endswith("/predictor")
     assert main(["--predictor", str(tmp_path / "missing.json"), "--tracking-uri", uri]) == 2
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_hybrid_search_measures_every_candidate_of_the_final_pareto_front(
+    trained: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Far from the target, with uncertainty ignored and no band around the front (this small
+    predictor's error band is about 50%, which would confirm nearly everything), only the Pareto
+    front is confirmed: every
+    candidate on the final (accuracy, latency) front carries a measured latency, dominated ones
+    keep their prediction, and the confirmations reach the dataset."""
+    data = tmp_path / "data"
+    shutil.copytree(trained[1], data)
+    (data / POINTER_FILE).unlink(missing_ok=True)
+    before = len(Dataset.open(data).records)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        dcfg = compose(config_name="config", overrides=[
+            "+space=tiny", "target_ms=1000", "search.n_trials=10", "search.max_concurrent=2", "search.sampler=random",
+            "accuracy=naswot", "data.max_train_samples=256", "data.max_val_samples=128",
+            "latency=predictor", f"latency.options.path={trained[0]}", "latency.input_shape=[1,3,32,32]",
+            "latency.options.hybrid=true", f"latency.options.dataset={data}", "latency.options.refit_every=0",
+            "latency.options.confirm_uncertain_rel=1e9", "latency.options.pareto_band=0",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}",
+            "progress=false", "name=hybrid-front",
+        ])
+    cfg = OmegaConf.to_object(dcfg)
+    assert isinstance(cfg, SearchConfig)
+    cfg.space_source = "conf/space/tiny.yaml"
+    cfg.latency.options["measure_options"] = {"measure": MEASURE, "slot_dir": str(tmp_path / "slots")}
+    result = run_search(cfg)
+
+    done = [r for r in result.candidates if r.status == "COMPLETED"]
+    assert len(done) == 10
+    front = {(lat, acc) for lat, acc in pareto_points(done)}
+    on_front = [r for r in done if (r.metrics["latency_p50"], r.metrics["accuracy"]) in front]
+    assert on_front
+    for r in on_front:
+        assert r.tags["latency_source"] == "measured" and r.tags["latency_confirm_reason"] == "pareto", r.arch
+        assert r.metrics["latency_predicted_ms"] > 0
+        # the reward uses the measured latency (the target is far, so it is the accuracy)
+        assert r.metrics["reward"] == pytest.approx(r.metrics["accuracy"])
+    confirmed = [r for r in done if r.tags["latency_source"] == "measured"]
+    assert all(r.tags["latency_confirm_reason"] == "pareto" for r in confirmed)
+    assert len(confirmed) < len(done), "a dominated candidate keeps its prediction"
+    ds = Dataset.open(data)
+    assert len(ds.records) == before + len(confirmed)
+    assert {r.arch for r in ds.records[before:]} == {r.arch for r in confirmed}
+    assert all(r.origin == "confirm" for r in ds.records[before:])
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parent = client.get_run(result.parent_run_id)
+    assert parent.data.metrics["n_latency_confirmed_pareto"] == len(confirmed)
+    assert parent.data.metrics["n_latency_predicted"] == len(done) - len(confirmed)
