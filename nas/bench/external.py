@@ -37,7 +37,8 @@ SCRIPTS: dict[str, Script] = {
                       ("--processes", "3"), (), (1.5, 2)),
     "predictor": Script("scripts/bench_predictor.py", "predictor.json",
                         "latency predictor: held-out accuracy, splits, throughput",
-                        ("--splits", "2", "--throughput-n", "2000"), (), (3, 25)),
+                        # quick: a fresh machine collects 60 architectures (an existing dataset is used as it is)
+                        ("--n", "60", "--repeats", "6", "--splits", "2", "--throughput-n", "2000"), (), (2, 25)),
     "search": Script("scripts/bench_search.py", "search.json",
                      "search: quickstart wall time, framework overhead per trial",
                      ("--skip-quickstart", "--trials", "4", "--epochs", "4"), (), (1, 6)),

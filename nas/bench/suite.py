@@ -46,7 +46,7 @@ def _sampler(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) 
     from nas.bench import sampler_quality
 
     budgets = _ints(args.budgets, (10, 25) if quick else (50, 150, 500))
-    seeds = args.seeds if args.seeds is not None else 10
+    seeds = args.seeds if args.seeds is not None else (5 if quick else 10)
     return sampler_quality.run(budgets, seeds, log=log)
 
 
@@ -65,8 +65,8 @@ def _scale(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) ->
 def _references(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     from nas.bench import references
 
-    seeds = args.seeds or (2 if quick else 3)
-    return references.run(seeds=seeds, epochs=2 if quick else 5, search_n=60 if quick else 400,
+    seeds = args.seeds or (1 if quick else 3)
+    return references.run(seeds=seeds, epochs=args.epochs or (3 if quick else 8), search_n=30 if quick else 400,
                           quick=quick, log=log)
 
 
@@ -85,13 +85,13 @@ def registry() -> dict[str, Benchmark]:
 
     items = [
         Benchmark("sampler", "sampler quality: TPE, NSGA-II, regularised evolution, random at equal budgets",
-                  _sampler, (2.5, 60)),
+                  _sampler, (1.5, 60)),
         Benchmark("screening", "predictor-driven screening speed: candidates scored per second", _screening,
                   (0.7, 4)),
         Benchmark("scale", "search throughput with 1 and 2 workers; projection to 3 nodes x 8 GPUs", _scale,
                   (1.5, 5)),
         Benchmark("references", "searched vs hand-designed networks at two latency targets", _references,
-                  (3, 25)),
+                  (2.5, 25)),
     ]
     for name, ext in external.SCRIPTS.items():
         if (common.ROOT / ext.script).exists():
@@ -109,7 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-render", action="store_true", help="do not render BENCHMARKS.md after the run")
     p.add_argument("--records", type=Path, default=common.RECORDS_DIR, help="records folder (default benchmarks/)")
     p.add_argument("--output", type=Path, default=common.ROOT / "BENCHMARKS.md", help="rendered file")
-    p.add_argument("--seeds", type=int, help="sampler: search seeds (10); references: training seeds (quick 2; full 3)")
+    p.add_argument("--seeds", type=int,
+                   help="sampler: search seeds (quick 5; full 10); references: training seeds (quick 1; full 3)")
+    p.add_argument("--epochs", type=int, help="references: training epochs per network (quick 3; full 8)")
     p.add_argument("--budgets", help="sampler: comma-separated budgets (quick 10,25; full 50,150,500)")
     p.add_argument("--candidates", type=int, help="screening: candidates scored (quick 200; full 1000)")
     p.add_argument("--trials", type=int, help="scale: trials per search (quick 6; full 16)")
