@@ -34,14 +34,14 @@ class Script:
 SCRIPTS: dict[str, Script] = {
     "latency": Script("scripts/bench_latency.py", "latency.json",
                       "latency measurement: repeatability, overhead, backend agreement, GPU modes",
-                      ("--processes", "3"), (), (1.5, 2)),
+                      ("--processes", "3"), (), (0.5, 2)),
     "predictor": Script("scripts/bench_predictor.py", "predictor.json",
                         "latency predictor: held-out accuracy, splits, throughput",
                         # quick: a fresh machine collects 60 architectures (an existing dataset is used as it is)
-                        ("--n", "60", "--repeats", "6", "--splits", "2", "--throughput-n", "2000"), (), (2, 25)),
+                        ("--n", "60", "--repeats", "6", "--splits", "2", "--throughput-n", "2000"), (), (0.5, 25)),
     "search": Script("scripts/bench_search.py", "search.json",
                      "search: quickstart wall time, framework overhead per trial",
-                     ("--skip-quickstart", "--trials", "4", "--epochs", "4"), (), (1, 6)),
+                     ("--skip-quickstart", "--trials", "4", "--epochs", "4"), (), (0.5, 6)),
     "contention": Script("scripts/bench_contention.py", "contention.json",
                          "measurement alone and during a busy search (with and without the slot)",
                          ("--rounds", "3", "--settle", "10"), (), (3, 6), in_quick=False),

@@ -37,7 +37,7 @@ from search_spaces import REFERENCES, Arch, build, count_params, load_space
 
 TARGETS_MS = (6.0, 10.0)
 MULTIPLIERS = (0.35, 0.5, 0.75, 1.0, 1.25)
-MEASURED_CANDIDATES = 3
+MEASURED_CANDIDATES = 6
 
 
 def round8(x: float) -> int:
