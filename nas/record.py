@@ -11,6 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from latency_predictor.hybrid import pareto_front
 from nas.trial import COMPLETED, CRASHED, FAILED, PRUNED, RUNNING
 from search_spaces import arch_id_of
 
@@ -179,16 +182,11 @@ def best_of(records: list[CandidateRecord]) -> CandidateRecord | None:
 def pareto_points(records: list[CandidateRecord]) -> list[list[float]]:
     """``[latency_p50, accuracy]`` of the completed candidates no other completed candidate beats
     on both lower latency and higher accuracy, fastest first."""
-    done = sorted(
-        ((r.metrics["latency_p50"], r.metrics["accuracy"]) for r in records
-         if r.status == COMPLETED and "latency_p50" in r.metrics and "accuracy" in r.metrics),
-        key=lambda p: (p[0], -p[1]),
-    )
-    front: list[list[float]] = []
-    for lat, acc in done:
-        if not front or acc > front[-1][1]:
-            front.append([lat, acc])
-    return front
+    points = np.array([
+        (r.metrics["latency_p50"], r.metrics["accuracy"]) for r in records
+        if r.status == COMPLETED and "latency_p50" in r.metrics and "accuracy" in r.metrics
+    ], dtype=np.float64).reshape(-1, 2)
+    return [[float(points[i, 0]), float(points[i, 1])] for i in pareto_front(points[:, 0], points[:, 1])]
 
 
 def latency_sources(records: list[CandidateRecord]) -> dict[str, int]:
