@@ -252,8 +252,8 @@ Candidates per hour count completed candidates over `Tuner.fit` time; start-up i
 
 {table(['workers', 'completed', 'trials s', 'start-up s', 'mean trial s', 'candidates/h'], rows)}
 
-Two workers against one: **{_f(f['speedup_2_over_1'])}x** (two cores, shared with other work: the second
-worker competes with the driver and with other processes).
+Two workers against one: **{_f(f['speedup_2_over_1'])}x** (on two cores the second worker competes with
+the driver, Ray's own processes and anything else running).
 
 **Projection** to {p['nodes']} nodes x {p['gpus_per_node']} GPUs ({p['workers']} workers) from the one-worker
 per-trial costs: {_f(p['per_worker_candidates_per_hour'], 0)} candidates/h per worker, driver limit
