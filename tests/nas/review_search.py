@@ -6,12 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from nas.config import SearchConfig
 from nas.driver import run_search
-from nas.search import CONF_DIR
+from tests.nas.configs import compose_config
 
 NAME = "review"
 
@@ -38,17 +35,13 @@ def small_search_once(tmp_path_factory: pytest.TempPathFactory) -> SmallSearch:
     if NAME not in _CACHE:
         folder = tmp_path_factory.mktemp("review-search")
         uri = f"sqlite:///{folder / 'mlflow.db'}"
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            dcfg = compose(config_name="config", overrides=[
-                "+space=tiny", "target_ms=0.05", "search.n_trials=3", "search.max_concurrent=2",
-                "data.max_train_samples=256", "data.max_val_samples=128", "train.epochs=1",
-                "latency.input_shape=[1,3,32,32]", "latency.measure.min_runs=20", "latency.measure.min_time_s=0.1",
-                "latency.measure.max_time_s=1.0", "latency.measure.max_repeats=1", f"tracking.uri={uri}",
-                f"output_dir={folder / 'out'}", "progress=false", f"name={NAME}",
-            ])
-        cfg = OmegaConf.to_object(dcfg)
-        assert isinstance(cfg, SearchConfig)
-        cfg.space_source = "conf/space/tiny.yaml"
+        cfg = compose_config(
+            "+space=tiny", "target_ms=0.05", "search.n_trials=3", "search.max_concurrent=2",
+            "data.max_train_samples=256", "data.max_val_samples=128", "train.epochs=1",
+            "latency.input_shape=[1,3,32,32]", "latency.measure.min_runs=20", "latency.measure.min_time_s=0.1",
+            "latency.measure.max_time_s=1.0", "latency.measure.max_repeats=1", f"tracking.uri={uri}",
+            f"output_dir={folder / 'out'}", "progress=false", f"name={NAME}",
+        )
         result = run_search(cfg)
         assert result.best is not None, "the shared search completed no candidate"
         # Rewards can tie on a small validation set: every candidate with the best reward is "the best".

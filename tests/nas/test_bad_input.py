@@ -14,17 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from mlflow import MlflowClient
-from omegaconf import OmegaConf
 
 from latency_predictor import ConfigError as LatencyConfigError
 from nas.config import SearchConfig, validate
 from nas.driver import run_search
 from nas.errors import ConfigError, FaultSpecError
 from nas.faults import ENV_VAR
-from nas.search import CONF_DIR
+from tests.nas.configs import compose_config
 
 FAST = ("+space=tiny", "target_ms=5", "progress=false", "accuracy=naswot", "data.max_train_samples=64",
         "data.max_val_samples=32", "data.resolution=16", "latency.input_shape=[1,3,32,32]",
@@ -32,13 +30,7 @@ FAST = ("+space=tiny", "target_ms=5", "progress=false", "accuracy=naswot", "data
         "latency.measure.max_repeats=1")
 
 
-def _compose(*overrides: str) -> SearchConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        dcfg = compose(config_name="config", overrides=list(overrides))
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, SearchConfig)
-    cfg.space_source = "conf/space/tiny.yaml"
-    return cfg
+_compose = compose_config
 
 
 def _config(tmp_path: Path, *overrides: str) -> SearchConfig:

@@ -16,16 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
 from mlflow.entities import Run
-from omegaconf import OmegaConf
 
 from latency_predictor import LatencyError
 from nas.config import RayConfig, SearchConfig, validate
 from nas.driver import SearchResult, run_search
 from nas.errors import ConfigError
-from nas.search import CONF_DIR
+from tests.nas.configs import stored_config
 
 CHEAP = (
     "+space=tiny", "target_ms=1.0", "data.max_train_samples=256", "data.max_val_samples=128", "train.epochs=1",
@@ -71,14 +69,7 @@ def three_nodes() -> Iterator[ThreeNodes]:
 
 
 def _config(tmp_path: Path, *overrides: str) -> SearchConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        dcfg = compose(config_name="config", overrides=[
-            *CHEAP, f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}", *overrides,
-        ])
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, SearchConfig)
-    cfg.space_source = "conf/space/tiny.yaml"
-    return cfg
+    return stored_config(tmp_path, *CHEAP, *overrides)
 
 
 def _runs(tmp_path: Path, result: SearchResult) -> tuple[Run, list[Run]]:

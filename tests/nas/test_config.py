@@ -11,25 +11,20 @@ from typing import Any
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
-from omegaconf import OmegaConf
 
 from nas.config import SearchConfig, validate
 from nas.driver import run_search
 from nas.errors import ClusterError, ConfigError, DataError, TrackingError
 from nas.search import CONF_DIR
 from search_spaces import SearchSpace, SpaceConfigError
+from tests.nas.configs import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _compose(*overrides: str) -> SearchConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        dcfg = compose(config_name="config", overrides=list(overrides))
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, SearchConfig)
-    return cfg
+    return compose_config(*overrides, space_source=None)
 
 
 def _tiny(tmp_path: Path, **changes: Any) -> SearchConfig:

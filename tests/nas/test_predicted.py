@@ -9,21 +9,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
-from omegaconf import OmegaConf
 
 from latency_predictor import ConfigError, PredictorMismatchError
 from latency_predictor.backends import make_estimator
 from latency_predictor.collect import collect
 from latency_predictor.dataset import Dataset
 from latency_predictor.train import train_predictor
-from nas.config import SearchConfig
 from nas.driver import run_search
 from nas.predicted import POINTER_FILE, HybridEstimator, make_predictor_estimator
 from nas.record import pareto_points
-from nas.search import CONF_DIR
 from search_spaces import SearchSpace, load_space
+from tests.nas.configs import stored_config
 
 SHAPE = (1, 3, 32, 32)
 CLASSES = 10
@@ -111,17 +108,12 @@ def test_hybrid_confirms_near_target_adds_to_dataset_and_refits(
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_search_with_predicted_latency(trained: tuple[Path, Path], tmp_path: Path) -> None:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        dcfg = compose(config_name="config", overrides=[
-            "+space=tiny", "target_ms=1.0", "search.n_trials=3", "search.max_concurrent=2",
-            "data.max_train_samples=256", "data.max_val_samples=128", "train.epochs=1",
-            "latency=predictor", f"latency.options.path={trained[0]}", "latency.input_shape=[1,3,32,32]",
-            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}",
-            "progress=false", "name=predicted",
-        ])
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, SearchConfig)
-    cfg.space_source = "conf/space/tiny.yaml"
+    cfg = stored_config(
+        tmp_path, "+space=tiny", "target_ms=1.0", "search.n_trials=3", "search.max_concurrent=2",
+        "data.max_train_samples=256", "data.max_val_samples=128", "train.epochs=1",
+        "latency=predictor", f"latency.options.path={trained[0]}", "latency.input_shape=[1,3,32,32]",
+        "progress=false", "name=predicted",
+    )
     result = run_search(cfg)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("latnas")
@@ -167,19 +159,14 @@ def test_hybrid_search_measures_every_candidate_of_the_final_pareto_front(
     shutil.copytree(trained[1], data)
     (data / POINTER_FILE).unlink(missing_ok=True)
     before = len(Dataset.open(data).records)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        dcfg = compose(config_name="config", overrides=[
-            "+space=tiny", "target_ms=1000", "search.n_trials=10", "search.max_concurrent=2", "search.sampler=random",
-            "accuracy=naswot", "data.max_train_samples=256", "data.max_val_samples=128",
-            "latency=predictor", f"latency.options.path={trained[0]}", "latency.input_shape=[1,3,32,32]",
-            "latency.options.hybrid=true", f"latency.options.dataset={data}", "latency.options.refit_every=0",
-            "latency.options.confirm_uncertain_rel=1e9", "latency.options.pareto_band=0",
-            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}",
-            "progress=false", "name=hybrid-front",
-        ])
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, SearchConfig)
-    cfg.space_source = "conf/space/tiny.yaml"
+    cfg = stored_config(
+        tmp_path, "+space=tiny", "target_ms=1000", "search.n_trials=10", "search.max_concurrent=2",
+        "search.sampler=random", "accuracy=naswot", "data.max_train_samples=256", "data.max_val_samples=128",
+        "latency=predictor", f"latency.options.path={trained[0]}", "latency.input_shape=[1,3,32,32]",
+        "latency.options.hybrid=true", f"latency.options.dataset={data}", "latency.options.refit_every=0",
+        "latency.options.confirm_uncertain_rel=1e9", "latency.options.pareto_band=0",
+        "progress=false", "name=hybrid-front",
+    )
     cfg.latency.options["measure_options"] = {"measure": MEASURE, "slot_dir": str(tmp_path / "slots")}
     result = run_search(cfg)
 

@@ -28,10 +28,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
 from mlflow.entities import Run
-from omegaconf import OmegaConf
 
 from nas.config import AccuracyConfig, DataConfig, LatencyConfig, SearchConfig, TrainConfig
 from nas.data import Dataset, load_dataset
@@ -39,9 +37,9 @@ from nas.driver import run_search
 from nas.errors import SearchError
 from nas.faults import ENV_VAR, FaultPlan
 from nas.sampler import ArchSampler, Outcome
-from nas.search import CONF_DIR
 from nas.trial import COMPLETED, FAILED, RUNNING, TrialContext, evaluate_candidate
 from search_spaces import load_space
+from tests.nas.configs import stored_config
 
 FAST_MEASURE = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 1.0,
                 "max_repeats": 1}
@@ -170,14 +168,7 @@ CHEAP = (
 
 
 def _config(tmp_path: Path, *overrides: str) -> SearchConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        dcfg = compose(config_name="config", overrides=[
-            *CHEAP, f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}", *overrides,
-        ])
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, SearchConfig)
-    cfg.space_source = "conf/space/tiny.yaml"
-    return cfg
+    return stored_config(tmp_path, *CHEAP, *overrides)
 
 
 def _runs(db: Path) -> tuple[list[Run], list[Run]]:

@@ -8,16 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
-from omegaconf import OmegaConf
 
 from nas.config import SearchConfig
 from nas.driver import run_search
 from nas.record import FINAL_METRICS
 from nas.reward import squared_penalty
-from nas.search import CONF_DIR
 from search_spaces import Arch, load_space
+from tests.nas.configs import stored_config
 
 CHILD_PARAMS = ("arch", "arch_id")
 CHILD_TAGS = ("status", "latency_source", "latency_backend", "accuracy_estimator", "mlflow.parentRunId")
@@ -25,18 +23,12 @@ PARENT_ARTIFACTS = {"best_arch.json", "best_arch.txt", "leaderboard.csv", "confi
 
 
 def _config(tmp_path: Path, *overrides: str) -> SearchConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        dcfg = compose(config_name="config", overrides=[
-            "+space=tiny", "target_ms=1.0", "search.n_trials=4", "search.max_concurrent=2",
-            "data.max_train_samples=512", "data.max_val_samples=256", "train.epochs=2",
-            "latency.measure.min_runs=20", "latency.measure.min_time_s=0.2", "latency.measure.max_time_s=1.0",
-            "latency.measure.max_repeats=1", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-            f"output_dir={tmp_path / 'out'}", "progress=false", "name=e2e", *overrides,
-        ])
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, SearchConfig)
-    cfg.space_source = "conf/space/tiny.yaml"
-    return cfg
+    return stored_config(
+        tmp_path, "+space=tiny", "target_ms=1.0", "search.n_trials=4", "search.max_concurrent=2",
+        "data.max_train_samples=512", "data.max_val_samples=256", "train.epochs=2",
+        "latency.measure.min_runs=20", "latency.measure.min_time_s=0.2", "latency.measure.max_time_s=1.0",
+        "latency.measure.max_repeats=1", "progress=false", "name=e2e", *overrides,
+    )
 
 
 @pytest.mark.usefixtures("ray_cluster")
