@@ -1,6 +1,22 @@
 """Hybrid mode: the predictor screens, real measurement confirms the candidates that matter.
 
-The search drives the loop; this module gives it the pieces:
+:class:`HybridEstimator` is hybrid mode as a :class:`~latency_predictor.LatencyEstimator`
+(``latency=predictor latency.options.hybrid=true`` in the search): the predictor screens and a
+real measurement on *this* machine confirms the candidates that matter: those whose prediction
+lies within the predictor's error band of the target (a wrong prediction would flip the reward)
+and those the predictor is least sure of (ensemble spread above ``confirm_uncertain_rel`` of the
+prediction), before the candidate trains; and, once its objective is known, those that could join
+the Pareto front of the candidates finished so far (:meth:`HybridEstimator.final_latency`). So
+every candidate on the final front has a measured latency. A confirmed latency replaces the
+prediction (``latency_source=measured``, with the prediction kept in ``extra["predicted_ms"]``).
+Confirmations are appended to the predictor's dataset, and every ``refit_every`` confirmations
+the predictor is refitted on the whole dataset and the estimator switches to the new file
+(``<dataset>/predictor-refit-N.json``, named in ``<dataset>/current_predictor``; a later hybrid
+search on the same dataset starts from that latest refit). Dataset writes and refits are
+serialised across processes by a lock file in the dataset folder (the folder must be on a file
+system every trial node sees).
+
+For a batch of candidates, the pieces are also here:
 
 1. :func:`select_for_measurement` picks, from predicted candidates, those worth a real
    measurement: near the latency target (within the predictor's error band, where a wrong
@@ -13,18 +29,31 @@ The search drives the loop; this module gives it the pieces:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+import fcntl
+import math
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from latency_predictor.dataset import DEFAULT_MIN_CPU_SHARE, Dataset, Record
 from latency_predictor.errors import ConfigError
 from latency_predictor.features import FeatureExtractor
-from latency_predictor.predictor import PredictorEstimator
+from latency_predictor.predictor import PredictorEstimator, read_predictor
 from latency_predictor.protocol import LatencyResult
 from latency_predictor.train import fit_predictor
 from search_spaces import Arch
+
+if TYPE_CHECKING:
+    from latency_predictor.configure import PredictorOptions
+
+POINTER_FILE = "current_predictor"
+LOCK_FILE = ".hybrid.lock"
 
 REASONS: tuple[str, ...] = ("near_target", "pareto", "uncertain")
 
@@ -143,3 +172,127 @@ def add_measurements(
 def refit(dataset: Dataset, members: int = 16, seed: int = 0) -> PredictorEstimator:
     """A new predictor fitted on every usable architecture of ``dataset`` (see :func:`fit_predictor`)."""
     return fit_predictor(dataset, members=members, seed=seed)
+
+
+class HybridEstimator:
+    """Predict, and confirm by real measurement where the prediction could mislead the search.
+
+    Implements the :class:`~latency_predictor.LatencyEstimator` protocol (see the module's text).
+    """
+
+    name = "predictor"
+
+    def __init__(self, predictor: PredictorEstimator, backend: Any, opts: PredictorOptions,
+                 target_ms: float | None) -> None:
+        self.predictor = predictor
+        self.backend = backend
+        self.opts = opts
+        self.target_ms = target_ms
+        self.input_shape: tuple[int, ...] = tuple(backend.input_shape)
+        self._loaded = current_predictor_path(opts)
+
+    def confirm_reason(self, predicted: LatencyResult) -> str | None:
+        """Why ``predicted`` should be measured (``near_target`` or ``uncertain``), or None."""
+        p = predicted.latency_ms
+        band = float(predicted.extra.get("error_band_rel", 0.0))
+        if self.target_ms is not None and abs(p - self.target_ms) <= band * p:
+            return "near_target"
+        if float(predicted.extra.get("uncertainty_ms", 0.0)) > self.opts.confirm_uncertain_rel * p:
+            return "uncertain"
+        return None
+
+    def measure(self, arch: Arch) -> LatencyResult:
+        """The predicted latency, or a real measurement when the candidate matters."""
+        self._reload_if_refitted()
+        predicted = self.predictor.measure(arch)
+        reason = self.confirm_reason(predicted)
+        if reason is None:
+            return predicted
+        return self.confirm(arch, predicted, reason)
+
+    def confirm(self, arch: Arch, predicted: LatencyResult, reason: str) -> LatencyResult:
+        """Measure ``arch`` for real, add the measurement to the dataset (refitting when due), and
+        return it with the prediction it replaces and ``reason`` in ``extra``."""
+        measured: LatencyResult = self.backend.measure(arch)
+        self._record(measured)
+        extra = {**measured.extra, "predicted_ms": predicted.latency_ms, "confirm_reason": reason,
+                 "predictor_digest": self.predictor.digest}
+        return dataclasses.replace(measured, extra=extra)
+
+    def environment(self) -> dict[str, str]:
+        """The predictor's device (the measuring backend's is checked to be the same)."""
+        return self.predictor.environment()
+
+    def final_latency(
+        self, arch: Arch, result: LatencyResult, objective: float, front: Sequence[Sequence[float]]
+    ) -> LatencyResult:
+        """``result``, or a real measurement when the predicted candidate could join ``front``
+        (reason ``pareto``; see :meth:`may_join_front`)."""
+        if not self.may_join_front(result, objective, front):
+            return result
+        return self.confirm(arch, result, "pareto")
+
+    def may_join_front(self, predicted: LatencyResult, objective: float,
+                       front: Sequence[Sequence[float]]) -> bool:
+        """Whether a candidate with this prediction and ``objective`` (higher is better, e.g.
+        accuracy) could be on the Pareto front of ``front`` (``[latency_ms, objective]`` pairs of
+        the candidates finished so far): no point of ``front`` is at least as fast as its
+        optimistic latency (the prediction less ``pareto_band``, by default the predictor's error
+        band) and at least as good, and better in one. Only a predicted latency can join: a
+        measured one needs no confirming.
+        """
+        if predicted.source != "predicted" or not math.isfinite(objective):
+            return False
+        band = self.opts.pareto_band
+        if band is None:
+            band = float(predicted.extra.get("error_band_rel", 0.0))
+        optimistic = predicted.latency_ms * (1.0 - band)
+        # The candidate first: on an exact tie with a point of the front it joins it.
+        lat = np.array([optimistic, *(p[0] for p in front)], dtype=np.float64)
+        obj = np.array([objective, *(p[1] for p in front)], dtype=np.float64)
+        return 0 in pareto_front(lat, obj)
+
+    def _reload_if_refitted(self) -> None:
+        current = current_predictor_path(self.opts)
+        if current != self._loaded:
+            pred = read_predictor(current)
+            pred.space = self.predictor.space
+            self.predictor, self._loaded = pred, current
+
+    def _record(self, measured: LatencyResult) -> None:
+        if self.opts.dataset is None:
+            return
+        folder = Path(self.opts.dataset)
+        with _locked(folder):
+            ds = Dataset.open(folder, self.predictor.target)
+            add_measurements(ds, [measured])
+            n_confirm = sum(1 for r in ds.records if r.origin == "confirm")
+            if self.opts.refit_every and n_confirm % self.opts.refit_every == 0:
+                new = refit(ds)
+                path = new.save(folder / f"predictor-refit-{n_confirm}.json")
+                tmp = folder / (POINTER_FILE + ".tmp")
+                tmp.write_text(path.name + "\n")
+                os.replace(tmp, folder / POINTER_FILE)
+
+
+def current_predictor_path(opts: PredictorOptions) -> Path:
+    """The predictor file in use: the latest refit named in the dataset's pointer, else ``path``."""
+    if opts.hybrid and opts.dataset:
+        pointer = Path(opts.dataset) / POINTER_FILE
+        if pointer.is_file():
+            name = pointer.read_text().strip()
+            candidate = Path(opts.dataset) / name
+            if name and "/" not in name and candidate.is_file():
+                return candidate
+    return Path(opts.path)
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -114,6 +114,16 @@ class PredictorEstimator:
             },
         )
 
+    def environment(self) -> dict[str, str]:
+        """The environment of the device the predictor was trained on (its fingerprint's)."""
+        return dict(self.target.fingerprint.environment)
+
+    def final_latency(
+        self, arch: Arch, result: LatencyResult, objective: float, front: Sequence[Sequence[float]]
+    ) -> LatencyResult:
+        """A prediction is final outside hybrid mode (see :class:`~latency_predictor.LatencyEstimator`)."""
+        return result
+
     # ---------------------------------------------------------------- persistence
     def to_dict(self, created: str | None = None) -> dict[str, Any]:
         """The JSON document :meth:`save` writes."""

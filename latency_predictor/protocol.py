@@ -8,6 +8,7 @@ Once-for-All's ``EvolutionFinder(efficiency_predictor, ...)``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -115,7 +116,11 @@ class LatencyResult:
 
 @runtime_checkable
 class LatencyEstimator(Protocol):
-    """Anything that gives the latency of an architecture: a backend or a learned predictor."""
+    """Anything that gives the latency of an architecture: a backend or a learned predictor.
+
+    The search calls these three methods and nothing else, so it cannot tell a measuring
+    backend, a predictor and hybrid mode apart.
+    """
 
     name: str
     input_shape: tuple[int, ...]
@@ -125,5 +130,26 @@ class LatencyEstimator(Protocol):
 
         Raises:
             LatencyError: (a subclass of) when the network cannot be exported, built or run.
+        """
+        ...
+
+    def environment(self) -> dict[str, str]:
+        """What the figures are for: ``device_name`` (CPU or GPU model), library versions, threads."""
+        ...
+
+    def final_latency(
+        self, arch: Arch, result: LatencyResult, objective: float, front: Sequence[Sequence[float]]
+    ) -> LatencyResult:
+        """The latency a finished candidate's reward uses, once its objective is known.
+
+        Args:
+            arch: the candidate.
+            result: what :meth:`measure` gave for it.
+            objective: its search objective, higher is better (accuracy or a score).
+            front: ``[latency_ms, objective]`` pairs of the Pareto front of the candidates
+                finished so far.
+
+        Measuring backends and plain predictors return ``result``; hybrid mode measures a
+        predicted candidate that could join ``front``.
         """
         ...

@@ -18,11 +18,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from latency_predictor import LatencyError
 from latency_predictor.dataset import dataset_tracking_record
 from latency_predictor.predictor import predictor_tracking_record
-from nas.errors import NASError
-from nas.tracking import Tracker, default_tracking_uri, log_predictor
+from nas.adapters.mlflow_reader import default_tracking_uri
+from nas.adapters.mlflow_writer import StoreWriter
+from nas.core.errors import USER_ERRORS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,13 +37,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         files, params = predictor_tracking_record(args.predictor)
         dfiles, dparams = dataset_tracking_record(args.dataset) if args.dataset else ([], None)
-        tracker = Tracker(args.tracking_uri or default_tracking_uri(Path.cwd()), args.experiment)
+        writer = StoreWriter(args.tracking_uri or default_tracking_uri(Path.cwd()), args.experiment)
         name = f"predictor-{params.get('space', '')}-{str(params.get('predictor_digest', ''))[:8]}"
-        run_id, version = log_predictor(tracker, name, files, params, dfiles, dparams, args.register)
-    except (LatencyError, NASError) as err:
+        run_id, version = writer.log_predictor(name, files, params, dfiles, dparams, args.register)
+    except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"recorded predictor {args.predictor} as run {run_id} in {tracker.uri}")
+    print(f"recorded predictor {args.predictor} as run {run_id} in {writer.uri}")
     if version is not None:
         print(f"registered as {args.register!r} version {version}")
     return 0

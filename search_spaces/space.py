@@ -1,4 +1,4 @@
-"""Search spaces: typed, loaded from YAML under ``conf/space/``, validated when loaded.
+"""Search spaces: typed, loaded from YAML (the built-in ones in ``search_spaces/spaces/``), validated.
 
 A space is a stem, a list of stages and a head. Each stage has a depth choice, a width
 (``out_chs``) choice, a stride, and per-block choices (block type, expansion ratio, kernel size,
@@ -21,7 +21,8 @@ import yaml
 from search_spaces.arch import ACTIVATIONS, BLOCK_TYPES, Arch, Block
 from search_spaces.errors import OutOfSpaceError, SpaceConfigError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "space"
+SPACES_DIR = Path(__file__).resolve().parent / "spaces"
+"""The built-in spaces, shipped with the package (``search_spaces/spaces/<name>.yaml``)."""
 
 Value = int | float | str
 
@@ -449,8 +450,8 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
 
 
 def available_spaces() -> list[str]:
-    """Names of the spaces shipped in ``conf/space/``."""
-    return sorted(p.stem for p in CONF_DIR.glob("*.yaml"))
+    """Names of the built-in spaces (``search_spaces/spaces/``)."""
+    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
 
 
 def load_space(name_or_path: str | Path) -> SearchSpace:
@@ -461,7 +462,7 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
     """
     path = Path(name_or_path)
     if not path.suffix:
-        path = CONF_DIR / f"{name_or_path}.yaml"
+        path = SPACES_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             raise SpaceConfigError(
                 str(path), "space", f"no space named {str(name_or_path)!r}; available: {available_spaces()}"

@@ -143,6 +143,12 @@ class MeasuredBackend(ABC):
             self._environment = {**base_environment(), **self._backend_environment()}
         return dict(self._environment)
 
+    def final_latency(
+        self, arch: Arch, result: LatencyResult, objective: float, front: Sequence[Sequence[float]]
+    ) -> LatencyResult:
+        """A measured latency is final (see :class:`~latency_predictor.LatencyEstimator`)."""
+        return result
+
     def held_slot(self) -> AbstractContextManager[SlotTicket | None]:
         """The device's measurement slot, or a no-op when ``slot=False``."""
         if not self.slot:

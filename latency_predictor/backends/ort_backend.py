@@ -20,9 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
-from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from torch import nn
+
+try:
+    import onnxruntime as ort
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+except ImportError as _missing:  # neither build installed: say which extra brings one
+    raise ImportError(
+        "LatNAS needs ONNX Runtime and none is installed: install exactly one build, "
+        "pip install 'latnas[cpu]' (onnxruntime) or 'latnas[gpu]' (onnxruntime-gpu); "
+        "from a checkout: bash scripts/install.sh [--gpu]"
+    ) from _missing
 
 from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
 from latency_predictor.breakdown import Breakdown, parse_ort_profile

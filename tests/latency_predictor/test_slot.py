@@ -41,15 +41,45 @@ def _run_two(slot_dir: Path, devices: tuple[str, str], target: Any = _hold) -> l
     return sorted(spans)
 
 
+def _meet(slot_dir: str, device: str, mine: Any, other: Any, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    # Inside its slot, each process says it is there and waits for the other to be inside its own:
+    # both get there only if the two slots are held at the same time.
+    with measurement_slot(device, slot_dir):
+        mine.set()
+        out.put(other.wait(timeout=20))
+
+
+def _held_together(slot_dir: Path, devices: tuple[str, str], visible: tuple[str, str] | None = None) -> list[bool]:
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    events = (ctx.Event(), ctx.Event())
+    procs = []
+    for i, device in enumerate(devices):
+        env = {"CUDA_VISIBLE_DEVICES": visible[i]} if visible else {}
+        procs.append(ctx.Process(target=_with_env, args=(env, _meet, str(slot_dir), device, events[i],
+                                                         events[1 - i], out)))
+    for p in procs:
+        p.start()
+    met = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    return met
+
+
+def _with_env(env: dict[str, str], target: Any, *args: Any) -> None:
+    os.environ.update(env)  # e.g. what Ray does for a trial with one GPU: only that GPU is visible, as cuda:0
+    target(*args)
+
+
 def test_two_processes_on_one_device_take_turns(slot_dir: Path) -> None:
     (_, e1, _), (s2, _, w2) = _run_two(slot_dir, ("cpu", "cpu"))
     assert s2 >= e1 - 0.01, "the second measurement started before the first released the slot"
-    assert w2 >= HOLD_S * 0.5
+    assert w2 > 0.0, "the second measurement did not wait for the slot"
 
 
 def test_different_devices_run_in_parallel(slot_dir: Path) -> None:
-    (_, e1, w1), (s2, _, w2) = _run_two(slot_dir, ("cuda:0", "cuda:1"))
-    assert s2 < e1 and max(w1, w2) < HOLD_S * 0.5
+    assert _held_together(slot_dir, ("cuda:0", "cuda:1")) == [True, True]
 
 
 def test_busy_slot_times_out_and_is_reentrant_in_one_thread(slot_dir: Path) -> None:
@@ -101,20 +131,17 @@ def test_device_names() -> None:
 
 
 def _hold_visible(slot_dir: str, visible: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    # What Ray does for a trial with one GPU: it shows the process only that GPU, as cuda:0.
-    os.environ["CUDA_VISIBLE_DEVICES"] = visible
-    _hold(slot_dir, "cuda:0", out)
+    _with_env({"CUDA_VISIBLE_DEVICES": visible}, _hold, slot_dir, "cuda:0", out)
 
 
 def test_cuda0_of_two_trials_on_different_gpus_is_measured_in_parallel(slot_dir: Path) -> None:
-    (_, e1, w1), (s2, _, w2) = _run_two(slot_dir, ("1", "2"), _hold_visible)
-    assert s2 < e1 and max(w1, w2) < HOLD_S * 0.5
+    assert _held_together(slot_dir, ("cuda:0", "cuda:0"), visible=("1", "2")) == [True, True]
     assert {p.name for p in slot_dir.glob("*.lock")} == {"cuda-1.lock", "cuda-2.lock"}
 
 
 def test_cuda0_of_two_trials_sharing_a_gpu_takes_turns(slot_dir: Path) -> None:
     (_, e1, _), (s2, _, w2) = _run_two(slot_dir, ("3", "3"), _hold_visible)
-    assert s2 >= e1 - 0.01 and w2 >= HOLD_S * 0.5
+    assert s2 >= e1 - 0.01 and w2 > 0.0
 
 
 def test_slot_key_names_the_physical_gpu(monkeypatch: pytest.MonkeyPatch, slot_dir: Path) -> None:

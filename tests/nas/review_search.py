@@ -49,7 +49,7 @@ def small_search_once(tmp_path_factory: pytest.TempPathFactory) -> SmallSearch:
         _CACHE[NAME] = SmallSearch(
             uri=uri, name=NAME, parent_run_id=result.parent_run_id,
             arch_ids=tuple(r.arch_id for r in result.candidates), best_arch_ids=frozenset(r.arch_id for r in tops),
-            best_run_ids=frozenset(result.run_ids[r.trial_id] for r in tops),
+            best_run_ids=frozenset(str(r.run_id) for r in tops),
             completed=sum(r.status == "COMPLETED" for r in result.candidates), folder=folder,
         )
     return _CACHE[NAME]

@@ -18,10 +18,10 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from mlflow import MlflowClient
 
 from latency_predictor import ConfigError as LatencyConfigError
-from nas.config import SearchConfig, validate
+from nas.core.config import SearchConfig, validate
+from nas.core.errors import ConfigError, FaultSpecError
 from nas.driver import run_search
-from nas.errors import ConfigError, FaultSpecError
-from nas.faults import ENV_VAR
+from nas.trial.faults import ENV_VAR
 from tests.nas.configs import compose_config
 
 FAST = ("+space=tiny", "target_ms=5", "progress=false", "accuracy=naswot", "data.max_train_samples=64",

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nas.bench import render, suite
-from nas.bench.common import spread
-from nas.errors import ConfigError
-from nas.evolution import RegularisedEvolution
+from benchmarks import common, render, suite
+from benchmarks.common import spread
+from nas.core.errors import ConfigError
+from nas.core.evolution import RegularisedEvolution
 from search_spaces import Arch, load_space
 
 MACHINE = {"cpu_model": "Test CPU 9000", "cpus_usable": 2, "python": "3.11.7", "load_average": [1.0, 1.0, 1.0]}
@@ -33,17 +33,18 @@ def _sampler_figures() -> dict:
 
 
 def test_render_sections_from_records(tmp_path: Path) -> None:
-    (tmp_path / "quick").mkdir()
-    (tmp_path / "sampler.json").write_text(json.dumps(_rec("sampler", _sampler_figures())))
-    (tmp_path / "quick" / "screening.json").write_text(json.dumps(_rec("screening", {
+    records = tmp_path / "records"  # the layout of benchmarks/: records/, records/quick/, notes/
+    (records / "quick").mkdir(parents=True)
+    (records / "sampler.json").write_text(json.dumps(_rec("sampler", _sampler_figures())))
+    (records / "quick" / "screening.json").write_text(json.dumps(_rec("screening", {
         "n": 10, "latency_only_per_s": 1e5, "naswot_per_s": 5.0, "combined_per_s": 4.9,
         "naswot_seconds_per_arch": spread([0.2, 0.25]), "wall_seconds_1000": 204.0, "wall_1000_measured": False,
     }, mode="quick")))
-    (tmp_path / "quick" / "sampler.json").write_text(json.dumps(_rec("sampler", {"broken": True}, mode="quick")))
-    (tmp_path / "mystery.json").write_text(json.dumps(_rec("mystery", {"answer": 42})))
+    (records / "quick" / "sampler.json").write_text(json.dumps(_rec("sampler", {"broken": True}, mode="quick")))
+    (records / "mystery.json").write_text(json.dumps(_rec("mystery", {"answer": 42})))
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "sampler.md").write_text("TPE was lucky on seed 3.\n")
-    out = render.write(tmp_path, tmp_path / "BENCHMARKS.md").read_text()
+    out = render.write(records, tmp_path / "BENCHMARKS.md").read_text()
 
     assert out.index("## Sampler quality") < out.index("## Predictor-driven screening speed") < out.index("## Mystery")
     assert "| 10 | tpe | 2.00 | 1.50 - 2.50 | 1.00 - 3.00 | 1/1/1 |" in out  # the full record, not the quick one
@@ -56,13 +57,16 @@ def test_render_sections_from_records(tmp_path: Path) -> None:
     assert "    python scripts/bench.py sampler" in out and "torch 2.13.0" in out
 
 
-def test_render_existing_script_records_keep_their_figures() -> None:
-    records = render.load_records(Path(__file__).resolve().parents[2] / "benchmarks")
-    text = render.render({k: v for k, v in records.items() if k in ("latency", "search")})
-    if "latency" in records:
-        assert "## Latency measurement" in text and "**Agreement**" in text
-    if "search" in records:
-        assert "overhead per trial" in text
+def test_render_the_committed_records_keeps_their_figures() -> None:
+    records = render.load_records(common.RECORDS_DIR)
+    assert {"latency", "search"} <= set(records), "the committed latency and search records are missing"
+    text = render.render({k: records[k] for k in ("latency", "search")})
+    assert "## Latency measurement" in text and "**Agreement**" in text
+    assert "overhead per trial" in text
+    ratio = records["latency"]["repeatability"]["max_over_min_p50"]
+    assert f"**{ratio:,.3f}**" in text  # the record's own figure, as measured
+    overhead = records["search"]["overhead"]["overhead_per_trial_seconds"]
+    assert f"{overhead:.2f}" in text or f"{overhead:.3f}" in text
 
 
 def _objective(arch: Arch) -> float:
@@ -104,7 +108,7 @@ def test_cli_select_all_and_list(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_scale_width_rounds_channels_to_8() -> None:
-    from nas.bench.references import round8, scale_width
+    from benchmarks.references import round8, scale_width
     from search_spaces import reference
 
     base = reference("mobilenetv2_100")

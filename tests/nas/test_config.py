@@ -13,11 +13,11 @@ import pytest
 import yaml
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from nas.config import SearchConfig, validate
+from nas.core.config import SearchConfig, validate
+from nas.core.errors import ClusterError, ConfigError, DataError, TrackingError
 from nas.driver import run_search
-from nas.errors import ClusterError, ConfigError, DataError, TrackingError
-from nas.search import CONF_DIR
 from search_spaces import SearchSpace, SpaceConfigError
+from search_spaces.space import SPACES_DIR
 from tests.nas.configs import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,9 +55,9 @@ def test_defaults_compose_into_the_schema() -> None:
 
 def test_space_group_passes_the_yaml_through_unchanged() -> None:
     cfg = _compose("+space=mobile", "target_ms=50")
-    raw = yaml.safe_load((CONF_DIR / "space" / "mobile.yaml").read_text())
+    raw = yaml.safe_load((SPACES_DIR / "mobile.yaml").read_text())
     assert cfg.space == raw
-    space = SearchSpace.from_dict(cfg.space, source="conf/space/mobile.yaml")
+    space = SearchSpace.from_dict(cfg.space, source="search_spaces/spaces/mobile.yaml")
     assert space.name == "mobile"
 
 
@@ -164,10 +164,10 @@ def _no_runs(tmp_path: Path) -> bool:
 
 
 def test_invalid_space_values_fail_with_the_source(tmp_path: Path) -> None:
-    cfg = _tiny(tmp_path, space_source="conf/space/tiny.yaml")
+    cfg = _tiny(tmp_path, space_source="search_spaces/spaces/tiny.yaml")
     assert cfg.space is not None
     cfg.space["stem_chs"] = [0]
-    with pytest.raises(SpaceConfigError, match=r"conf/space/tiny\.yaml.*stem_chs"):
+    with pytest.raises(SpaceConfigError, match=r"search_spaces/spaces/tiny\.yaml.*stem_chs"):
         run_search(cfg)
     assert _no_runs(tmp_path)
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from nas.config import DataConfig
+from nas.core.config import DataConfig
+from nas.core.errors import DataError
 from nas.data import CIFAR10_TEST, CIFAR10_TRAIN, load_dataset
-from nas.errors import DataError
 
 
 def test_digits_is_split_upsampled_and_three_channel() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -14,17 +15,10 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from nas.config import DataConfig, TrackingConfig
-from nas.export import (
-    Candidate,
-    ExportConfig,
-    ExportError,
-    ExportResult,
-    compare_outputs,
-    export_candidate,
-    run_export,
-)
-from nas.fuse import fuse_conv_bn
+from nas.core.config import DataConfig, ExportConfig, TrackingConfig
+from nas.core.errors import ExportError, TrackingError
+from nas.review.export import ExportResult, ExportTarget, compare_outputs, export_candidate, run_export
+from nas.review.fuse import fuse_conv_bn
 from search_spaces import Arch, build
 from tests.nas.review_search import SmallSearch, small_search_once
 
@@ -44,7 +38,8 @@ def fast_config(out: Path, **kw: object) -> ExportConfig:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("exports")
-    res = export_candidate(Candidate(Arch.decode(ARCH), "arch_string"), fast_config(out, space="tiny", num_classes=10))
+    target = ExportTarget(Arch.decode(ARCH), "arch_string")
+    res = export_candidate(target, fast_config(out, space="tiny", num_classes=10))
     return res.folder, res.report
 
 
@@ -53,7 +48,10 @@ def test_folder_is_named_by_arch_id_and_holds_every_file(exported: tuple[Path, d
     assert folder.name == Arch.decode(ARCH).arch_id
     for name in ("arch.json", "model.pt", "model.ts", "model.onnx", "report.json", "report.md"):
         assert (folder / name).is_file(), name
-    assert not (folder / "model.engine").exists() or report["engine"]["built"]
+    engine_here = importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available()
+    assert (folder / "model.engine").is_file() == engine_here == report["engine"]["built"]
+    if not engine_here:  # the report says why there is none and how to build one on the target
+        assert report["engine"]["reason"] and report["engine"]["how_to_build"].startswith("trtexec --onnx=model.onnx")
     info = json.loads((folder / "arch.json").read_text())
     assert info["arch"] == ARCH
     assert info["space"] == "tiny"
@@ -129,7 +127,7 @@ def test_required_engine_without_tensorrt_is_an_error(tmp_path: Path) -> None:
         pytest.skip("TensorRT is installed here")
     cfg = fast_config(tmp_path, engine=True, num_classes=10)
     with pytest.raises(ExportError, match="engine=true but no TensorRT engine"):
-        export_candidate(Candidate(Arch.decode(ARCH), "arch_string"), cfg)
+        export_candidate(ExportTarget(Arch.decode(ARCH), "arch_string"), cfg)
     assert not any(tmp_path.iterdir()), "a failed precondition must not leave a half-written export"
 
 
@@ -208,7 +206,7 @@ def test_export_is_logged_under_the_search_and_registered(small_search: SmallSea
 def test_unknown_arch_id_and_run_without_architecture_fail_clearly(small_search: SmallSearch, tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"no candidate with arch_id '0123456789ab' in experiment 'latnas'"):
         run_export(_store_config(small_search, tmp_path, candidate="0123456789ab"))
-    with pytest.raises(ExportError, match=r"has no architecture \(no 'arch' param\): it is the parent run"):
+    with pytest.raises(TrackingError, match=r"has no architecture \(no 'arch' param\): it is the parent run"):
         run_export(_store_config(small_search, tmp_path, candidate=small_search.parent_run_id))
     assert not any(tmp_path.iterdir())
 

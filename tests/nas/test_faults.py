@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nas.errors import FaultSpecError
-from nas.faults import ENV_VAR, FaultPlan
+from nas.core.errors import FaultSpecError
+from nas.trial.faults import ENV_VAR, FaultPlan
 
 
 def test_off_unless_the_variable_is_set() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,18 +14,11 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from nas.config import TrackingConfig
-from nas.errors import TrackingError
-from nas.leaderboard import (
-    Entry,
-    LeaderboardConfig,
-    LeaderboardError,
-    load_search,
-    pareto_front,
-    rank,
-    run_leaderboard,
-)
-from nas.tracking import SearchStore
+from nas.adapters.mlflow_reader import StoreReader, reference_latencies
+from nas.core.config import LeaderboardConfig, TrackingConfig
+from nas.core.errors import ConfigError, TrackingError
+from nas.core.record import Candidate, pareto_front, rank
+from nas.review.leaderboard import run_leaderboard
 from search_spaces import REFERENCES
 from tests.nas.review_search import SmallSearch, small_search_once
 
@@ -54,11 +46,11 @@ def test_order_equals_a_direct_mlflow_query(small_search: SmallSearch, tmp_path:
         )
     finally:
         mlflow.set_tracking_uri(previous)
-    assert [e.run_id for e in result.entries] == list(df["run_id"])
-    assert [e.rank for e in result.entries] == list(range(1, len(df) + 1))
-    rewards = [e.reward for e in result.entries]
+    assert [r.candidate.run_id for r in result.rows] == list(df["run_id"])
+    assert [r.rank for r in result.rows] == list(range(1, len(df) + 1))
+    rewards = [r.candidate.reward for r in result.rows]
     assert rewards == sorted(rewards, reverse=True)
-    assert {e.arch_id for e in result.entries} <= set(small_search.arch_ids)
+    assert {r.candidate.arch_id for r in result.rows} <= set(small_search.arch_ids)
 
 
 def test_table_shows_the_columns_and_top_k(small_search: SmallSearch, tmp_path: Path) -> None:
@@ -66,25 +58,28 @@ def test_table_shows_the_columns_and_top_k(small_search: SmallSearch, tmp_path: 
     header = result.text.splitlines()[0].split()
     for col in ("arch_id", "accuracy", "p50_ms", "p99_ms", "latency", "params", "macs", "reward", "meets"):
         assert col in header
-    assert len(result.entries) == min(2, small_search.completed)
+    assert len(result.rows) == min(2, small_search.completed)
     assert "measured" in result.text
 
 
 def test_csv_and_json_carry_the_same_entries(small_search: SmallSearch, tmp_path: Path) -> None:
     as_csv = run_leaderboard(_cfg(small_search, tmp_path, format="csv", plot=False, output=str(tmp_path / "lb.csv")))
     rows = list(csv.DictReader(io.StringIO((tmp_path / "lb.csv").read_text())))
-    assert [r["run_id"] for r in rows] == [e.run_id for e in as_csv.entries]
-    assert all(float(r["reward"]) == pytest.approx(e.reward) for r, e in zip(rows, as_csv.entries, strict=True))
+    shown = [r.candidate for r in as_csv.rows]
+    assert [r["run_id"] for r in rows] == [c.run_id for c in shown]
+    assert all(float(r["reward"]) == pytest.approx(c.reward) for r, c in zip(rows, shown, strict=True))
     as_json = json.loads(run_leaderboard(_cfg(small_search, tmp_path, format="json", plot=False)).text)
-    assert as_json["search"]["parent_run_id"] == small_search.parent_run_id
-    assert [e["arch_id"] for e in as_json["entries"]] == [e.arch_id for e in as_csv.entries]
+    assert as_json["search"]["run_id"] == small_search.parent_run_id
+    assert [e["arch_id"] for e in as_json["entries"]] == [c.arch_id for c in shown]
 
 
 def test_feasible_and_pareto_filters(small_search: SmallSearch, tmp_path: Path) -> None:
-    feasible = run_leaderboard(_cfg(small_search, tmp_path, feasible=True, plot=False, top_k=100)).entries
-    assert all(e.meets_target for e in feasible)
-    front = run_leaderboard(_cfg(small_search, tmp_path, pareto=True, plot=False, top_k=100)).entries
-    everyone = run_leaderboard(_cfg(small_search, tmp_path, plot=False, top_k=100)).entries
+    feasible = [r.candidate for r in run_leaderboard(_cfg(small_search, tmp_path, feasible=True, plot=False,
+                                                          top_k=100)).rows]
+    assert all(c.meets_target for c in feasible)
+    front = [r.candidate for r in run_leaderboard(_cfg(small_search, tmp_path, pareto=True, plot=False,
+                                                       top_k=100)).rows]
+    everyone = [r.candidate for r in run_leaderboard(_cfg(small_search, tmp_path, plot=False, top_k=100)).rows]
     assert front
     for f in front:  # nobody is both faster and at least as accurate
         assert not any(o.latency_p50 < f.latency_p50 and o.accuracy >= f.accuracy for o in everyone)
@@ -100,12 +95,11 @@ def test_pareto_plot_is_a_png_logged_on_the_parent_run(small_search: SmallSearch
     client = MlflowClient(small_search.uri)
     assert "pareto.png" in {a.path for a in client.list_artifacts(small_search.parent_run_id)}
     # The references were measured with the search's backend and recorded for the next plot.
-    parent = SearchStore(small_search.uri, "latnas").get_run(small_search.parent_run_id)
-    refs, device = SearchStore.reference_latencies(parent)
+    reader = StoreReader(small_search.uri, "latnas")
+    refs, device = reference_latencies(reader.get_run(small_search.parent_run_id))
     assert set(refs) == set(REFERENCES) and all(v > 0 for v in refs.values())
     assert device
-    record, _ = load_search(SearchStore(small_search.uri, "latnas"), small_search.name)
-    assert record.references == refs
+    assert reader.find_search(small_search.name).references == refs
 
 
 def test_unknown_search_and_missing_store_are_clear_errors(small_search: SmallSearch, tmp_path: Path) -> None:
@@ -113,7 +107,7 @@ def test_unknown_search_and_missing_store_are_clear_errors(small_search: SmallSe
         run_leaderboard(_cfg(small_search, tmp_path, search="nope"))
     with pytest.raises(TrackingError, match="no MLflow store at"):
         run_leaderboard(LeaderboardConfig(tracking=TrackingConfig(uri=f"sqlite:///{tmp_path / 'none.db'}")))
-    with pytest.raises(LeaderboardError, match="sort='speed' is not one of"):
+    with pytest.raises(ConfigError, match="sort: 'speed' is not one of"):
         run_leaderboard(_cfg(small_search, tmp_path, sort="speed"))
 
 
@@ -130,23 +124,25 @@ def test_command_line_prints_the_table(small_search: SmallSearch, tmp_path: Path
 # ---------------------------------------------------------------------- the pure ranking
 
 
-def _e(i: int, acc: float, lat: float, status: str = "COMPLETED", meets: bool = True) -> Entry:
-    reward = acc if status == "COMPLETED" else math.nan
-    return Entry(f"run{i}", f"{i:012x}", "a", status, accuracy=acc, latency_p50=lat, reward=reward, meets_target=meets)
+def _c(i: int, acc: float, lat: float, status: str = "COMPLETED", meets: bool = True) -> Candidate:
+    metrics = {"accuracy": acc, "latency_p50": lat, "meets_target": float(meets)}
+    if status == "COMPLETED":
+        metrics["reward"] = acc
+    return Candidate(arch="a", arch_id=f"{i:012x}", status=status, metrics=metrics, run_id=f"run{i}")
 
 
 def test_pareto_front_keeps_only_non_dominated_points() -> None:
-    es = [_e(0, 0.9, 5.0), _e(1, 0.8, 2.0), _e(2, 0.85, 6.0), _e(3, 0.7, 1.0), _e(4, 0.95, 9.0),
-          _e(5, 0.99, 0.5, status="FAILED")]
-    assert [e.run_id for e in pareto_front(es)] == ["run3", "run1", "run0", "run4"]
+    cs = [_c(0, 0.9, 5.0), _c(1, 0.8, 2.0), _c(2, 0.85, 6.0), _c(3, 0.7, 1.0), _c(4, 0.95, 9.0),
+          _c(5, 0.99, 0.5, status="FAILED")]
+    assert [c.run_id for c in pareto_front(cs)] == ["run3", "run1", "run0", "run4"]
 
 
 def test_rank_sorts_stably_and_appends_failures_on_request() -> None:
-    es = [_e(0, 0.9, 5.0), _e(1, 0.9, 2.0), _e(2, 0.5, 1.0, meets=False), _e(3, 0.0, 0.0, status="FAILED")]
-    assert [e.run_id for e in rank(es)] == ["run0", "run1", "run2"]
-    assert [e.run_id for e in rank(es, sort="latency_p50")] == ["run2", "run1", "run0"]
-    assert [e.run_id for e in rank(es, feasible_only=True, top_k=1)] == ["run0"]
-    with_failed = rank(es, include_failed=True)
-    assert with_failed[-1].run_id == "run3" and with_failed[-1].rank == 0
-    with pytest.raises(LeaderboardError, match="top_k must be >= 1"):
-        rank(es, top_k=0)
+    cs = [_c(0, 0.9, 5.0), _c(1, 0.9, 2.0), _c(2, 0.5, 1.0, meets=False), _c(3, 0.0, 0.0, status="FAILED")]
+    assert [r.candidate.run_id for r in rank(cs)] == ["run0", "run1", "run2"]
+    assert [r.candidate.run_id for r in rank(cs, sort="latency_p50")] == ["run2", "run1", "run0"]
+    assert [r.candidate.run_id for r in rank(cs, feasible_only=True, top_k=1)] == ["run0"]
+    with_failed = rank(cs, include_unfinished=True)
+    assert with_failed[-1].candidate.run_id == "run3" and with_failed[-1].rank is None
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        rank(cs, top_k=0)

@@ -14,11 +14,12 @@ from mlflow import MlflowClient
 from latency_predictor import ConfigError, PredictorMismatchError
 from latency_predictor.backends import make_estimator
 from latency_predictor.collect import collect
+from latency_predictor.configure import make_predictor_estimator
 from latency_predictor.dataset import Dataset
+from latency_predictor.hybrid import POINTER_FILE, HybridEstimator
 from latency_predictor.train import train_predictor
+from nas.core.record import pareto_points
 from nas.driver import run_search
-from nas.predicted import POINTER_FILE, HybridEstimator, make_predictor_estimator
-from nas.record import pareto_points
 from search_spaces import SearchSpace, load_space
 from tests.nas.configs import stored_config
 

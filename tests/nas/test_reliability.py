@@ -31,13 +31,15 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from nas.config import AccuracyConfig, DataConfig, LatencyConfig, SearchConfig, TrainConfig
+from nas.adapters.optuna_sampler import ArchSampler
+from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, SearchConfig, TrainConfig
+from nas.core.errors import SearchError
+from nas.core.record import COMPLETED, FAILED, RUNNING
+from nas.core.sampling import Outcome
 from nas.data import Dataset, load_dataset
 from nas.driver import run_search
-from nas.errors import SearchError
-from nas.faults import ENV_VAR, FaultPlan
-from nas.sampler import ArchSampler, Outcome
-from nas.trial import COMPLETED, FAILED, RUNNING, TrialContext, evaluate_candidate
+from nas.trial.evaluate import TrialContext, evaluate_candidate
+from nas.trial.faults import ENV_VAR, FaultPlan
 from search_spaces import load_space
 from tests.nas.configs import stored_config
 
@@ -86,13 +88,16 @@ def test_a_trial_past_its_time_limit_fails_between_training_steps(data: Dataset)
     last = _failed(reports, "TrialTimeoutError")
     assert "search.trial_timeout_s=2" in last["failure_reason"] and "a training step" in last["failure_reason"]
     assert all(r["status"] == RUNNING for r in reports[:-1])  # the epochs before the limit were reported
-    assert 2.0 < last["trial_seconds"] < 6.0  # stopped within a step of the limit, not at the end
+    assert len(reports) - 1 < 200  # stopped at a training step, long before the last epoch
+    assert last["trial_seconds"] > 2.0  # not before the limit
     assert "latency_ms" in last  # measured before training: kept in the record
 
 
 def test_a_stalled_trial_fails_at_its_time_limit(data: Dataset) -> None:
     last = _failed(_run(_arch(), _ctx(data, timeout=0.5, faults="hang:30@1")), "TrialTimeoutError")
-    assert "stall" in last["failure_reason"] and last["trial_seconds"] < 5.0
+    assert "stall" in last["failure_reason"]
+    assert last["trial_seconds"] < 30.0  # it did not sit out the 30 s stall
+    assert "latency_ms" not in last  # it ended in the stall, before the measurement
 
 
 def test_out_of_memory_is_a_typed_failure(data: Dataset) -> None:

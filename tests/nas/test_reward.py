@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from nas.errors import RewardError
-from nas.reward import (
+from nas.core.errors import RewardError
+from nas.core.reward import (
     MNAS_SOFT_W,
     REWARDS,
     meets_target,

@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from nas.sampler import ArchSampler, Outcome, objectives
+from nas.adapters.optuna_sampler import ArchSampler, objectives
+from nas.core.sampling import Outcome
 from search_spaces import SearchSpace, load_space
 
 SMALL = {  # 2 (depth 1) + 2 * 2 (depth 2) = 6 networks with kernel 3/5 and depth 1/2

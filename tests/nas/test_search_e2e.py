@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from nas.config import SearchConfig
+from nas.core.config import SearchConfig
+from nas.core.record import FINAL_METRICS
+from nas.core.reward import squared_penalty
 from nas.driver import run_search
-from nas.record import FINAL_METRICS
-from nas.reward import squared_penalty
 from search_spaces import Arch, load_space
 from tests.nas.configs import stored_config
 

@@ -12,12 +12,15 @@ import pytest
 import torch
 
 from latency_predictor import LatencyResult
-from nas.accuracy import naswot_score, resolve_device, train_briefly
-from nas.config import AccuracyConfig, DataConfig, LatencyConfig, TrainConfig
+from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, TrainConfig
+from nas.core.errors import TrainingError
+from nas.core.record import COMPLETED, FAILED, RUNNING
+from nas.core.reward import squared_penalty
 from nas.data import Dataset, load_dataset
-from nas.errors import TrainingError
-from nas.reward import squared_penalty
-from nas.trial import COMPLETED, FAILED, RUNNING, TrialContext, evaluate_candidate, profile_arch
+from nas.trial.evaluate import TrialContext, evaluate_candidate, profile_arch
+from nas.trial.faults import FaultPlan
+from nas.trial.training import resolve_device, train_briefly
+from nas.trial.zero_cost import naswot_score
 from search_spaces import build, load_space
 
 FAST_MEASURE = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 1.0,
@@ -78,10 +81,17 @@ def test_architecture_outside_the_space_is_a_failed_trial(data: Dataset) -> None
 
 
 def test_unexpected_errors_propagate(data: Dataset) -> None:
-    ctx = _ctx(data)
-    bad = dataclasses.replace(ctx, threads=0)
-    with pytest.raises(RuntimeError):
-        evaluate_candidate(_arch(), bad, lambda r: None)
+    # An untyped error raised inside the trial (here, as a bug in LatNAS would) is not taken for a
+    # bad candidate: the trial boundary sends no FAILED report and lets it through.
+    ctx = dataclasses.replace(_ctx(data), faults=FaultPlan.parse("bug@1"))
+    reports: list[dict[str, Any]] = []
+    with pytest.raises(RuntimeError, match="bug injected"):
+        evaluate_candidate(_arch(), ctx, reports.append)
+    assert reports == []
+    # The same trial with a typed error is a FAILED report instead.
+    typed = dataclasses.replace(_ctx(data), faults=FaultPlan.parse("measure@1"))
+    evaluate_candidate(_arch(), typed, reports.append)
+    assert [r["status"] for r in reports] == [FAILED] and reports[0]["failure_type"] == "MeasurementError"
 
 
 def test_naswot_is_deterministic_and_reported_as_the_estimate(data: Dataset) -> None:

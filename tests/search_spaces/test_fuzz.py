@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from search_spaces import SearchSpace, SpaceConfigError, load_space
+from search_spaces.space import SPACES_DIR
 
-BASE: dict[str, Any] = yaml.safe_load((Path(__file__).parents[2] / "conf" / "space" / "tiny.yaml").read_text())
+BASE: dict[str, Any] = yaml.safe_load((SPACES_DIR / "tiny.yaml").read_text())
 
 junk = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=True) | st.text(max_size=8),
@@ -92,7 +93,7 @@ def _alias_bomb(levels: int = 12) -> str:
 @pytest.mark.parametrize("key", ["name", "description", "activation", "stem_chs", "head_chs", "block",
                                  "block.kernel_size", "stages", "stages.depth", "stages.stride"])
 def test_alias_bombs_raise_typed_errors_quickly(tmp_path: Path, key: str) -> None:
-    lines = (Path(__file__).parents[2] / "conf" / "space" / "tiny.yaml").read_text().splitlines()
+    lines = (SPACES_DIR / "tiny.yaml").read_text().splitlines()
     if key.startswith("stages."):
         i = next(n for n, line in enumerate(lines) if line.startswith("  - {"))
         field = key.split(".")[1]

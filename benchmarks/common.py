@@ -1,0 +1,88 @@
+"""What every benchmark record holds: machine, versions, date, command, mode; and small statistics."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from latency_predictor.environment import cpu_model, package_version, usable_cpus
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository this benchmark suite belongs to (its records and BENCHMARKS.md are written there)."""
+RECORDS_DIR = ROOT / "benchmarks" / "records"
+QUICK_DIR = RECORDS_DIR / "quick"
+VERSIONED = ("torch", "numpy", "onnxruntime", "onnx", "optuna", "ray", "mlflow", "scikit-learn")
+
+
+def machine() -> dict[str, Any]:
+    """The machine a figure was measured on (no host names, no paths)."""
+    return {
+        "cpu_model": cpu_model(),
+        "cpus_usable": usable_cpus(),
+        "cpus_total": os.cpu_count() or 0,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages the figures depend on."""
+    return {d: package_version(d) for d in VERSIONED}
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command as a user types it (``python scripts/bench.py ...``)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(["python scripts/bench.py", *(shlex.quote(a) for a in args)])
+
+
+def header(name: str, mode: str, command: str) -> dict[str, Any]:
+    """The common fields of a record: benchmark name, mode, command, date, machine, versions."""
+    return {
+        "benchmark": name, "mode": mode, "command": command,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(), "versions": versions(),
+    }
+
+
+def record_path(name: str, mode: str, out_dir: Path | None = None) -> Path:
+    """Where a benchmark's record goes: ``benchmarks/records/<name>.json``, quick ones under ``records/quick/``."""
+    base = out_dir if out_dir is not None else RECORDS_DIR
+    return (base / "quick" if mode == "quick" else base) / f"{name}.json"
+
+
+def write_record(path: Path, record: dict[str, Any]) -> Path:
+    """Write ``record`` as indented JSON (creating the folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(x: object) -> object:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, Path):
+        return x.name
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, quartiles, min and max of ``values`` (the spread reported everywhere)."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        raise ValueError("spread of no values")
+    q25, med, q75 = np.percentile(a, [25, 50, 75])
+    return {"n": int(a.size), "median": float(med), "q25": float(q25), "q75": float(q75),
+            "min": float(a.min()), "max": float(a.max())}

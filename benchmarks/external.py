@@ -1,0 +1,78 @@
+"""The benchmark scripts of the other parts (latency measurement, predictor, search overhead,
+and contention or reliability where those scripts exist), run as subprocesses.
+
+Each script writes its own JSON record; in quick mode it runs with smaller settings and writes
+under ``benchmarks/quick/``, so a quick run never replaces a full record. The suite's record of
+such a benchmark holds the script's command, its output's tail and the script's own record.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.common import QUICK_DIR, RECORDS_DIR, ROOT
+
+
+@dataclass(frozen=True)
+class Script:
+    """A benchmark script: its module (run as ``python -m``), record name, summary, quick and full
+    arguments, minutes (quick, full)."""
+
+    module: str
+    record: str
+    summary: str
+    quick_args: tuple[str, ...]
+    full_args: tuple[str, ...]
+    minutes: tuple[float, float]
+    in_quick: bool = True
+
+
+SCRIPTS: dict[str, Script] = {
+    "latency": Script("benchmarks.latency", "latency.json",
+                      "latency measurement: repeatability, overhead, backend agreement, GPU modes",
+                      ("--processes", "3"), (), (0.5, 2)),
+    "predictor": Script("benchmarks.predictor", "predictor.json",
+                        "latency predictor: held-out accuracy, splits, throughput",
+                        # quick: a fresh machine collects 60 architectures (an existing dataset is used as it is)
+                        ("--n", "60", "--repeats", "6", "--splits", "2", "--throughput-n", "2000"), (), (0.5, 25)),
+    "search": Script("benchmarks.search", "search.json",
+                     "search: quickstart wall time, framework overhead per trial",
+                     ("--skip-quickstart", "--trials", "4", "--epochs", "4"), (), (0.5, 6)),
+    "contention": Script("benchmarks.contention", "contention.json",
+                         "measurement alone and during a busy search (with and without the slot)",
+                         ("--rounds", "3", "--settle", "10"), (), (3, 6), in_quick=False),
+    "reliability": Script("benchmarks.reliability", "reliability.json",
+                          "fault injection: trials failed, retried, recovered", ("--n-trials", "12"), (), (2.5, 5),
+                          in_quick=False),
+}
+
+
+def run(name: str, quick: bool, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the script of benchmark ``name`` (quick or full) and return its record and command.
+
+    Raises:
+        RuntimeError: the script failed (its output's tail is in the message).
+    """
+    s = SCRIPTS[name]
+    out = (QUICK_DIR if quick else RECORDS_DIR) / s.record
+    args = [*(s.quick_args if quick else s.full_args), "--out", str(out.relative_to(ROOT))]
+    if quick and name == "predictor":
+        # the predictor saved by a full run (which the search benchmarks load) stays as it is
+        args += ["--predictor", ".latnas/predictors/quick-mobile-onnxruntime-cpu.json"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    before = out.stat().st_mtime if out.exists() else None
+    proc = subprocess.run([sys.executable, "-m", s.module, *args], cwd=ROOT, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        log(f"  {line}")
+    written = out.exists() and out.stat().st_mtime != before
+    if not written:
+        raise RuntimeError(f"{s.module} wrote no record (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    if proc.returncode != 0:  # e.g. the reliability checks failed: the record says which
+        log(f"  {s.module} exited {proc.returncode}; its record was written")
+    return {"script_command": " ".join(["python", "-m", s.module, *args]), "record": out.name,
+            "exit_status": proc.returncode, "script_record": json.loads(out.read_text())}

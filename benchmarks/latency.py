@@ -1,0 +1,148 @@
+"""Benchmarks of the latency measurement itself: repeatability, overhead, agreement, GPU modes.
+
+Usage::
+
+    python -m benchmarks.latency [--arch mobilenetv2_100] [--processes 5] [--out benchmarks/records/latency.json]
+
+Sections (figures are printed, and written with the machine, versions, date and command to --out):
+
+* repeatability: the same network measured by the CLI in N separate processes, one after the
+  other, with default settings (ONNX Runtime, CPU, 1 thread); max/min of their p50s.
+* overhead: network build, ONNX export and session creation against the measurement itself.
+* agreement: ONNX Runtime CPU against eager PyTorch CPU, one thread each, on the reference networks.
+* gpu: torch CUDA eager against CUDA graphs, only where a CUDA device exists (else recorded as skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from latency_predictor.backends import make_estimator
+from latency_predictor.environment import base_environment, package_version
+from search_spaces import REFERENCES, resolve_arch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def repeatability(arch: str, processes: int, input_shape: str) -> dict[str, Any]:
+    """p50 of ``arch`` measured by the CLI in ``processes`` fresh processes, one after the other."""
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(processes):
+            out = Path(tmp) / f"{i}.json"
+            cmd = [sys.executable, "-m", "latency_predictor.measure", arch, "--input-shape", input_shape,
+                   "--json", str(out)]
+            subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+            r = json.loads(out.read_text())["results"][0]
+            runs.append({"p50_ms": r["stats"]["p50"], "min_ms": r["stats"]["min"], "cv": r["stats"]["cv"],
+                         "iqr_rel": r["stats"]["iqr_rel"], "stable": r["stable"], "attempts": r["attempts"],
+                         "cpu_per_wall": r["extra"]["cpu_per_wall"], "slot_wait_s": r["extra"]["slot_wait_s"]})
+            print(f"  process {i + 1}: p50 {r['stats']['p50']:.3f} ms, min {r['stats']['min']:.3f} ms, iqr/median "
+                  f"{r['stats']['iqr_rel']:.1%}, cpu/wall {r['extra']['cpu_per_wall']:.2f}, attempts "
+                  f"{r['attempts']}, stable {r['stable']}", flush=True)
+    p50s = [r["p50_ms"] for r in runs]
+    mins = [r["min_ms"] for r in runs]
+    stable = [r["p50_ms"] for r in runs if r["stable"]]
+    figures = {
+        "max_over_min_p50": max(p50s) / min(p50s),
+        "max_over_min_p50_stable_only": max(stable) / min(stable) if len(stable) > 1 else None,
+        "stable_processes": len(stable),
+        "max_over_min_min": max(mins) / min(mins),
+    }
+    print(f"  max/min of p50 over {processes} processes: {figures['max_over_min_p50']:.3f} (target <= 1.10)")
+    if figures["max_over_min_p50_stable_only"] is not None:
+        print(f"  the same over the {len(stable)} stable ones: {figures['max_over_min_p50_stable_only']:.3f}")
+    print(f"  max/min of the fastest run (min): {figures['max_over_min_min']:.3f}")
+    return {"arch": arch, "input_shape": input_shape, "processes": runs, **figures}
+
+
+def overhead(arch: str, repeats: int = 2) -> dict[str, Any]:
+    """Preparation (build, export, session) against measurement time, first call and warm calls."""
+    est = make_estimator("onnxruntime")
+    rows = []
+    for i in range(repeats):
+        r = est.measure(resolve_arch(arch))
+        e = r.extra
+        setup = e["build_s"] + e["export_s"] + e["session_s"]
+        rows.append({"build_s": e["build_s"], "export_s": e["export_s"], "session_s": e["session_s"],
+                     "measure_s": e["measure_s"], "setup_over_measure": setup / e["measure_s"]})
+        label = "first in process" if i == 0 else "warm"
+        print(f"  {label:>16}: build {e['build_s']:.3f} s, export {e['export_s']:.3f} s, session "
+              f"{e['session_s']:.3f} s; measurement {e['measure_s']:.3f} s "
+              f"(setup/measure {setup / e['measure_s']:.2f})")
+    return {"arch": arch, "calls": rows}
+
+
+def agreement(archs: list[str]) -> dict[str, Any]:
+    """p50 of ONNX Runtime CPU and eager torch CPU (1 thread each) on the same networks."""
+    ort_est, torch_est = make_estimator("onnxruntime"), make_estimator("torch")
+    rows = []
+    for name in archs:
+        arch = resolve_arch(name)
+        o, t = ort_est.measure(arch), torch_est.measure(arch)
+        rows.append({"arch": name, "onnxruntime_p50_ms": o.latency_ms, "torch_p50_ms": t.latency_ms,
+                     "torch_over_onnxruntime": t.latency_ms / o.latency_ms, "stable": o.stable and t.stable})
+        print(f"  {name:<18} onnxruntime {o.latency_ms:8.3f} ms   torch {t.latency_ms:8.3f} ms   "
+              f"torch/onnxruntime {t.latency_ms / o.latency_ms:.2f}")
+    return {"rows": rows}
+
+
+def gpu(arch: str) -> dict[str, Any]:
+    """torch CUDA eager against CUDA graphs (fp32 and fp16), where a CUDA device exists."""
+    if not torch.cuda.is_available():
+        print("  skipped: no CUDA device on this machine")
+        return {"skipped": "no CUDA device"}
+    rows = []
+    for precision in ("fp32", "fp16"):
+        eager = make_estimator("torch", device="cuda:0", precision=precision).measure(resolve_arch(arch))
+        graphs = make_estimator("torch", device="cuda:0", precision=precision, cuda_graphs=True).measure(
+            resolve_arch(arch))
+        rows.append({"precision": precision, "eager_p50_ms": eager.latency_ms, "graphs_p50_ms": graphs.latency_ms,
+                     "eager_over_graphs": eager.latency_ms / graphs.latency_ms,
+                     "stable": eager.stable and graphs.stable})
+        print(f"  {precision}: eager {eager.latency_ms:.3f} ms, CUDA graphs {graphs.latency_ms:.3f} ms, "
+              f"eager/graphs {eager.latency_ms / graphs.latency_ms:.2f}")
+    return {"arch": arch, "device_name": torch.cuda.get_device_name(0), "rows": rows}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arch", default="mobilenetv2_100", help="network of the repeatability/overhead/GPU sections")
+    p.add_argument("--processes", type=int, default=5)
+    p.add_argument("--input-shape", default="1x3x224x224")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "records" / "latency.json")
+    args = p.parse_args()
+    load_before = os.getloadavg()
+    record: dict[str, Any] = {
+        "command": ["python", "-m", "benchmarks.latency", *sys.argv[1:]],
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": base_environment(),
+        "versions": {k: package_version(k) for k in ("torch", "onnxruntime", "onnx", "numpy")},
+    }
+    print(f"repeatability ({args.arch}, {args.processes} processes):", flush=True)
+    record["repeatability"] = repeatability(args.arch, args.processes, args.input_shape)
+    print(f"overhead ({args.arch}, onnxruntime CPU):", flush=True)
+    record["overhead"] = overhead(args.arch)
+    print("agreement (CPU, 1 thread):", flush=True)
+    record["agreement"] = agreement(sorted(REFERENCES))
+    print("gpu (torch CUDA eager vs CUDA graphs):", flush=True)
+    record["gpu"] = gpu(args.arch)
+    record["load_average_before_after"] = [list(load_before), list(os.getloadavg())]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,181 @@
+"""Searched vs hand-designed networks at two latency targets on this machine's ONNX Runtime CPU.
+
+For each target (1 thread, 1x3x224x224, measured):
+
+* **searched**: a small search of the ``mobile`` space (regularised evolution for ``search_n``
+  evaluations on the squared reward of the NASWOT score and predicted latency at the target);
+  its best candidates by reward are measured and the best-rewarded one whose *measured* latency
+  meets the target is kept;
+* **hand-designed**: MobileNetV2, EfficientNet-B0 and MnasNet-B1 (:mod:`search_spaces.references`),
+  each width-scaled (:func:`scale_width`) to the largest multiplier of :data:`MULTIPLIERS` whose
+  measured latency meets the target (the smallest one when none does).
+
+Every network is then trained with the same budget (:func:`nas.accuracy.train_briefly`, same
+optimiser, epochs and batch order) on the same proxy data (digits at 32x32), with several weight
+seeds. Figures: accuracy at matched latency (each target), and latency at matched accuracy (the
+fastest searched network at least as accurate as each reference, median over seeds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.common import spread
+from benchmarks.proxy import ProxyEvaluator
+from latency_predictor.backends import make_estimator
+from latency_predictor.timing import MeasureConfig
+from nas.core.config import TrainConfig
+from nas.core.evolution import RegularisedEvolution
+from nas.core.reward import squared_penalty
+from nas.trial.training import train_briefly
+from search_spaces import REFERENCES, Arch, build, count_params, load_space
+
+TARGETS_MS = (6.0, 10.0)
+MULTIPLIERS = (0.35, 0.5, 0.75, 1.0, 1.25)
+MEASURED_CANDIDATES = 6
+
+
+def round8(x: float) -> int:
+    """``x`` rounded to the nearest multiple of 8, at least 8, never more than 10% below ``x``."""
+    r = max(8, int(x + 4) // 8 * 8)
+    return r + 8 if r < 0.9 * x else r
+
+
+def scale_width(arch: Arch, multiplier: float) -> Arch:
+    """``arch`` with every channel count multiplied by ``multiplier`` and rounded to 8.
+
+    As in MobileNetV2, the head is only widened (``multiplier > 1``), never narrowed.
+    """
+    blocks = tuple(dataclasses.replace(b, out_chs=round8(b.out_chs * multiplier)) for b in arch.blocks)
+    head = round8(arch.head_chs * multiplier) if arch.head_chs and multiplier > 1 else arch.head_chs
+    return dataclasses.replace(arch, stem_chs=round8(arch.stem_chs * multiplier), blocks=blocks, head_chs=head)
+
+
+def _measure(arch: Arch, cache: dict[Arch, float]) -> float:
+    if arch not in cache:
+        est = make_estimator("onnxruntime", input_shape=(1, 3, 224, 224), intra_op_threads=1,
+                             measure=MeasureConfig(min_runs=50, min_time_s=0.5, max_time_s=3.0))
+        cache[arch] = est.measure(arch).latency_ms
+    return cache[arch]
+
+
+def searched(target_ms: float, search_n: int, evaluator: ProxyEvaluator, measured: dict[Arch, float],
+             seed: int = 0) -> tuple[Arch, dict[str, Any]]:
+    """The best network of a small evolution search whose measured latency meets ``target_ms``.
+
+    The search runs on predicted latency. Its candidates are then measured best-first; after each
+    measurement the predictions are recalibrated by the median measured/predicted ratio so far
+    (the machine's load moves measured latency away from the predictor's), and the candidates
+    re-ranked by the reward at the recalibrated latency.
+    """
+    space = load_space("mobile")
+    evo = RegularisedEvolution(space, population_size=20, sample_size=5, seed=seed)
+    for _ in range(search_n):
+        arch = evo.ask()
+        if arch is None:
+            break
+        score, lat = evaluator(arch)
+        evo.tell(arch, squared_penalty(score, lat, target_ms))
+    ratios: list[float] = []
+    chosen: Arch | None = None
+    for _ in range(MEASURED_CANDIDATES):
+        r = float(np.median(ratios)) if ratios else 1.0
+        pool = [m.arch for m in evo.history if m.arch not in measured]
+        best = max(pool, key=lambda a: squared_penalty(evaluator(a)[0], evaluator(a)[1] * r, target_ms))
+        lat = _measure(best, measured)
+        ratios.append(lat / evaluator(best)[1])
+        if lat <= target_ms:
+            chosen = best
+            break
+    tried = [a for a in measured if a in evo.history_archs()]
+    if chosen is None:  # nothing measured within the target: the fastest of those measured
+        chosen = min(tried, key=lambda a: measured[a])
+    return chosen, {"evaluated": len(evo.history), "measured_ms": [measured[a] for a in tried],
+                    "measured_over_predicted": ratios}
+
+
+def scaled_reference(name: str, target_ms: float, measured: dict[Arch, float]) -> tuple[Arch, float]:
+    """The widest width-scaled ``name`` that meets ``target_ms`` (measured), and its multiplier."""
+    base = REFERENCES[name]()
+    best: tuple[Arch, float] | None = None
+    for m in MULTIPLIERS:
+        arch = scale_width(base, m)
+        if _measure(arch, measured) <= target_ms:
+            best = (arch, m)
+        else:
+            break
+    return best if best is not None else (scale_width(base, MULTIPLIERS[0]), MULTIPLIERS[0])
+
+
+def accuracies(arch: Arch, evaluator: ProxyEvaluator, seeds: int, epochs: int) -> list[float]:
+    """Validation accuracy on digits after ``epochs`` of the same training, for weight seeds 0..seeds-1."""
+    out = []
+    for s in range(seeds):
+        torch.manual_seed(s)
+        model = build(arch, num_classes=evaluator.data.num_classes, dropout=0.0)
+        res = train_briefly(model, evaluator.data, TrainConfig(epochs=epochs, seed=s), torch.device("cpu"))
+        out.append(res[-1].accuracy)
+    return out
+
+
+def run(seeds: int, epochs: int, search_n: int, quick: bool, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Search, scale, measure and train at each target; the comparison."""
+    space = load_space("mobile")
+    evaluator, origin = ProxyEvaluator.create(space)
+    measured: dict[Arch, float] = {}
+    targets = []
+    for t in TARGETS_MS:
+        arch, info = searched(t, search_n, evaluator, measured)
+        cands: list[dict[str, Any]] = [{"name": "searched", "arch": arch.encode(), "multiplier": None, "search": info}]
+        for name in sorted(REFERENCES):
+            a, m = scaled_reference(name, t, measured)
+            cands.append({"name": f"{name} x{m:g}", "arch": a.encode(), "multiplier": m})
+        for c in cands:
+            a = Arch.decode(c["arch"])
+            c["latency_ms"] = measured[a] if a in measured else _measure(a, measured)
+            c["params_m"] = count_params(build(a, num_classes=10)) / 1e6
+            accs = accuracies(a, evaluator, seeds, epochs)
+            c["accuracy"] = {**spread(accs), "values": accs}
+            log(f"  target {t:g} ms: {c['name']:<24} {c['latency_ms']:6.2f} ms  accuracy median "
+                f"{np.median(accs):.4f} (min {min(accs):.4f}, max {max(accs):.4f})")
+        targets.append({"target_ms": t, "candidates": cands})
+    summary = _summary(targets)
+    for line in summary:
+        log(f"  {line}")
+    return {
+        "targets": targets, "summary": summary, "seeds": seeds, "epochs": epochs, "predictor_origin": origin,
+        "search": f"regularised evolution, {search_n} evaluations of NASWOT score and predicted latency, "
+                  f"best {MEASURED_CANDIDATES} measured",
+        "training": f"digits 32x32, SGD Nesterov lr 0.05 cosine, batch 64, {epochs} epoch(s)",
+        "latency": "ONNX Runtime CPU, 1 intra-op thread, 1x3x224x224, p50 measured in this run",
+        "multipliers": list(MULTIPLIERS),
+    }
+
+
+def _summary(targets: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    searched_all = [c for t in targets for c in t["candidates"] if c["name"] == "searched"]
+    for t in targets:
+        s = next(c for c in t["candidates"] if c["name"] == "searched")
+        for c in t["candidates"]:
+            if c is s:
+                continue
+            d = s["accuracy"]["median"] - c["accuracy"]["median"]
+            lines.append(f"at {t['target_ms']:g} ms, searched ({s['latency_ms']:.2f} ms) vs {c['name']} "
+                         f"({c['latency_ms']:.2f} ms): accuracy {100 * d:+.1f} points (medians)")
+    refs = [c for t in targets for c in t["candidates"] if c["name"] != "searched"]
+    for c in refs:
+        ok = [s for s in searched_all if s["accuracy"]["median"] >= c["accuracy"]["median"]]
+        if ok:
+            f = min(ok, key=lambda s: s["latency_ms"])
+            lines.append(f"matched accuracy: {c['name']} {c['latency_ms']:.2f} ms vs searched {f['latency_ms']:.2f} ms "
+                         f"({c['latency_ms'] / f['latency_ms']:.2f}x)")
+        else:
+            lines.append(f"matched accuracy: no searched network reached {c['name']}'s "
+                         f"{100 * c['accuracy']['median']:.1f}%")
+    return lines

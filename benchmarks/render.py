@@ -1,0 +1,432 @@
+"""``BENCHMARKS.md`` rendered from the JSON records under ``benchmarks/``, so it never drifts
+from what was measured.
+
+Each section comes from one record: a short prose explanation (fixed text: what is measured and
+how to read it), the figures as tables, and the record's machine, versions, date and the command
+that reproduces it. A full-mode record (``benchmarks/<name>.json``) is preferred; without one, the
+quick-mode record (``benchmarks/quick/<name>.json``) is rendered and marked as such. A benchmark
+with no record gets no section. Records of unknown layout are rendered generically (their scalar
+figures). Hand-written observations about a record's figures live in ``benchmarks/notes/<name>.md``
+and are placed, marked as such, under the generated tables.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Rec = dict[str, Any]
+
+ORDER = ("latency", "predictor", "search", "contention", "reliability", "sampler", "screening", "scale",
+         "references")
+TITLES = {
+    "latency": "Latency measurement", "predictor": "Latency predictor", "search": "Search overhead",
+    "contention": "Measurement under load", "reliability": "Reliability (fault injection)",
+    "sampler": "Sampler quality", "screening": "Predictor-driven screening speed",
+    "scale": "Search throughput and scale", "references": "Searched vs hand-designed networks",
+}
+
+
+def load_records(records: Path) -> dict[str, Rec]:
+    """Name -> record, full-mode records preferred over quick ones."""
+    out: dict[str, Rec] = {}
+    for base, quick in ((records / "quick", True), (records, False)):
+        for p in sorted(base.glob("*.json")):
+            rec = json.loads(p.read_text())
+            if not isinstance(rec, dict):
+                continue
+            rec.setdefault("mode", "quick" if quick else "full")
+            out[p.stem] = rec
+    return out
+
+
+def _f(x: Any, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def meta(rec: Rec) -> str:
+    """The record's provenance: date, machine, versions, command, mode."""
+    m = rec.get("machine") or rec.get("environment") or {}
+    v = rec.get("versions") or {}
+    if not v and "environment" in rec:
+        v = {k: rec["environment"][k] for k in ("torch", "onnxruntime", "numpy") if k in rec["environment"]}
+    cmd = rec.get("command", "")
+    if isinstance(cmd, list):
+        cmd = " ".join(cmd)
+    # a folder outside the repository is the reader's choice, not part of the command
+    cmd = re.sub(r"(?<!\S)/\S*/([^/\s]+)", r"DIR/\1", cmd)
+    date = rec.get("date") or rec.get("created") or "?"
+    cpus = m.get("cpus_usable", "?")
+    load = m.get("load_average")
+    load_s = f", load average {'/'.join(_f(x) for x in load)} at the end" if load else ""
+    vers = ", ".join(f"{k} {val}" for k, val in v.items() if val != "not installed")
+    mode = " (quick mode)" if rec.get("mode") == "quick" else ""
+    wall = f"; took {rec['wall_seconds']:.0f} s" if "wall_seconds" in rec else ""
+    return (f"*Measured {date}{mode} on {m.get('cpu_model', '?')}, {cpus} usable CPUs{load_s}; "
+            f"Python {m.get('python', '?')}; {vers}{wall}.*\n\nReproduce:\n\n    {cmd}")
+
+
+def _latency(rec: Rec) -> str:
+    r, o, a = rec["repeatability"], rec["overhead"], rec["agreement"]
+    procs = r["processes"]
+    rows = [[str(i + 1), _f(p["p50_ms"]), _f(p["min_ms"]), _pct(p["iqr_rel"]), _f(p["cpu_per_wall"]),
+             str(p["attempts"]), _f(p["stable"])] for i, p in enumerate(procs)]
+    rep = table(["process", "p50 ms", "min ms", "IQR/median", "CPU share", "attempts", "stable"], rows)
+    ov = table(["call", "build s", "ONNX export s", "session s", "measurement s", "setup / measurement"],
+               [["first in the process" if i == 0 else "next", _f(c["build_s"]), _f(c["export_s"]),
+                 _f(c["session_s"]), _f(c["measure_s"]), _f(c["setup_over_measure"])]
+                for i, c in enumerate(o["calls"])])
+    ag = table(["network", "ONNX Runtime p50 ms", "torch p50 ms", "torch / ONNX Runtime"],
+               [[x["arch"], _f(x["onnxruntime_p50_ms"]), _f(x["torch_p50_ms"]), _f(x["torch_over_onnxruntime"])]
+                for x in a["rows"]])
+    gpu = rec.get("gpu", {})
+    gpu_s = (f"**GPU**: skipped ({gpu['skipped']})." if "skipped" in gpu else
+             "**GPU** (torch CUDA eager against CUDA graphs):\n\n" + table(
+                 ["precision", "eager p50 ms", "graphs p50 ms", "eager / graphs"],
+                 [[x["precision"], _f(x["eager_p50_ms"]), _f(x["graphs_p50_ms"]), _f(x["eager_over_graphs"])]
+                  for x in gpu.get("rows", [])]))
+    stable = r.get("max_over_min_p50_stable_only")
+    return f"""The measurement protocol's own quality: the same network (`{r['arch']}`, {r['input_shape']}, ONNX Runtime
+CPU, one thread) measured by `python -m latency_predictor.measure` in {len(procs)} fresh processes one after
+the other; what preparing a measurement costs against the measurement itself; and how ONNX Runtime and
+eager PyTorch disagree on the same networks. On a shared machine, processes that did not get the CPU
+(CPU share under 0.9) are flagged unstable and repeated; read the figures with the load in mind.
+
+**Repeatability**: max/min of p50 over all processes **{_f(r['max_over_min_p50'], 3)}**; over the
+{r['stable_processes']} stable ones {_f(stable, 3)}; max/min of the fastest run (min) {_f(r['max_over_min_min'], 3)}.
+
+{rep}
+
+**Overhead** ({o['arch']}, in one process):
+
+{ov}
+
+**Agreement** (both one thread, same network). They should not be expected to agree: ONNX Runtime folds
+BatchNorm, fuses activations and runs blocked-layout kernels; eager PyTorch runs every module. Compare
+candidates on one backend, the one you deploy with.
+
+{ag}
+
+{gpu_s}"""
+
+
+def _predictor(rec: Rec) -> str:
+    rep, s, tp = rec["report"], rec["splits"], rec["throughput"]
+    rows = [[name, _f(m["rmse_ms"]), _pct(m["mape"]), _pct(m["within_5"]), _pct(m["within_10"]),
+             _f(m["spearman"], 3), _pct(m["max_rel_error"])] for name, m in rep["models"].items()]
+    noise = rep.get("noise", {})
+    col = rec.get("collection", {})
+    met = rec.get("met", {})
+    targets = ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in met.items())
+    return f"""The learned latency predictor (a sum of per-unit costs) against two baselines (latency proportional
+to MACs; a per-block lookup table), trained on {rep['n_train']} and tested on {rep['n_test']} held-out
+`{rec['settings']['space']}` architectures measured with ONNX Runtime on the CPU (1 thread,
+1x3x224x224; {_f(col.get('archs'))} architectures, {_f(col.get('records'))} measurements). The noise ceiling is
+the +-10% share a perfect predictor would reach given the measurement noise.
+
+{table(['model', 'RMSE ms', 'MAPE', 'within 5%', 'within 10%', 'Spearman', 'max error'], rows)}
+
+Noise ceiling (+-10%): {_pct(noise.get('ceiling_10'))} ({noise.get('basis', '')}). Over {s['n']} random
+80/20 splits: +-10% mean {_pct(s['within_10_mean'])} (min {_pct(s['within_10_min'])}), Spearman mean
+{_f(s['spearman_mean'], 3)} (min {_f(s['spearman_min'], 3)}).
+
+**Throughput**: {_f(tp['first_call_per_s'], 0)} predictions/s on a batch of {_f(tp['n'])} (first call, empty
+caches), {_f(tp['second_call_per_s'], 0)}/s the second time; one `measure()` call {_f(tp['single_measure_ms'], 3)} ms.
+Targets (+-10% >= 95%, Spearman >= 0.95, >= 10,000 predictions/s): {targets}."""
+
+
+def _search(rec: Rec) -> str:
+    o = rec["overhead"]
+    ov = table(["figure", "value"], [
+        ["overhead per trial", f"{_f(o['overhead_per_trial_seconds'])} s"],
+        ["of which MLflow logging (driver callback)", f"{_f(o['of_which_mlflow_logging_seconds'], 3)} s"],
+        ["of which artifacts", f"{_f(o['of_which_artifacts_seconds'], 3)} s"],
+        ["share of the measured trial", _pct(o["share_of_measured_trial"])],
+        ["share of a 10 s trial", f"{_pct(o['share_of_10s_trial'])} (target <= {_pct(o['target_share'])})"],
+    ])
+    trial_s = _f(o["mean_trial_seconds"], 1)
+    text = f"""**Framework overhead per trial**: a real search of {o['n_trials']} trials of {trial_s} s
+each ({o['setup']}). Overhead is `Tuner.fit` wall time minus the trials' own time (measured inside each
+trial), plus writing and logging the artifacts, per trial: Ray's scheduling, worker start-up (amortised),
+the sampler, result transport and MLflow logging all count. `reuse_actors=True` and no per-trial result
+files keep it low.
+
+{ov}"""
+    q = rec.get("quickstart")
+    if q:
+        text += f"""
+
+**Quickstart**, `{q['command']}` exactly as written, in a fresh folder (new MLflow store):
+**{_f(q['wall_seconds'], 0)} s** wall (limit 10 minutes), of which {_f(q['startup_seconds'], 0)} s start-up and
+{_f(q['tune_seconds'], 0)} s of trials; {q['n_completed']} candidates completed, {q['n_failed']} failed; best reward
+{_f(q['best_reward'], 3)} at {_f(q['best_latency_ms'], 1)} ms p50."""
+    return text
+
+
+def _sampler(rec: Rec) -> str:
+    f = rec["figures"]
+    names = list(next(iter(f["results"].values())))
+    rows = []
+    for b, row in f["results"].items():
+        for n in names:
+            e = row[n]
+            br = e["best_reward"]
+            vs = e.get("vs_random")
+            rows.append([b, n, _f(br["median"]), f"{_f(br['q25'])} - {_f(br['q75'])}",
+                         f"{_f(br['min'])} - {_f(br['max'])}",
+                         f"{vs['wins']}/{vs['ties']}/{vs['losses']}" if vs else "-"])
+    top = str(max(f["budgets"]))
+    ranked = sorted(names, key=lambda n: -f["results"][top][n]["best_reward"]["median"])
+    beats = [f"{n} {f['results'][top][n]['vs_random']['wins']}/{f['seeds']}" for n in ranked
+             if "vs_random" in f["results"][top][n]]
+    verdict = (f"At {top} evaluations, by median best reward: {' > '.join(ranked)}; seeds on which each beats "
+               f"random search: {', '.join(beats)}.")
+    return f"""Which search algorithm finds the best reward for the same number of evaluated architectures? On the
+`mobile` space, with {f['latency']} and, as the cheap accuracy estimate, the {f['accuracy_estimate']}. The
+reward is {f['reward']} at target_ms = **{_f(f['target_ms'])}**, the {f['target_rule']}, so about half the
+space meets it. Budgets {', '.join(map(str, f['budgets']))} distinct architectures, {f['seeds']} seeds each
+(budgets are prefixes of one run); "vs random" counts seeds where the sampler's best is higher / equal /
+lower than random search's with the same seed. TPE starts with {f['settings']['tpe_startup_trials']} random
+trials and NSGA-II's first generation ({f['settings']['nsga2_population']}) is random too: with the same seed
+they draw what random search draws, hence ties at small budgets. Rewards are NASWOT scores (about 300 for
+this batch), so differences of a few units are real but small.
+
+{table(['budget', 'sampler', 'median best reward', 'IQR', 'range', 'vs random (W/T/L)'], rows)}
+
+{verdict}
+
+{f['distinct_archs_scored']} distinct architectures scored, {_f(f['seconds_per_scored_arch'], 2)} s each."""
+
+
+def _screening(rec: Rec) -> str:
+    f = rec["figures"]
+    w = "measured" if f["wall_1000_measured"] else f"projected from {f['n']} candidates"
+    per = {k: _f(f["naswot_seconds_per_arch"][k], 3) for k in ("median", "q25", "q75")}
+    return f"""How fast a search can screen candidates without training or measuring: predicted latency (the learned
+predictor, one batch) plus the NASWOT score (build the network, one forward pass), over {f['n']} uniformly
+sampled `mobile` architectures on one CPU thread.
+
+{table(['part', 'candidates per second'], [
+        ['predicted latency only', _f(f['latency_only_per_s'], 0)],
+        ['NASWOT only', _f(f['naswot_per_s'])],
+        ['both (sampling included)', _f(f['combined_per_s'])],
+    ])}
+
+NASWOT per network: median {per['median']} s (IQR {per['q25']} - {per['q75']} s).
+**1,000 candidates: {_f(f['wall_seconds_1000'], 0)} s** ({w}); the
+latency prediction is a negligible part, building each network and its forward pass are the cost."""
+
+
+def _scale(rec: Rec) -> str:
+    f = rec["figures"]
+    p = f["projection"]
+    rows = [[str(r["workers"]), f"{r['n_completed']}/{r['n_trials']}", _f(r["tune_seconds"], 0),
+             _f(r["startup_seconds"], 0), _f(r["mean_trial_seconds"], 1), _f(r["candidates_per_hour"], 0)]
+            for r in f["runs"]]
+    assumptions = "\n".join(f"- {a}" for a in p["assumptions"])
+    return f"""Search throughput on this machine: two real searches (`{f['space']}` space, Ray Tune + Optuna TPE, MLflow
+in a temporary store; a trial: {f['trial']}, {f['epochs']} epoch(s)) with one and two trials at a time.
+Candidates per hour count completed candidates over `Tuner.fit` time; start-up is paid once per search.
+
+{table(['workers', 'completed', 'trials s', 'start-up s', 'mean trial s', 'candidates/h'], rows)}
+
+Two workers against one: **{_f(f['speedup_2_over_1'])}x** (on two cores the second worker competes with
+the driver, Ray's own processes and anything else running).
+
+**Projection** to {p['nodes']} nodes x {p['gpus_per_node']} GPUs ({p['workers']} workers) from the one-worker
+per-trial costs: {_f(p['per_worker_candidates_per_hour'], 0)} candidates/h per worker, driver limit
+{_f(p['driver_limit_candidates_per_hour'], 0)}/h, so **{_f(p['candidates_per_hour'], 0)} candidates/h** (bound by
+the {p['bound']}). Assumptions:
+
+{assumptions}"""
+
+
+def _references(rec: Rec) -> str:
+    f = rec["figures"]
+    rows = []
+    for t in f["targets"]:
+        for c in t["candidates"]:
+            acc = c["accuracy"]
+            rows.append([_f(t["target_ms"], 1), c["name"], _f(c["latency_ms"]), _f(c.get("params_m"), 2),
+                         f"{_pct(acc['median'])} ({_pct(acc['min'])} - {_pct(acc['max'])})"])
+    matched = "\n".join(f"- {line}" for line in f.get("summary", []))
+    over = [f"at {t['target_ms']:g} ms the searched network measured {c['latency_ms']:.2f} ms" for t in f["targets"]
+            for c in t["candidates"] if c["name"] == "searched" and c["latency_ms"] > t["target_ms"]]
+    if over:
+        matched += ("\n\nThe searched networks missed their targets when measured here (" + "; ".join(over)
+                    + "): none of the candidates measured met the target under this run's load, so the fastest "
+                    "measured is shown, and the latencies are not exactly matched.")
+    weak = [c["name"] for t in f["targets"] for c in t["candidates"] if c["accuracy"]["median"] < 0.5]
+    if weak:
+        matched += (f"\n\nWith {f['epochs']} epoch(s), {', '.join(sorted(set(weak)))} stayed under 50% accuracy: "
+                    "deep, narrow networks barely start to learn in so short a budget (same optimiser and learning "
+                    "rate for every network), so this compares what each network learns in a very short budget, "
+                    "not what it can reach.")
+    return f"""Does the search find networks that beat hand-designed ones at the same latency? At two latency targets on
+this machine's ONNX Runtime CPU (1 thread, 1x3x224x224, measured), the best network of a small search
+({f['search']}) against the reference networks width-scaled (channels x multiplier, rounded to 8) to the
+largest multiplier that meets the target. All trained with the same budget on the same proxy data
+({f['training']}), {f['seeds']} training seeds; accuracy median (min - max).
+
+{table(['target ms', 'network', 'latency ms', 'params M', 'accuracy'], rows)}
+
+{matched}
+
+Digits is a weak proxy for ranking (one test image is 0.28 points, and seed-to-seed spread is about
+as large as the differences between architectures); treat small differences as ties."""
+
+
+def _contention(rec: Rec) -> str:
+    rows = [[cond, _f(x["p50_ms"]), f"{_f(x['p50_min_ms'])} - {_f(x['p50_max_ms'])}", _f(x["min_ms"]),
+             _f(x.get("ratio_to_alone")), f"{x['stable']}/{x['n']}", _f(x["cpu_per_wall"]), _f(x["slot_wait_s"]),
+             _f(x.get("search_cores"))]
+            for cond, x in rec["summary"].items()]
+    load = rec.get("search_load", {})
+    net = rec.get("arch_name", rec.get("arch"))
+    paired = rec.get("slot_over_no_slot_paired")
+    return f"""Does a measurement stay trustworthy while a search trains other candidates on the same machine? The
+same network (`{net}`, ONNX Runtime CPU, one thread, 1x3x224x224, one attempt of the protocol each) is
+measured {rec['rounds']} times alone; then, while a real search runs in another process
+({load.get('concurrent_trials', '?')} concurrent trials of the `{load.get('space', '?')}` space, one CPU
+each), in {rec['rounds']} rounds of two measurements in alternating order: with the measurement slot (as
+trials measure: it waits for the search's measurements and running training steps, and holds new steps
+back) and without it; then alone again. *Search cores* is how many cores the search's processes used
+while the measurement ran. Paired by round, the p50 with the slot was **{_f(paired)}x** the p50 without it.
+
+{table(['condition', 'median p50 ms', 'p50 range', 'min ms', 'x alone', 'stable', 'CPU share',
+        'slot wait s', 'search cores'], rows)}"""
+
+
+def _reliability(rec: Rec) -> str:
+    st, f, checks = rec["settings"], rec["figures"], rec["checks"]
+    how = {"SIGKILL": "driver SIGKILLed", "SIGINT": "Ctrl-C (SIGINT to its process group)", "none": "ran to the end"}
+    starts = ["`python -m nas.search ...`", "the same with `resume=true`", "the resume command it printed"]
+    phases = [[str(i + 1), starts[i] if i < len(starts) else "-", how.get(ph["signal"], ph["signal"]),
+               str(ph["exit"]), _f(ph["seconds"], 0), str(ph["recorded"]), str(ph["processes_left"])]
+              for i, ph in enumerate(rec["phases"])]
+    failed = ", ".join(f"{k} {v}" for k, v in f["failed_by_type"].items()) or "none"
+    figures = [
+        ["architectures evaluated", str(f["trials"])], ["completed", str(f["completed"])],
+        ["failed, with their reason", f"{f['failed']} ({failed})"],
+        ["made to fail by the fault plan", str(f["bad_by_plan"])],
+        ["trial processes killed / retried", f"{f['trial_processes_killed']} / {f['retried']}"],
+        ["recorded candidates lost", str(f["lost"])], ["architectures recorded twice", str(f["duplicates"])],
+        ["half-written runs marked KILLED", str(f["stale_runs_marked_killed"])],
+        ["Optuna trials (evaluated architectures)", _f(f["optuna_trials"], 0)],
+        ["Ray Tune trials of each run that closed its record",
+         " / ".join(_f(x, 0) for x in f["ray_trials_per_phase_closed"])],
+    ]
+    bad = [k for k, ok in checks.items() if not ok]
+    verdict = (f"All {len(checks)} checks passed" if not bad else f"FAILED checks: {', '.join(bad)}")
+    verdict += ": " + ", ".join(k.replace("_", " ") for k in checks) + "."
+    return f"""Does a search survive failing candidates, dying trial processes and a killed driver, and lose nothing?
+One search of {st['n_trials']} architectures of the tiny space (digits, one epoch, ONNX Runtime at 1x3x32x32, two
+trials at a time, `search.max_retries=1`, `search.trial_timeout_s={_f(st['trial_timeout_s'], 0)}`) with
+`LATNAS_FAULTS={st['faults']}`: about {_pct(st.get('bad_rate'))} of the architectures fail (export, engine
+build, measurement, out of memory, NaN training, a stall past the time limit, in equal shares) and
+{_pct(st.get('kill_rate'))} have their trial process killed with SIGKILL once. The driver is SIGKILLed at a
+third of the trials and resumed, then interrupted with Ctrl-C at two thirds and resumed again with the command
+it printed. The record is then checked against the fault plan.
+
+{table(['run', 'started as', 'ended', 'exit', 'seconds', 'candidates recorded', 'processes left'], phases)}
+
+{table(['figure', 'value'], figures)}
+
+{verdict} After the SIGKILL, the processes left are Ray's that the dead driver could not stop (the script ends
+them); after Ctrl-C the search stops its own. After the Ctrl-C, Ray Tune's count includes the trials it stopped
+unfinished, which are not recorded and run again on resume."""
+
+
+def _generic(rec: Rec) -> str:
+    flat: list[list[str]] = []
+
+    def walk(prefix: str, x: Any) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k not in ("machine", "versions", "environment", "command", "date", "created"):
+                    walk(f"{prefix}{k}.", v)
+        elif isinstance(x, int | float | str | bool) and len(flat) < 40:
+            text = _f(x)
+            flat.append([prefix.rstrip("."), text if len(text) <= 80 else text[:77] + "..."])
+
+    walk("", rec.get("figures", rec))
+    note = "Figures as recorded (this record's layout has no dedicated renderer):"
+    return f"{note}\n\n" + table(["figure", "value"], flat)
+
+
+RENDERERS: dict[str, Callable[[Rec], str]] = {
+    "latency": _latency, "predictor": _predictor, "search": _search, "sampler": _sampler,
+    "screening": _screening, "scale": _scale, "references": _references, "contention": _contention,
+    "reliability": _reliability,
+}
+
+INTRO = """# Benchmarks
+
+Generated by `python scripts/bench.py --render` from the JSON records under `benchmarks/records/` (full
+runs) and `benchmarks/records/quick/` (quick runs, used where no full record exists), with the notes
+in `benchmarks/notes/`; do not edit by hand. Each
+section says when and on what it was measured and the command that reproduces it. The machine is a
+shared two-core CPU host with no GPU. Some runs had it to themselves, others shared it with other
+work; the notes and load averages say which. Ratios were measured side by side in one run, and
+spreads are reported.
+
+    python scripts/bench.py --quick     # every benchmark, small (8.5 minutes on a fresh clone, 2 cores)
+    python scripts/bench.py --list      # the benchmarks and their expected durations
+"""
+
+
+def render(records: dict[str, Rec], notes: dict[str, str] | None = None) -> str:
+    """The whole ``BENCHMARKS.md`` text for these records.
+
+    ``notes`` (benchmark name -> Markdown) are hand-written observations about a record's
+    figures, kept in ``benchmarks/notes/<name>.md`` and placed under its generated tables.
+    """
+    notes = notes or {}
+    parts = [INTRO]
+    # A record named <benchmark>_<variant> (e.g. predictor_seed1) follows its benchmark's section.
+    def key(name: str) -> tuple[int, str]:
+        base = name.split("_")[0]
+        return (ORDER.index(base) if base in ORDER else len(ORDER), name)
+
+    for name in sorted(records, key=key):
+        rec = records[name]
+        base, _, variant = name.partition("_")
+        body = RENDERERS.get(base, _generic)
+        try:
+            text = body(rec)
+        except (KeyError, TypeError, StopIteration):
+            text = _generic(rec)
+        title = TITLES.get(base, base.capitalize()) + (f" ({variant})" if variant else "")
+        if notes.get(name):
+            text += f"\n\n**Notes** (written by hand about these figures):\n\n{notes[name].strip()}"
+        parts.append(f"## {title}\n\n{text}\n\n{meta(rec)}\n")
+    return "\n".join(parts)
+
+
+def write(records_dir: Path, output: Path) -> Path:
+    """Render the records in ``records_dir`` (with the notes in ``notes/`` beside it) to ``output``."""
+    notes = {p.stem: p.read_text() for p in sorted((records_dir.parent / "notes").glob("*.md"))}
+    output.write_text(render(load_records(records_dir), notes))
+    return output

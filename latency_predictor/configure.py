@@ -1,0 +1,170 @@
+"""Latency estimators from plain configuration values, as the search's ``latency`` group gives them.
+
+:func:`make_latency_estimator` is the one place that turns a backend name, an input shape and
+option mappings into a :class:`~latency_predictor.LatencyEstimator`:
+
+* a measuring backend (``onnxruntime``, ``torch``, ``tensorrt``: :func:`make_estimator`);
+* ``predictor``: a learned latency predictor (:class:`PredictorOptions`). Every candidate's
+  latency is predicted. The predictor must have been trained for this space (same definition),
+  input shape and classifier width; with ``device`` set, also for that device (a CPU or GPU
+  model name, or the predictor's fingerprint digest). Anything else is refused before the first
+  trial with the differences named. This is the mode for searching anywhere (a cluster of GPUs)
+  for a device elsewhere (one CPU, a Jetson): collect and train on the target, search with the file.
+* ``predictor`` with ``hybrid=true``: :class:`~latency_predictor.hybrid.HybridEstimator`, which
+  confirms the candidates that matter by real measurement on this machine. The measuring
+  backend's device fingerprint must equal the predictor's: confirmations from another device
+  would corrupt the dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from latency_predictor.backends import make_estimator
+from latency_predictor.errors import ConfigError, PredictorMismatchError
+from latency_predictor.hybrid import HybridEstimator, current_predictor_path
+from latency_predictor.predictor import PredictorEstimator, read_predictor
+from latency_predictor.protocol import LatencyEstimator
+from latency_predictor.target import PredictorTarget, space_digest
+from search_spaces import SearchSpace
+
+
+def make_latency_estimator(
+    backend: str,
+    input_shape: Sequence[int],
+    options: Mapping[str, Any],
+    measure: Mapping[str, Any],
+    num_classes: int,
+    space: SearchSpace | None = None,
+    target_ms: float | None = None,
+) -> LatencyEstimator:
+    """The estimator the ``latency`` settings describe, for networks with ``num_classes`` outputs.
+
+    Args:
+        backend: a measuring backend's name, or ``predictor``.
+        input_shape: the deployment shape, batch first.
+        options: the backend's (or the predictor's) options.
+        measure: measurement protocol settings (measuring backends).
+        num_classes: classifier width of the measured networks.
+        space: the search space, for estimators bound to one (a learned predictor).
+        target_ms: the latency target (hybrid mode confirms candidates near it).
+
+    Raises:
+        LatencyError: unknown backend or option, invalid value, backend not available here, a
+            predictor made for another setting.
+    """
+    if backend == "predictor":
+        if space is None:
+            raise ConfigError("latency=predictor needs the search space its predictor was trained for")
+        return make_predictor_estimator(tuple(input_shape), options, num_classes, space, target_ms)
+    opts = dict(options)
+    opts.setdefault("num_classes", num_classes)
+    return make_estimator(backend, input_shape=list(input_shape), measure=dict(measure), **opts)
+
+
+@dataclass(frozen=True)
+class PredictorOptions:
+    """``latency.options`` of ``latency=predictor``.
+
+    Attributes:
+        path: the predictor file (``python -m latency_predictor.train ... --out FILE``).
+        device: the device the search must target (a substring of the predictor's CPU/GPU
+            model, or its fingerprint digest); None: the predictor's own device, printed.
+        hybrid: confirm the candidates that matter by real measurement on this machine.
+        dataset: the predictor's dataset folder (hybrid: confirmations go there; refits read it).
+        measure_backend: the backend confirming measurements use (hybrid).
+        measure_options: that backend's options (hybrid), e.g. ``{intra_op_threads: 1}``.
+        confirm_uncertain_rel: confirm when the ensemble spread exceeds this share of the prediction.
+        refit_every: refit after this many confirmations (0: never).
+        pareto_band: a finished candidate is confirmed when, with its predicted latency lowered by
+            this share, it would join the Pareto front; None: the predictor's own error band
+            (a predictor trained on few networks has a wide band and confirms more); 0: only
+            when the prediction itself puts it on the front.
+    """
+
+    path: str
+    device: str | None = None
+    hybrid: bool = False
+    dataset: str | None = None
+    measure_backend: str = "onnxruntime"
+    measure_options: dict[str, Any] = field(default_factory=dict)
+    confirm_uncertain_rel: float = 0.1
+    refit_every: int = 10
+    pareto_band: float | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> PredictorOptions:
+        """Check and build from ``latency.options``.
+
+        Raises:
+            ConfigError: naming the unknown, missing or invalid key.
+        """
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ConfigError(f"latency.options.{unknown[0]}: unknown for latency=predictor; known: {known}")
+        if not options.get("path"):
+            raise ConfigError(
+                "latency.options.path: required for latency=predictor: the file written by "
+                "`python -m latency_predictor.train --out FILE`"
+            )
+        opts = cls(**{k: v for k, v in options.items() if v is not None})
+        if not Path(opts.path).is_file():
+            raise ConfigError(f"latency.options.path: no predictor file at {opts.path!r}")
+        if opts.hybrid and not opts.dataset:
+            raise ConfigError("latency.options.dataset: hybrid mode needs the predictor's dataset folder")
+        if opts.dataset and not Path(opts.dataset).is_dir():
+            raise ConfigError(f"latency.options.dataset: no dataset folder at {opts.dataset!r}")
+        if not opts.confirm_uncertain_rel > 0:
+            raise ConfigError("latency.options.confirm_uncertain_rel: must be > 0")
+        if opts.refit_every < 0:
+            raise ConfigError("latency.options.refit_every: must be >= 0")
+        if opts.pareto_band is not None and not 0 <= opts.pareto_band < 1:
+            raise ConfigError(f"latency.options.pareto_band: must be in [0, 1) or null, not {opts.pareto_band}")
+        return opts
+
+
+def make_predictor_estimator(
+    input_shape: tuple[int, ...], options: Mapping[str, Any], num_classes: int, space: SearchSpace,
+    target_ms: float | None = None,
+) -> LatencyEstimator:
+    """The estimator ``latency=predictor`` describes, checked against what the search needs.
+
+    Raises:
+        ConfigError: bad options.
+        PredictorFileError: the file cannot be read or has unexpected content.
+        PredictorMismatchError: the predictor was trained for another space, input shape,
+            classifier width or device; the message names every difference.
+        BackendUnavailableError: hybrid mode's measuring backend cannot run here.
+    """
+    opts = PredictorOptions.parse(options)
+    pred = read_predictor(current_predictor_path(opts))
+    if opts.hybrid:
+        backend = make_estimator(opts.measure_backend, input_shape=list(input_shape), num_classes=num_classes,
+                                 **opts.measure_options)
+        pred.target.check(PredictorTarget.create(space, backend), what="predictor")
+        pred.space = space
+        return HybridEstimator(pred, backend, opts, target_ms)
+    expected = PredictorTarget(space.name, space_digest(space), pred.target.fingerprint, tuple(input_shape),
+                               num_classes)
+    pred.target.check(expected, what="predictor")
+    if opts.device is not None:
+        fp = pred.target.fingerprint
+        described = [fp.digest, *fp.environment.values()]
+        if not any(opts.device.lower() in d.lower() for d in described):
+            raise PredictorMismatchError(
+                f"latency.options.device={opts.device!r} but the predictor was trained on {describe_device(pred)}"
+            )
+    pred.space = space
+    return cast(LatencyEstimator, pred)
+
+
+def describe_device(pred: PredictorEstimator) -> str:
+    """The predictor's device in words (backend, device, precision, CPU/GPU model, digest)."""
+    fp = pred.target.fingerprint
+    model = fp.environment.get("gpu") or fp.environment.get("cpu_model") or fp.environment.get("device_name") or "?"
+    return f"{fp.backend} {fp.precision} on {fp.device} ({model}; fingerprint {fp.digest})"

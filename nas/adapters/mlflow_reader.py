@@ -1,0 +1,311 @@
+"""Reading a search's record back from MLflow (one of the two modules that import MLflow).
+
+The record's layout (written by :mod:`nas.adapters.mlflow_writer`):
+
+* one **parent run** per search, named after the search (tag ``latnas.role=search``), with the
+  resolved configuration as params, the environment as tags and summary metrics at the end;
+* one **child run** per evaluated architecture (tag ``latnas.role=candidate``,
+  ``mlflow.parentRunId`` = the parent), named by its ``arch_id``, with the decisions as params,
+  the figures as metrics and status, latency source and failure reason as tags;
+* export runs (``latnas.role=export``) nested under the search, and predictor runs
+  (``latnas.role=predictor``).
+
+:class:`StoreReader` turns those runs into the plain types of :mod:`nas.core.record`: a
+:class:`~nas.core.record.SearchRecord` per search and a :class:`~nas.core.record.Candidate` per
+candidate run (:func:`candidate_from_run`, the one conversion). It opens existing stores only.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import math
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+
+from nas.core.errors import TrackingError
+from nas.core.record import KILLED, Candidate, SearchRecord
+
+ROLE_TAG = "latnas.role"
+SEARCH_TAG = "latnas.search_name"
+PARENT_TAG = "mlflow.parentRunId"
+EXPORTED_FROM_TAG = "latnas.exported_from"
+REFERENCE_PREFIX = "reference."
+"""Parent-run metrics ``reference.<name>.latency_p50`` hold reference latencies on the search's device."""
+REFERENCE_DEVICE_TAG = "reference_device"
+RUN_ID_RE = re.compile(r"[0-9a-f]{32}")
+_RECORD_TAGS_SKIPPED = (ROLE_TAG, SEARCH_TAG, PARENT_TAG, "trial_id")
+
+
+def default_tracking_uri(base_dir: Path) -> str:
+    """``sqlite:///<base_dir>/mlflow.db`` with ``base_dir`` made absolute."""
+    return f"sqlite:///{(base_dir / 'mlflow.db').resolve()}"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for other schemes)."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def quiet_mlflow() -> None:
+    """"Creating initial MLflow database tables..." and the like are not the user's business."""
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+@contextmanager
+def mlflow_errors(what: Callable[[], str]) -> Iterator[None]:
+    """Turn MLflow's exceptions into :class:`TrackingError` (``what()``: the action that failed)."""
+    try:
+        yield
+    except MlflowException as err:
+        raise TrackingError(f"{what()}: {err.message}") from None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One MLflow run as plain values.
+
+    Attributes:
+        run_id: the run's id.
+        name: its run name.
+        status: MLflow's run status (``FINISHED``, ``FAILED``, ...).
+        start_time: milliseconds since the epoch.
+        end_time: milliseconds since the epoch (0 while running).
+        params: every param, as logged (strings).
+        metrics: the latest value of every metric.
+        tags: every tag.
+        artifact_uri: where the run's artifacts are.
+    """
+
+    run_id: str
+    name: str
+    status: str
+    start_time: int
+    end_time: int = 0
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    artifact_uri: str = ""
+
+    @property
+    def role(self) -> str:
+        """``search``, ``candidate``, ``export``, ``predictor`` or ``""`` for runs LatNAS did not write."""
+        return self.tags.get(ROLE_TAG, "")
+
+    @property
+    def parent_run_id(self) -> str | None:
+        """The run this one is nested under."""
+        return self.tags.get(PARENT_TAG)
+
+    def config(self, prefix: str) -> dict[str, Any]:
+        """The nested mapping under ``prefix`` of a search's flattened config params.
+
+        ``latency.options.provider=cpu`` and ``latency.input_shape=[1, 3, 224, 224]`` give
+        ``config("latency") == {"options": {"provider": "cpu"}, "input_shape": [1, 3, 224, 224]}``.
+        """
+        out: dict[str, Any] = {}
+        for key, raw in self.params.items():
+            if not key.startswith(prefix + "."):
+                continue
+            parts = key[len(prefix) + 1:].split(".")
+            node = out
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = parse_param(raw)
+        return out
+
+
+def parse_param(raw: str) -> Any:
+    """A logged param back as a Python value (``"[1, 3]"`` -> ``[1, 3]``, ``"None"`` -> None); else the string.
+
+    Only literals are parsed (``ast.literal_eval``): nothing in a param is executed.
+    """
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return raw
+
+
+def _info(run: Run) -> RunInfo:
+    return RunInfo(
+        run_id=run.info.run_id, name=run.info.run_name or "", status=run.info.status,
+        start_time=int(run.info.start_time or 0), end_time=int(run.info.end_time or 0),
+        params=dict(run.data.params), metrics=dict(run.data.metrics), tags=dict(run.data.tags),
+        artifact_uri=run.info.artifact_uri or "",
+    )
+
+
+def candidate_from_run(run: RunInfo) -> Candidate:
+    """The candidate a child run of a search records.
+
+    The per-epoch history and the full latency record stay in MLflow; the candidate carries the
+    final metrics, the decisions (params other than ``arch`` and ``arch_id``) and the tags.
+
+    Raises:
+        TrackingError: the run records no architecture (no ``arch`` param).
+    """
+    if "arch" not in run.params:
+        what = f"the parent run of search {run.name!r}" if run.role == "search" else "not a LatNAS candidate run"
+        raise TrackingError(f"MLflow run {run.run_id} has no architecture (no 'arch' param): it is {what}")
+    tags = {k: v for k, v in run.tags.items() if not k.startswith("mlflow.") and k not in _RECORD_TAGS_SKIPPED}
+    status = run.tags.get("status") or (KILLED if run.status == "KILLED" else "FAILED")
+    return Candidate(
+        arch=run.params["arch"], arch_id=run.params.get("arch_id", run.name), status=status,
+        decisions={k: parse_param(v) for k, v in run.params.items() if k not in ("arch", "arch_id")},
+        metrics=dict(run.metrics), tags=tags, trial_id=run.tags.get("trial_id", run.run_id), run_id=run.run_id,
+        start_time=run.start_time / 1000, end_time=(run.end_time or run.start_time) / 1000,
+    )
+
+
+def reference_latencies(parent: RunInfo) -> tuple[dict[str, float], str | None]:
+    """Reference p50 latencies logged on a parent run, and the device they were measured on."""
+    refs = {
+        k[len(REFERENCE_PREFIX):-len(".latency_p50")]: v for k, v in parent.metrics.items()
+        if k.startswith(REFERENCE_PREFIX) and k.endswith(".latency_p50") and math.isfinite(v)
+    }
+    return refs, parent.tags.get(REFERENCE_DEVICE_TAG)
+
+
+def search_from_run(parent: RunInfo, experiment_id: str) -> SearchRecord:
+    """The :class:`SearchRecord` of a search's parent run."""
+    target = parse_param(parent.params.get("target_ms", "None"))
+    dataset = parse_param(parent.params.get("dataset", "None"))
+    refs, _ = reference_latencies(parent)
+    return SearchRecord(
+        run_id=parent.run_id, name=parent.tags.get(SEARCH_TAG, parent.name), experiment_id=experiment_id,
+        status=parent.status, target_ms=float(target) if isinstance(target, int | float) else None,
+        space=parent.params.get("space"), latency=parent.config("latency"), data=parent.config("data"),
+        num_classes=int(dataset["classes"]) if isinstance(dataset, dict) and "classes" in dataset else None,
+        accuracy_estimator=parent.tags.get("accuracy_estimator"), device_name=parent.tags.get("latency_device_name"),
+        best_arch_id=parent.tags.get("best_arch_id"), references=refs, params=dict(parent.params),
+        tags=dict(parent.tags),
+    )
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "\\'") + "'"
+
+
+class StoreReader:
+    """Read access to one experiment of an existing MLflow store.
+
+    Args:
+        uri: the tracking URI; None: ``sqlite:///<cwd>/mlflow.db``, the search's default.
+        experiment: the experiment name.
+
+    Raises:
+        TrackingError: the store or the experiment does not exist, or cannot be read.
+    """
+
+    def __init__(self, uri: str | None, experiment: str) -> None:
+        self.uri = uri or default_tracking_uri(Path.cwd())
+        path = sqlite_path(self.uri)
+        if path is not None and not path.is_file():
+            raise TrackingError(
+                f"no MLflow store at {path}: run a search first (python -m nas.search +space=tiny target_ms=5) "
+                "or point tracking.uri at the search's store (sqlite:////abs/path/mlflow.db)"
+            )
+        quiet_mlflow()
+        self.client = MlflowClient(tracking_uri=self.uri)
+        with mlflow_errors(lambda: f"cannot read the MLflow store {self.uri}"):
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None or exp.lifecycle_stage == "deleted":
+                names = sorted(e.name for e in self.client.search_experiments())
+                raise TrackingError(f"experiment {experiment!r} not found in {self.uri}; experiments there: {names}")
+        self.experiment = experiment
+        self.experiment_id: str = exp.experiment_id
+
+    # ------------------------------------------------------------------ runs
+    def _search(self, filter_string: str, order_by: list[str] | None = None, limit: int | None = None) -> list[RunInfo]:
+        out: list[RunInfo] = []
+        token: str | None = None
+        with mlflow_errors(lambda: f"cannot query the MLflow store {self.uri}"):
+            while True:
+                page = self.client.search_runs(
+                    [self.experiment_id], filter_string=filter_string, order_by=order_by,
+                    max_results=min(limit or 1000, 1000), page_token=token,
+                )
+                out += [_info(r) for r in page]
+                token = page.token
+                if not token or (limit is not None and len(out) >= limit):
+                    return out[:limit] if limit is not None else out
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """The run ``run_id`` of this store.
+
+        Raises:
+            TrackingError: no such run.
+        """
+        try:
+            return _info(self.client.get_run(run_id))
+        except MlflowException:
+            raise TrackingError(f"no MLflow run {run_id!r} in {self.uri}") from None
+
+    # ------------------------------------------------------------------ searches
+    def search_runs(self, name: str | None = None) -> list[RunInfo]:
+        """Parent runs of searches (those called ``name``), latest first."""
+        flt = f"tags.`{ROLE_TAG}` = 'search'"
+        if name is not None:
+            flt += f" and tags.`{SEARCH_TAG}` = {_quote(name)}"
+        return self._search(flt, order_by=["attributes.start_time DESC"])
+
+    def search_run(self, search: str | None = None) -> RunInfo:
+        """The parent run of a search: the latest one, or the one named ``search`` (or with that run id).
+
+        Raises:
+            TrackingError: no search in the experiment, or none by that name or id.
+        """
+        if search is not None and RUN_ID_RE.fullmatch(search):
+            run = self.get_run(search)
+            if run.role != "search":
+                what = f"a {run.role} run" if run.role else "not a LatNAS run"
+                raise TrackingError(f"run {search} is {what}, not the parent run of a search")
+            return run
+        runs = self.search_runs(search)
+        if runs:
+            return runs[0]
+        if search is None:
+            raise TrackingError(f"experiment {self.experiment!r} in {self.uri} has no search yet")
+        known = sorted({r.tags.get(SEARCH_TAG, r.name) for r in self.search_runs()})
+        raise TrackingError(f"no search named {search!r} in experiment {self.experiment!r}; searches: {known}")
+
+    def find_search(self, search: str | None = None) -> SearchRecord:
+        """The :class:`SearchRecord` of a search (see :meth:`search_run`)."""
+        return search_from_run(self.search_run(search), self.experiment_id)
+
+    # ------------------------------------------------------------------ candidates
+    def candidate_runs(self, parent_run_id: str) -> list[RunInfo]:
+        """Every candidate run of a search, by reward (best first; runs without a reward last)."""
+        flt = f"tags.`{ROLE_TAG}` = 'candidate' and tags.`{PARENT_TAG}` = {_quote(parent_run_id)}"
+        return self._search(flt, order_by=["metrics.reward DESC"])
+
+    def candidates(self, parent_run_id: str) -> list[Candidate]:
+        """Every candidate of a search, by reward (best first; candidates without a reward last)."""
+        return [candidate_from_run(r) for r in self.candidate_runs(parent_run_id) if "arch" in r.params]
+
+    def candidate(self, run_id: str) -> tuple[Candidate, SearchRecord | None]:
+        """The candidate of run ``run_id`` and its search (None: a run not nested under a search).
+
+        Raises:
+            TrackingError: no such run, or a run without an architecture.
+        """
+        run = self.get_run(run_id)
+        cand = candidate_from_run(run)
+        parent = run.parent_run_id
+        return cand, (search_from_run(self.get_run(parent), self.experiment_id) if parent else None)
+
+    def find_arch_id(self, arch_id: str, parent_run_id: str | None = None) -> list[RunInfo]:
+        """Candidate runs of ``arch_id`` (in one search, or in the whole experiment), latest first."""
+        flt = f"tags.`{ROLE_TAG}` = 'candidate' and params.arch_id = {_quote(arch_id)}"
+        if parent_run_id is not None:
+            flt += f" and tags.`{PARENT_TAG}` = {_quote(parent_run_id)}"
+        return self._search(flt, order_by=["attributes.start_time DESC"])

@@ -1,0 +1,365 @@
+"""Writing to MLflow (one of the two modules that import MLflow): every write LatNAS makes.
+
+:class:`StoreWriter` opens a store (creating it and the experiment when asked, once, in the
+process that opens it first) and makes the writes of every command: a search's parent run and
+one finished child run per candidate (the layout is described in :mod:`nas.adapters.mlflow_reader`),
+the review's writes (the Pareto plot, reference latencies, export runs with their ONNX model)
+and predictor runs. Each method takes the run it writes to; every MLflow failure becomes a
+:class:`~nas.core.errors.TrackingError` naming what was being written.
+
+A search's writes all happen in its driver process (Ray Tune callbacks run there), so the store
+never has concurrent writers from one search. Child runs are created already finished, so none
+is ever left RUNNING; the parent is always ended with a status (``FINISHED``, ``FAILED`` or
+``KILLED``), except when the driver itself is killed (SIGKILL, a lost machine): resuming the
+search (:meth:`StoreWriter.resume_search`) reopens its parent run, marks a child run the
+driver was writing when it died ``KILLED``, and hands back the finished candidates.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import mlflow
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+
+from nas.adapters.mlflow_reader import (
+    EXPORTED_FROM_TAG,
+    PARENT_TAG,
+    REFERENCE_DEVICE_TAG,
+    REFERENCE_PREFIX,
+    ROLE_TAG,
+    SEARCH_TAG,
+    StoreReader,
+    candidate_from_run,
+    mlflow_errors,
+    quiet_mlflow,
+    sqlite_path,
+)
+from nas.core.errors import TrackingError
+from nas.core.record import KILLED, Candidate, SearchRecord
+
+_MAX_PARAMS, _MAX_TAGS, _MAX_METRICS = 100, 100, 1000
+_MAX_PARAM_LEN = 6000
+
+
+def check_reachable(uri: str) -> None:
+    """Check that ``uri`` names a store this process can reach, before any work.
+
+    Raises:
+        TrackingError: an unreachable server, a relative or missing SQLite path, an unknown scheme.
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme in ("http", "https"):
+        host = parsed.hostname or ""
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            with socket.create_connection((host, port), timeout=5):
+                pass
+        except OSError as err:
+            raise TrackingError(
+                f"tracking.uri {uri!r}: cannot reach the MLflow server at {host}:{port} ({err.strerror or err}); "
+                "start it (mlflow server --host 127.0.0.1 --port PORT) or leave tracking.uri unset for a local "
+                "SQLite file"
+            ) from None
+    elif parsed.scheme == "sqlite":
+        path = sqlite_path(uri)
+        if path is None or not path.is_absolute():
+            raise TrackingError(f"tracking.uri {uri!r}: use an absolute SQLite path, e.g. sqlite:////abs/path/mlflow.db")
+        if not path.parent.is_dir():
+            raise TrackingError(f"tracking.uri {uri!r}: folder {str(path.parent)!r} does not exist")
+    elif parsed.scheme not in ("databricks", "postgresql", "mysql", "mssql") and not parsed.scheme.startswith(
+        ("postgresql+", "mysql+", "mssql+")
+    ):
+        raise TrackingError(
+            f"tracking.uri {uri!r}: unsupported scheme {parsed.scheme or '(none)'!r}; use "
+            "sqlite:////abs/path/mlflow.db, http(s)://host:port or a database URI"
+        )
+
+
+def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StoreWriter:
+    """Writes LatNAS's records to one experiment of an MLflow tracking store.
+
+    Args:
+        uri: MLflow tracking URI.
+        experiment: experiment name.
+        create: create the store and the experiment when missing (a search, an export of a
+            network from outside the store); False: they must exist (the review's writes).
+
+    Raises:
+        TrackingError: the store cannot be reached, created or opened, or the experiment is
+            deleted (or missing with ``create=False``).
+    """
+
+    def __init__(self, uri: str, experiment: str, create: bool = True) -> None:
+        if create:
+            check_reachable(uri)
+        else:
+            StoreReader(uri, experiment)  # raises when the store or experiment is missing
+        quiet_mlflow()
+        self.uri = uri
+        self.experiment = experiment
+        self.client = MlflowClient(tracking_uri=uri)
+        with mlflow_errors(lambda: f"tracking.uri {uri!r}: cannot open the MLflow store"):
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None:
+                location = None
+                path = sqlite_path(uri)
+                if path is not None:
+                    # Artifacts next to the database, wherever the command is started from.
+                    location = (path.parent / "mlartifacts").as_uri()
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            elif exp.lifecycle_stage == "deleted":
+                raise TrackingError(
+                    f"tracking.experiment {experiment!r} is deleted in {uri}; restore it in the MLflow UI or "
+                    "choose another name"
+                )
+            else:
+                self.experiment_id = exp.experiment_id
+
+    def reader(self) -> StoreReader:
+        """A reader of the same store and experiment."""
+        return StoreReader(self.uri, self.experiment)
+
+    def ui_command(self) -> str:
+        """The command that opens this store in the MLflow UI, bound to localhost."""
+        return f"mlflow ui --backend-store-uri {self.uri} --host 127.0.0.1"
+
+    # ------------------------------------------------------------------ a search
+    def start_search(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+        """Create the parent run of a search; returns its run id."""
+        with mlflow_errors(lambda: f"cannot start the search's run in {self.uri}"):
+            run = self.client.create_run(
+                self.experiment_id, run_name=name, tags={ROLE_TAG: "search", SEARCH_TAG: name, **tags}
+            )
+            self._log(run.info.run_id, params=params)
+        return str(run.info.run_id)
+
+    def resume_search(self, parent: SearchRecord, tags: Mapping[str, str]) -> tuple[list[Candidate], int]:
+        """Continue the search of ``parent``: reopen its run and return its finished candidates.
+
+        The parent run is set RUNNING again (it is RUNNING already when the driver was killed) and
+        tagged with ``tags``. A candidate run still RUNNING was being written when the driver
+        died: its record is incomplete, so it is marked KILLED (tag ``status=KILLED``) and its
+        architecture counts as not evaluated.
+
+        Returns:
+            The finished candidates (``COMPLETED``, ``PRUNED`` or ``FAILED``), one per
+            architecture, oldest first, and how many stale runs were marked KILLED.
+        """
+        finished: dict[str, Candidate] = {}
+        stale = 0
+        with mlflow_errors(lambda: f"cannot resume the search in {self.uri}"):
+            self.client.update_run(parent.run_id, status="RUNNING")
+            self._log(parent.run_id, tags=tags)
+            for run in sorted(self.reader().candidate_runs(parent.run_id), key=lambda r: r.start_time):
+                if run.status == "RUNNING":
+                    self._log(run.run_id, tags={
+                        "status": KILLED, "failure_type": "DriverStopped",
+                        "failure_reason": "the search's driver stopped while this record was written; the "
+                                          "architecture counts as not evaluated and may be evaluated again",
+                    })
+                    self.client.set_terminated(run.run_id, "KILLED")
+                    stale += 1
+                elif run.tags.get("status") in ("COMPLETED", "PRUNED", "FAILED") and "arch" in run.params:
+                    finished.setdefault(run.params["arch"], candidate_from_run(run))
+        return list(finished.values()), stale
+
+    def log_candidate(self, parent_run_id: str, cand: Candidate, search_name: str) -> str:
+        """Create the finished child run of one candidate under ``parent_run_id``; returns its run id."""
+        tags = {ROLE_TAG: "candidate", SEARCH_TAG: search_name, PARENT_TAG: parent_run_id,
+                "trial_id": cand.trial_id, **cand.tags}
+        history_keys = {k for row in cand.history for k in row if k != "epoch"}
+        now = _now_ms()
+        metrics = [Metric(k, v, now, 0) for k, v in cand.metrics.items() if k not in history_keys]
+        for row in cand.history:
+            step = int(row["epoch"])
+            metrics += [Metric(k, v, now, step) for k, v in row.items() if k != "epoch"]
+        with mlflow_errors(lambda: f"cannot record candidate {cand.arch_id} in {self.uri}"):
+            run = self.client.create_run(
+                self.experiment_id, start_time=int(cand.start_time * 1000), run_name=cand.arch_id, tags=tags
+            )
+            run_id = str(run.info.run_id)
+            # The final value of a metric with history is its last step, which MLflow shows as latest.
+            self._log(run_id, params={"arch": cand.arch, "arch_id": cand.arch_id, **cand.decisions}, metrics=metrics)
+            self.client.set_terminated(run_id, "FAILED" if cand.status == "FAILED" else "FINISHED",
+                                       end_time=int(cand.end_time * 1000))
+        return run_id
+
+    def log_summary(self, run_id: str, metrics: Mapping[str, float], tags: Mapping[str, str] | None = None) -> None:
+        """Summary metrics (and tags) on a run."""
+        now = _now_ms()
+        with mlflow_errors(lambda: f"cannot log the summary of run {run_id}"):
+            self._log(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags or {})
+
+    def log_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        """Tags on a run."""
+        with mlflow_errors(lambda: f"cannot tag run {run_id}"):
+            self._log(run_id, tags=tags)
+
+    def log_artifacts(self, run_id: str, paths: Iterable[Path], artifact_path: str | None = None) -> None:
+        """Upload files to a run's artifacts."""
+        for p in paths:
+            try:
+                self.client.log_artifact(run_id, str(p), artifact_path=artifact_path)
+            except (MlflowException, OSError) as err:
+                raise TrackingError(f"cannot log {p.name} on run {run_id}: {err}") from None
+
+    def end_run(self, run_id: str, status: str) -> None:
+        """End a run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``)."""
+        with mlflow_errors(lambda: f"cannot end run {run_id}"):
+            self.client.set_terminated(run_id, status)
+
+    # ------------------------------------------------------------------ the review's writes
+    def log_reference_latencies(self, parent_run_id: str, latencies: Mapping[str, float], device: str) -> None:
+        """Record reference networks' p50 latency on a search's parent run (and the device they ran on)."""
+        now = _now_ms()
+        metrics = [Metric(f"{REFERENCE_PREFIX}{k}.latency_p50", float(v), now, 0) for k, v in latencies.items()]
+        with mlflow_errors(lambda: f"cannot log reference latencies on run {parent_run_id}"):
+            self.client.log_batch(parent_run_id, metrics=metrics, tags=[RunTag(REFERENCE_DEVICE_TAG, device)])
+
+    def create_export_run(
+        self, arch_id: str, parent_run_id: str | None, candidate_run_id: str | None, search_name: str | None
+    ) -> str:
+        """Open the run of an export, nested under the search (``latnas.role=export``); returns its id.
+
+        Args:
+            arch_id: names the run ``export-<arch_id>``.
+            parent_run_id: the search's parent run (None: a top-level run).
+            candidate_run_id: the candidate run exported (tag ``latnas.exported_from``).
+            search_name: the search's name (tag).
+        """
+        tags = {ROLE_TAG: "export", "arch_id": arch_id}
+        if parent_run_id:
+            tags[PARENT_TAG] = parent_run_id
+        if candidate_run_id:
+            tags[EXPORTED_FROM_TAG] = candidate_run_id
+        if search_name:
+            tags[SEARCH_TAG] = search_name
+        with mlflow_errors(lambda: f"cannot create the export run in {self.uri}"):
+            return str(self.client.create_run(self.experiment_id, run_name=f"export-{arch_id}", tags=tags).info.run_id)
+
+    def log_onnx_model(
+        self, run_id: str, onnx_path: Path, sample: Any, output: Any, register: str | None
+    ) -> tuple[str, str | None]:
+        """Log an ONNX model on ``run_id`` (:func:`mlflow.onnx.log_model`), registering it when named.
+
+        Args:
+            run_id: the export run.
+            onnx_path: the model file.
+            sample: an input array, for the model signature.
+            output: the model's output on ``sample``, for the signature.
+            register: registered model name (None: not registered).
+
+        Returns:
+            The model URI and the registered version (None when not registered).
+        """
+        # Only exports log models: the search does not pay for these imports.
+        import mlflow.onnx
+        import onnx
+        from mlflow.models import infer_signature
+
+        with mlflow_errors(lambda: f"cannot log the ONNX model to {self.uri}"), _fluent(self.uri, run_id):
+            info = mlflow.onnx.log_model(
+                onnx.load(str(onnx_path)), name="model", signature=infer_signature(sample, output),
+                registered_model_name=register, save_as_external_data=False,
+            )
+        version = str(info.registered_model_version) if register else None
+        return str(info.model_uri), version
+
+    def finish_export_run(self, run_id: str, folder: Path, metrics: Mapping[str, float]) -> None:
+        """Upload the export folder (as ``export/``), log its figures and close the run."""
+        now = _now_ms()
+        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        try:
+            self.client.log_artifacts(run_id, str(folder), artifact_path="export")
+            self.client.log_batch(run_id, metrics=batch)
+            self.client.set_terminated(run_id, "FINISHED")
+        except (MlflowException, OSError) as err:
+            raise TrackingError(f"cannot finish the export run {run_id}: {err}") from None
+
+    # ------------------------------------------------------------------ latency predictors
+    def log_predictor(
+        self, name: str, files: Iterable[Path], params: Mapping[str, Any],
+        dataset_files: Iterable[Path] = (), dataset_params: Mapping[str, Any] | None = None,
+        register: str | None = None,
+    ) -> tuple[str, str | None]:
+        """Record a latency predictor (and the dataset it was fitted on) as a finished run.
+
+        The run has tag ``latnas.role=predictor`` (the leaderboard ignores it), the predictor's
+        identity and quality figures as params, the predictor file under ``predictor/`` and the
+        dataset files under ``dataset/``. With ``register``, the predictor file is registered as a
+        version of that registered model (its source is the logged artifact folder).
+
+        Returns:
+            The run id and the registered version (None when not registered).
+        """
+        flat = {f"predictor.{k}": v for k, v in params.items()}
+        flat.update({f"dataset.{k}": v for k, v in (dataset_params or {}).items()})
+        try:
+            run = self.client.create_run(self.experiment_id, run_name=name, tags={ROLE_TAG: "predictor"})
+            run_id = run.info.run_id
+            self._log(run_id, params=flat)
+            for f in files:
+                self.client.log_artifact(run_id, str(f), artifact_path="predictor")
+            for f in dataset_files:
+                self.client.log_artifact(run_id, str(f), artifact_path="dataset")
+            version: str | None = None
+            if register:
+                try:
+                    self.client.get_registered_model(register)
+                except MlflowException:
+                    self.client.create_registered_model(register, tags={ROLE_TAG: "predictor"})
+                mv = self.client.create_model_version(
+                    register, source=f"{run.info.artifact_uri}/predictor", run_id=run_id,
+                    tags={k: str(v) for k, v in params.items()
+                          if k in ("predictor_digest", "space", "backend", "fingerprint")},
+                )
+                version = str(mv.version)
+            self.client.set_terminated(run_id, "FINISHED")
+        except (MlflowException, OSError) as err:
+            raise TrackingError(f"cannot record the predictor in {self.uri}: {err}") from None
+        return str(run_id), version
+
+    # ------------------------------------------------------------------ helpers
+    def _log(
+        self, run_id: str, params: Mapping[str, Any] | None = None, metrics: list[Metric] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        p = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in (params or {}).items()]
+        t = [RunTag(k, str(v)[:_MAX_PARAM_LEN]) for k, v in (tags or {}).items()]
+        for chunk in _chunks(p, _MAX_PARAMS):
+            self.client.log_batch(run_id, params=chunk)
+        for chunk in _chunks(t, _MAX_TAGS):
+            self.client.log_batch(run_id, tags=chunk)
+        for chunk in _chunks(metrics or [], _MAX_METRICS):
+            self.client.log_batch(run_id, metrics=chunk)
+
+
+@contextmanager
+def _fluent(uri: str, run_id: str) -> Iterator[None]:
+    """``mlflow.<flavor>.log_model`` logs to the fluent API's active run: point it at ``run_id`` for a moment."""
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        with mlflow.start_run(run_id=run_id):
+            yield
+    finally:
+        mlflow.set_tracking_uri(previous)

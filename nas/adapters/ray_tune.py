@@ -1,0 +1,565 @@
+"""The only module that imports Ray: the cluster, the Tuner, the searcher and driver callbacks.
+
+* :func:`connect` starts a local Ray cluster (``ray.init`` on this machine) or joins the one at
+  ``ray.address`` (or at ``$RAY_ADDRESS``, which ``ray job submit`` sets for the search it
+  starts); an unreachable address is a :class:`~nas.errors.ClusterError` before any trial. Ray
+  Client addresses (``ray://``) are refused: under Ray Client, Ray Tune runs its driver loop on
+  the head node, so the callbacks that write the MLflow record would run there and not here.
+  Ray's own console output is silenced (no progress tables, no dashboard, no usage stats);
+  warnings from trials still reach the console.
+* :func:`check_latency_on_trial_node` builds the latency backend once where trials run, with a
+  trial's resources (the driver's machine may lack the trials' GPU).
+* :class:`ArchSearcher` is the bookkeeping between Ray Tune's trial ids and a
+  :class:`nas.core.sampling.Sampler` (e.g. the Optuna study), as Ray Tune's own
+  ``OptunaSearch`` does, plus one evaluation per distinct architecture.
+* :func:`run_trials` runs the Tuner: per-trial resources, ``max_concurrent_trials``,
+  ``reuse_actors``, FIFO or ASHA, state under an absolute ``storage_path`` (resumable), and a
+  driver-side callback that turns each finished trial into a
+  :class:`~nas.core.record.Candidate` and hands it to the caller (who records it in MLflow):
+  every write happens in this process. Each report carries where the trial ran (Ray node id
+  and IP, the GPU ids Ray assigned it), so the record names the node of every candidate.
+
+Failures: a typed error is a FAILED report from the trial itself (:mod:`nas.trial.evaluate`). A
+trial whose process dies (killed, out of memory at the OS level, its node lost: Ray raises
+``RayActorError``, ``WorkerCrashedError``, ``NodeDiedError`` or ``OutOfMemoryError``) is started
+again by Ray Tune, up to ``search.max_retries`` times (``FailureConfig(max_failures=...)``), and
+is recorded once, with its ``retries``; past that it is FAILED with ``TrialProcessDied``. Which
+it was is read from the exception object Ray Tune keeps for the trial (its pickled error,
+written by this driver process moments before), never from the error's text. An unexpected
+exception (a bug) is not retried: the trial reports it as ``CRASHED``, a stopper ends the
+experiment and the driver raises with the traceback.
+
+Ctrl-C: Ray Tune stops the experiment on SIGINT; a handler installed in front of Ray Tune's own
+(:class:`_RecordCallback` at the experiment's start) sets the outcome's ``interrupted`` flag, so
+the driver knows it was interrupted rather than inferring it. Ray Tune's own resume
+(``Tuner.restore``) is not used: a search is resumed from its MLflow record (:mod:`nas.driver`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import pickle
+import signal
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import cloudpickle
+
+from latency_predictor import LatencyError
+from nas.core.config import LatencyConfig, RayConfig, SearchAlgConfig
+from nas.core.errors import ClusterError
+from nas.core.record import COMPLETED, CRASHED, RUNNING, Candidate, candidate_from_reports
+from nas.core.sampling import Outcome, Sampler
+from nas.trial.evaluate import TrialContext, evaluate_candidate, latency_estimator
+from search_spaces import SearchSpace
+
+# Set before Ray is imported: Ray reads some of these at import time.
+_QUIET_ENV = {
+    "RAY_AIR_NEW_OUTPUT": "0",  # with verbose=0 the legacy reporter prints nothing
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # no per-trial CSV/JSON/TensorBoard files: MLflow is the record
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_DEDUP_LOGS": "1",
+    # Ray Tune's traceback of every failed attempt: the driver reports retries in one line, records
+    # the reason of a trial that failed and raises a crash with its traceback.
+    "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
+}
+for _k, _v in _QUIET_ENV.items():
+    os.environ.setdefault(_k, _v)
+
+import ray  # noqa: E402
+from ray import tune  # noqa: E402
+from ray.exceptions import (  # noqa: E402
+    NodeDiedError,
+    OutOfMemoryError,
+    RayActorError,
+    RayTaskError,
+    WorkerCrashedError,
+)
+from ray.tune.experiment import Trial  # noqa: E402
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler  # noqa: E402
+from ray.tune.search import Searcher  # noqa: E402
+
+_NOISY_LOGGERS = (
+    # On Ctrl-C: "Trials did not complete" and "Resume experiment with: Tuner.restore(...)"; the
+    # driver says what was recorded and how to resume (resume=true).
+    "ray.tune.tune",
+    "ray._private.authentication.authentication_token_setup",  # "token authentication is enabled" on every start
+    "ray.tune.analysis.experiment_analysis",  # "failed to fetch metrics": per-trial files are off on purpose
+)
+
+log = logging.getLogger(__name__)
+
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+PROCESS_DEATHS: tuple[type[BaseException], ...] = (RayActorError, WorkerCrashedError, NodeDiedError, OutOfMemoryError)
+"""Ray's exceptions for a trial whose process (or node) died, rather than code that raised."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The Ray cluster the search runs on.
+
+    Attributes:
+        address: ``local`` for a cluster started here, else the address joined.
+        cpus: CPUs in the cluster.
+        gpus: GPUs in the cluster.
+        started_here: whether :func:`connect` started it (and :func:`disconnect` stops it).
+        joined_here: whether :func:`connect` joined an existing cluster (and :func:`disconnect`
+            leaves it, which stops nothing on the cluster).
+        nodes: alive nodes in the cluster.
+    """
+
+    address: str
+    cpus: float
+    gpus: float
+    started_here: bool
+    joined_here: bool = False
+    nodes: int = 1
+
+
+def _check_address(address: str, source: str = "ray.address") -> None:
+    if address.startswith("ray://"):
+        raise ClusterError(
+            f"{source} {address!r} is a Ray Client address: under Ray Client, Ray Tune runs the search's driver "
+            "loop on the head node, away from this process and its MLflow record; run the search on a node of "
+            "the cluster with ray.address=auto (or host:port), or submit it with `ray job submit` (docs/cluster.md)"
+        )
+    if address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            pass
+    except OSError as err:
+        raise ClusterError(
+            f"{source} {address!r}: cannot reach a Ray cluster at {host}:{port} ({err.strerror or err}); "
+            "start it (ray start --head) or leave ray.address unset to start a local one"
+        ) from None
+
+
+def joins_cluster(cfg: RayConfig) -> bool:
+    """Whether :func:`connect` will join an existing cluster (``ray.address`` or ``$RAY_ADDRESS`` set)."""
+    return cfg.address is not None or bool(os.environ.get(RAY_ADDRESS_ENV, "").strip())
+
+
+def connect(cfg: RayConfig) -> Cluster:
+    """Start a local Ray cluster, or join ``cfg.address``; reuse Ray if it is already initialised.
+
+    With ``cfg.address`` unset and ``$RAY_ADDRESS`` set (``ray job submit`` sets it for the
+    command it starts), the cluster at ``$RAY_ADDRESS`` is joined, as ``ray.init`` would.
+
+    Raises:
+        ClusterError: the address is a Ray Client address or cannot be reached.
+    """
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    started = joined = False
+    target, source = cfg.address, "ray.address"
+    if target is None and os.environ.get(RAY_ADDRESS_ENV, "").strip():
+        target, source = os.environ[RAY_ADDRESS_ENV].strip(), f"${RAY_ADDRESS_ENV}"
+    if target is not None:
+        _check_address(target, source)  # even when Ray is up already: a wrong address is the user's mistake
+    if ray.is_initialized():
+        address = "existing"
+    elif target is not None:
+        try:
+            ray.init(address=target, logging_level=logging.WARNING, include_dashboard=False)
+        except (ConnectionError, RuntimeError) as err:
+            raise ClusterError(f"{source} {target!r}: cannot join the Ray cluster: {err}") from None
+        address, joined = target, True
+    else:
+        # address="local": a new cluster here, even where `ray start` (or another program) left a
+        # cluster address in Ray's temp folder, which a plain ray.init() would silently join.
+        ray.init(address="local", num_cpus=cfg.num_cpus, logging_level=logging.WARNING, include_dashboard=False)
+        address, started = "local", True
+    res = ray.cluster_resources()
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), started, joined, nodes)
+
+
+def disconnect(cluster: Cluster) -> None:
+    """Stop the cluster if :func:`connect` started it; leave it if :func:`connect` joined it."""
+    if (cluster.started_here or cluster.joined_here) and ray.is_initialized():
+        ray.shutdown()
+
+
+def check_latency_on_trial_node(
+    cfg: LatencyConfig, num_classes: int, space: SearchSpace, resources: dict[str, float]
+) -> str:
+    """Build the latency estimator once in a Ray task with a trial's ``resources``, where trials run.
+
+    The driver's machine may lack the trials' device (a CPU-only head node driving trials on GPU
+    nodes), so on a joined cluster the backend is checked on a trial node instead.
+
+    Returns:
+        The name of the device the estimator's figures are for.
+
+    Raises:
+        LatencyError: the estimator cannot be built there (unknown option, device not available).
+    """
+    task = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"])(_latency_check)
+    error, device_name = ray.get(task.remote(cfg, num_classes, space))
+    if error is not None:
+        raise error
+    return str(device_name)
+
+
+def _latency_check(cfg: LatencyConfig, num_classes: int, space: SearchSpace) -> tuple[LatencyError | None, str]:
+    # The error is returned, not raised: a raised error would come back wrapped in Ray's own type.
+    try:
+        est = latency_estimator(cfg, num_classes, space)
+    except LatencyError as err:
+        return err, ""
+    return None, est.environment().get("device_name", "unknown")
+
+
+def placement() -> dict[str, str]:
+    """Where the calling trial runs: :data:`~nas.core.record.PLACEMENT_TAGS` (Ray node id and IP,
+    assigned GPU ids; ``none`` without a GPU).
+
+    Ray shows a trial only the GPUs it assigned (``CUDA_VISIBLE_DEVICES``), as ``cuda:0``,
+    ``cuda:1``, ...; the ids here are the node's own numbering of those GPUs.
+    """
+    rt = ray.get_runtime_context()
+    gpus = rt.get_accelerator_ids().get("GPU", [])
+    return {
+        "ray_node_id": rt.get_node_id(), "ray_node_ip": ray.util.get_node_ip_address(),
+        "ray_gpu_ids": ",".join(str(g) for g in gpus) or "none",
+    }
+
+
+def trial_resources(cfg: RayConfig, cluster: Cluster, max_concurrent: int) -> dict[str, float]:
+    """CPUs and GPUs per trial (``gpus_per_trial`` None: the cluster's GPUs shared by the
+    concurrent trials on a local cluster, none on an existing one).
+
+    Raises:
+        ClusterError: a trial asks for more than the whole cluster has (it would wait forever).
+    """
+    gpus = cfg.gpus_per_trial
+    if gpus is None:
+        gpus = cluster.gpus / max_concurrent if cluster.started_here and cluster.gpus else 0.0
+    if cfg.cpus_per_trial > cluster.cpus:
+        raise ClusterError(
+            f"ray.cpus_per_trial={cfg.cpus_per_trial:g} but the cluster has {cluster.cpus:g} CPUs; lower it"
+        )
+    if gpus > cluster.gpus:
+        raise ClusterError(f"ray.gpus_per_trial={gpus:g} but the cluster has {cluster.gpus:g} GPUs; lower it")
+    return {"cpu": cfg.cpus_per_trial, "gpu": gpus}
+
+
+def outcome_of(result: dict[str, Any] | None, error: bool) -> Outcome:
+    """What to tell the sampler about a trial that ended with ``result`` as its last report."""
+    if error or not result or result.get("status") not in (COMPLETED, RUNNING):
+        return Outcome("fail")
+    state = "complete" if result["status"] == COMPLETED else "pruned"
+    return Outcome(
+        state, reward=float(result["reward"]), accuracy=float(result["accuracy"]),
+        latency_ms=float(result["latency_ms"]), step=int(result.get("epoch", 0)),
+    )
+
+
+class ArchSearcher(Searcher):
+    """A Ray Tune searcher that proposes distinct architectures from a :class:`~nas.core.sampling.Sampler`.
+
+    The trial config is ``{"arch": <canonical architecture string>}``, plus ``"front"`` (the
+    ``[latency_ms, accuracy]`` Pareto front when the trial starts) when ``front`` is given.
+    """
+
+    def __init__(self, sampler: Sampler, front: Callable[[], list[list[float]]] | None = None) -> None:
+        super().__init__(metric="reward", mode="max")
+        self.sampler = sampler
+        self.front = front
+        self.arch_of: dict[str, str] = {}
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any) -> bool:
+        # The objectives are the sampler's (reward, or accuracy and latency for NSGA-II).
+        return True
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        arch = self.sampler.ask()
+        if arch is None:
+            return Searcher.FINISHED  # type: ignore[return-value]  # Ray's documented sentinel
+        self.arch_of[trial_id] = arch
+        return {"arch": arch} if self.front is None else {"arch": arch, "front": self.front()}
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        arch = self.arch_of.get(trial_id)
+        if arch is not None:
+            self.sampler.tell(arch, outcome_of(result, error))
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"sampler": self.sampler, "arch_of": self.arch_of}, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            state = pickle.load(f)
+        self.sampler, self.arch_of = state["sampler"], state["arch_of"]
+
+
+def process_died(error: BaseException | None) -> bool:
+    """Whether a trial's error means its process (or node) died rather than code raising.
+
+    The trainable reports every exception of LatNAS's own code itself, so what reaches Ray Tune
+    as an error is either a death (:data:`PROCESS_DEATHS`) or an exception in Ray's wrapper around
+    the trainable (a ``RayTaskError`` whose cause is not a death): a bug.
+    """
+    if isinstance(error, RayTaskError):
+        error = error.as_instanceof_cause()
+    return isinstance(error, PROCESS_DEATHS)
+
+
+def _trial_exception(trial: Trial) -> BaseException | None:
+    """The exception Ray Tune recorded for the trial's last failure (None: none recorded).
+
+    Ray Tune pickles it in the trial's local folder (``Trial.handle_error``, in this process)
+    before it calls back.
+    """
+    path = trial.pickled_error_file
+    if not path or not Path(path).is_file():
+        return None
+    with open(path, "rb") as f:
+        error = cloudpickle.load(f)
+    return error if isinstance(error, BaseException) else None
+
+
+class _RecordCallback(tune.Callback):
+    """Driver side: gathers each trial's reports and hands one candidate per finished trial on.
+
+    At the experiment's start it also puts a SIGINT handler in front of Ray Tune's own, which
+    sets :attr:`interrupted` and then lets Ray Tune stop the experiment as it does on Ctrl-C.
+    """
+
+    def __init__(self, searcher: ArchSearcher, on_record: Callable[[Candidate], None], max_retries: int) -> None:
+        self._searcher = searcher
+        self._on_record = on_record
+        self._max_retries = max_retries
+        self._results: dict[str, list[dict[str, Any]]] = {}
+        self._start: dict[str, float] = {}
+        self._retries: dict[str, int] = {}
+        self.crashes: list[str] = []
+        self.n_records = 0
+        self.n_retries = 0
+        self.interrupted = False
+
+    def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None,
+              **info: Any) -> None:
+        # Called by Ray Tune after it installed its own SIGINT handler (in the main thread).
+        try:
+            ray_handler = signal.getsignal(signal.SIGINT)
+        except ValueError:  # not the main thread: Ray Tune installed none either
+            return
+
+        def on_sigint(signum: int, frame: FrameType | None) -> None:
+            self.interrupted = True
+            if callable(ray_handler):
+                ray_handler(signum, frame)
+            else:
+                raise KeyboardInterrupt
+
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGINT, on_sigint)
+
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        self._start[trial.trial_id] = time.time()
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+    ) -> None:
+        self._results.setdefault(trial.trial_id, []).append(result)
+
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        # The process died and Ray Tune starts the trial again from the beginning: what the lost
+        # attempt reported is discarded, so the record holds one attempt.
+        self._results.pop(trial.trial_id, None)
+        n = self._retries[trial.trial_id] = self._retries.get(trial.trial_id, 0) + 1
+        self.n_retries += 1
+        log.warning(
+            "trial %s (%s): its process died (%s); starting it again (retry %d of %d)", trial.trial_id,
+            trial.config.get("arch"), _first_sentence(_last_line(_error_text(trial))), n, self._max_retries,
+        )
+
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        last = (self._results.get(trial.trial_id) or [{}])[-1]
+        if last.get("status") == CRASHED:
+            self.crashes.append(f"trial {trial.trial_id} ({trial.config.get('arch')}):\n{last.get('crash', '')}")
+        self._finish(trial, None)
+
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        error = _error_text(trial)
+        if process_died(_trial_exception(trial)):
+            tries = self._retries.get(trial.trial_id, 0) + 1
+            reason = (f"the trial's process died {tries} time(s), search.max_retries={self._max_retries}: "
+                      f"{_last_line(error)}")
+            self._finish(trial, reason, "TrialProcessDied")
+            return
+        self.crashes.append(f"trial {trial.trial_id} ({trial.config.get('arch')}):\n{error}")
+        self._finish(trial, _last_line(error))
+
+    def _finish(self, trial: Trial, error: str | None, error_type: str = "TrialCrashed") -> None:
+        arch = trial.config.get("arch") or self._searcher.arch_of.get(trial.trial_id, "")
+        results = self._results.pop(trial.trial_id, [])
+        start = self._start.pop(trial.trial_id, time.time())
+        decisions = self._searcher.sampler.decisions(arch) if arch else {}
+        self.n_records += 1
+        cand = candidate_from_reports(trial.trial_id, arch, results, decisions, start, time.time(), error, error_type)
+        cand.metrics["retries"] = float(self._retries.pop(trial.trial_id, 0))
+        self._on_record(cand)
+
+
+class _CrashStopper(tune.Stopper):
+    """Ends the experiment once a trial has crashed (a bug: the driver raises after recording)."""
+
+    def __init__(self, callback: _RecordCallback) -> None:
+        self._callback = callback
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return bool(self._callback.crashes)
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else text
+
+
+def _first_sentence(text: str, limit: int = 160) -> str:
+    head = text.split(". ", 1)[0]
+    return head if len(head) <= limit else head[: limit - 3] + "..."
+
+
+def _error_text(trial: Trial) -> str:
+    # Ray writes the traceback to the trial's local error file before calling back; the copy in
+    # the storage path (what Trial.get_error reads) appears only after the next sync.
+    path = trial.error_file
+    if path and Path(path).is_file():
+        text = Path(path).read_text(errors="replace").strip()
+        if text:
+            return text
+    return str(trial.get_error() or "the trial process failed without an error message")
+
+
+@dataclass
+class TuneOutcome:
+    """How the Tuner run ended.
+
+    Attributes:
+        experiment_path: the Ray Tune experiment folder (absolute), from which it can be resumed.
+        finished_trials: trials that ended (completed, failed, stopped early, crashed).
+        crashes: error texts of trials that raised an unexpected exception.
+        exhausted: the sampler found no new architecture (the space is exhausted).
+        interrupted: the run was stopped (Ctrl-C) before ``n_trials`` trials ended.
+        duplicates: suggestions of already evaluated architectures (given the earlier result).
+        wall_seconds: time spent in ``Tuner.fit``.
+        ray_trials: trials Ray Tune started (its ResultGrid), each counted once however often
+            retried; after a Ctrl-C this includes the trials it stopped unfinished (not recorded).
+        retries: trial processes that died and were started again.
+    """
+
+    experiment_path: str
+    finished_trials: int
+    crashes: list[str] = field(default_factory=list)
+    exhausted: bool = False
+    interrupted: bool = False
+    duplicates: int = 0
+    wall_seconds: float = 0.0
+    ray_trials: int = 0
+    retries: int = 0
+
+
+def _restore_sigint(handler: Any) -> None:
+    if handler is None:
+        return
+    with contextlib.suppress(ValueError):  # not the main thread: nothing was installed
+        signal.signal(signal.SIGINT, handler)
+
+
+def _trainable(config: dict[str, Any], ctx: TrialContext) -> None:
+    where = placement()
+
+    def report(metrics: dict[str, Any]) -> None:
+        tune.report({**metrics, **where})
+
+    try:
+        evaluate_candidate(config["arch"], ctx, report, config.get("front"))
+    except Exception:  # a bug: reported, not raised, so that Ray Tune does not retry it; the driver
+        # records it, stops the search and raises it with this traceback.
+        report({"status": CRASHED, "arch": config["arch"], "reward": math.nan, "crash": traceback.format_exc()})
+
+
+def _scheduler(cfg: SearchAlgConfig, epochs: int) -> TrialScheduler:
+    if cfg.scheduler == "asha":
+        return ASHAScheduler(
+            time_attr="training_iteration", max_t=epochs, grace_period=cfg.grace_period,
+            reduction_factor=cfg.reduction_factor,
+        )
+    return FIFOScheduler()
+
+
+def run_trials(
+    ctx: TrialContext,
+    sampler: Sampler,
+    search: SearchAlgConfig,
+    resources: dict[str, float],
+    storage_path: Path,
+    name: str,
+    on_record: Callable[[Candidate], None],
+    n_trials: int | None = None,
+    front: Callable[[], list[list[float]]] | None = None,
+) -> TuneOutcome:
+    """Run up to ``n_trials`` trials of distinct architectures.
+
+    Args:
+        ctx: what every trial needs (shipped once through Ray's object store).
+        sampler: proposes the architectures.
+        search: trial count, concurrency, scheduler, retries.
+        resources: ``{"cpu": ..., "gpu": ...}`` per trial.
+        storage_path: absolute folder for Ray Tune's state (``<storage_path>/<name>``).
+        name: the Ray Tune experiment name.
+        on_record: called in this process with each finished trial's record, as it finishes.
+        n_trials: trials to run (None: ``search.n_trials``; fewer when a search is resumed).
+        front: the current ``[latency_ms, accuracy]`` Pareto front, handed to each trial as it
+            starts (hybrid predictor mode confirms candidates that could join it).
+    """
+    n_trials = search.n_trials if n_trials is None else n_trials
+    searcher = ArchSearcher(sampler, front)
+    callback = _RecordCallback(searcher, on_record, search.max_retries)
+    trainable = tune.with_resources(tune.with_parameters(_trainable, ctx=ctx), resources)
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            metric="reward", mode="max", search_alg=searcher, scheduler=_scheduler(search, ctx.train.epochs),
+            num_samples=n_trials, max_concurrent_trials=search.max_concurrent, reuse_actors=True,
+            trial_name_creator=lambda t: f"trial_{t.trial_id}", trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
+        ),
+        run_config=tune.RunConfig(
+            name=name, storage_path=str(storage_path.resolve()), verbose=0, callbacks=[callback],
+            # A dead trial process is started again; a bug is reported as CRASHED and stops the
+            # experiment through the stopper (fail_fast would also stop on a retried death).
+            failure_config=tune.FailureConfig(max_failures=search.max_retries, fail_fast=False),
+            stop=_CrashStopper(callback),
+        ),
+    )
+    t0 = time.perf_counter()
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        grid = tuner.fit()
+    finally:
+        _restore_sigint(sigint)  # Ray Tune leaves its own handler (and so ours) installed
+    wall = time.perf_counter() - t0
+    return TuneOutcome(
+        experiment_path=str(Path(grid.experiment_path)), finished_trials=callback.n_records,
+        crashes=callback.crashes, exhausted=sampler.exhausted, interrupted=callback.interrupted,
+        duplicates=sampler.duplicates, wall_seconds=wall, ray_trials=len(grid), retries=callback.n_retries,
+    )

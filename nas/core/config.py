@@ -1,0 +1,507 @@
+"""The configuration of every command: one dataclass schema per Hydra config group, one per command.
+
+Each group (``latency``, ``data``, ``train``, ``accuracy``, ``search``, ``ray``, ``tracking``)
+has a schema, registered in Hydra's ConfigStore as ``<group>/schema`` by :mod:`nas.cli`
+(the Hydra adapter; this module does not import Hydra); the YAML files under
+``conf/<group>/`` start from it, so a misspelt key or a wrong type fails when the config is
+composed, naming the key. The ``space`` group holds search-space YAML in the format of
+:mod:`search_spaces` and has no default: its schema is a loose mapping here and
+:meth:`search_spaces.SearchSpace.from_dict` validates it. Ranges and choices are checked by
+:func:`validate` before any work starts.
+
+Library code receives plain dataclasses (``OmegaConf.to_object``), never a DictConfig.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from nas.core.errors import ConfigError
+from nas.core.record import SORT_KEYS
+from nas.core.reward import REWARDS
+
+DATASETS = ("digits", "cifar10", "image_folder")
+OPTIMIZERS = ("sgd", "adam")
+LR_SCHEDULES = ("cosine", "constant")
+ESTIMATORS = ("train", "naswot")
+SAMPLERS = ("tpe", "random", "nsga2")
+SCHEDULERS = ("fifo", "asha")
+_DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+@dataclass
+class LatencyConfig:
+    """How a candidate's latency is obtained (the ``latency`` group).
+
+    Attributes:
+        backend: the estimator's registry name (``onnxruntime``, ``torch``, ``tensorrt``, ...).
+        input_shape: the deployment input shape, batch first.
+        options: backend-specific settings, passed to the backend, which checks them
+            (e.g. ``provider``, ``intra_op_threads`` for ONNX Runtime).
+        measure: measurement protocol settings (warm-up and timed runs, stability threshold).
+    """
+
+    backend: str = "onnxruntime"
+    input_shape: list[int] = field(default_factory=lambda: [1, 3, 224, 224])
+    options: dict[str, Any] = field(default_factory=dict)
+    measure: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    """The proxy task accuracy is estimated on (the ``data`` group).
+
+    Attributes:
+        name: ``digits`` (scikit-learn's, shipped with it), ``cifar10`` (the CIFAR-10 python
+            pickle folder) or ``image_folder`` (``<path>/<class>/<image>``).
+        path: local folder for ``cifar10`` and ``image_folder``; never downloaded.
+        resolution: images are resized to ``resolution`` x ``resolution`` (3 channels).
+        val_fraction: share of the data held out for validation (``digits``, ``image_folder``;
+            CIFAR-10 uses its own test batch).
+        max_train_samples: use at most this many training images (None: all).
+        max_val_samples: use at most this many validation images (None: all).
+        seed: seed of the train/validation split and of subsampling.
+    """
+
+    name: str = "digits"
+    path: str | None = None
+    resolution: int = 32
+    val_fraction: float = 0.2
+    max_train_samples: int | None = None
+    max_val_samples: int | None = None
+    seed: int = 0
+
+
+@dataclass
+class TrainConfig:
+    """Brief training of each candidate on the proxy task (the ``train`` group).
+
+    Attributes:
+        epochs: training epochs per candidate.
+        batch_size: minibatch size.
+        optimizer: ``sgd`` (with Nesterov momentum) or ``adam``.
+        lr: peak learning rate.
+        momentum: SGD momentum.
+        weight_decay: L2 weight decay.
+        lr_schedule: ``cosine`` (annealed to zero over all steps) or ``constant``.
+        dropout: dropout before the classifier.
+        seed: seed of weight initialisation and batch order (the same for every candidate).
+        device: ``auto`` (CUDA when a GPU is visible to the trial, else CPU), ``cpu``, ``cuda``
+            or ``cuda:N``.
+    """
+
+    epochs: int = 2
+    batch_size: int = 64
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-5
+    lr_schedule: str = "cosine"
+    dropout: float = 0.0
+    seed: int = 0
+    device: str = "auto"
+
+
+@dataclass
+class AccuracyConfig:
+    """How a candidate's accuracy is estimated (the ``accuracy`` group).
+
+    Attributes:
+        estimator: ``train`` (brief training, validation accuracy) or ``naswot`` (training-free
+            score of Mellor et al. 2021, used in place of accuracy by the reward).
+        batch_size: images scored at once by ``naswot``.
+    """
+
+    estimator: str = "train"
+    batch_size: int = 64
+
+
+@dataclass
+class SearchAlgConfig:
+    """The search algorithm (the ``search`` group).
+
+    Attributes:
+        sampler: ``tpe`` (Optuna's TPE), ``random``, or ``nsga2`` (multi-objective: accuracy
+            up, latency down).
+        n_trials: distinct architectures to evaluate.
+        max_concurrent: trials running at once.
+        seed: seed of the sampler.
+        reward: ``squared`` (default), ``mnas_soft`` or ``mnas_hard`` (see :mod:`nas.core.reward`).
+        scheduler: ``fifo`` (every trial runs all epochs) or ``asha`` (early stopping).
+        grace_period: ASHA: epochs before a trial may be stopped.
+        reduction_factor: ASHA: the halving rate.
+        n_startup_trials: TPE: random trials before the model is used.
+        population_size: NSGA-II: the population size.
+        max_duplicates: consecutive already-evaluated suggestions after which the space is
+            taken as exhausted and the search ends.
+        trial_timeout_s: wall-clock limit of one trial in seconds (None: no limit); checked
+            between training steps and around the latency measurement, a trial past it is
+            FAILED with ``TrialTimeoutError``.
+        max_retries: times a trial whose process died (killed, lost node) is started again
+            before it is recorded as FAILED.
+    """
+
+    sampler: str = "tpe"
+    n_trials: int = 20
+    max_concurrent: int = 2
+    seed: int = 0
+    reward: str = "squared"
+    scheduler: str = "fifo"
+    grace_period: int = 1
+    reduction_factor: int = 2
+    n_startup_trials: int = 8
+    population_size: int = 8
+    max_duplicates: int = 200
+    trial_timeout_s: float | None = None
+    max_retries: int = 2
+
+
+@dataclass
+class RayConfig:
+    """Where trials run (the ``ray`` group).
+
+    Attributes:
+        address: None starts a local Ray cluster on this machine (or joins ``$RAY_ADDRESS``
+            when set, as under ``ray job submit``); ``auto`` or ``host:port`` joins an existing
+            one (Ray Client ``ray://`` addresses are refused: see docs/cluster.md).
+        num_cpus: CPUs of the local cluster (None: all of this machine's).
+        cpus_per_trial: CPUs reserved per trial (also torch's thread count in the trial).
+        gpus_per_trial: GPUs reserved per trial; None: ``visible GPUs / max_concurrent`` on a
+            local cluster (0 when there are none), 0 on an existing cluster.
+    """
+
+    address: str | None = None
+    num_cpus: int | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float | None = None
+
+
+@dataclass
+class TrackingConfig:
+    """Where results are recorded (the ``tracking`` group).
+
+    Attributes:
+        uri: MLflow tracking URI; None: ``sqlite:///<launch directory>/mlflow.db``.
+        experiment: MLflow experiment name.
+    """
+
+    uri: str | None = None
+    experiment: str = "latnas"
+
+
+@dataclass
+class SearchConfig:
+    """The whole configuration of one search.
+
+    Attributes:
+        space: the search-space mapping (``+space=<name>`` loads ``conf/space/<name>.yaml``).
+        space_source: where ``space`` came from, for error messages.
+        target_ms: the latency target in milliseconds.
+        name: the search's name (MLflow parent run name, Ray experiment name); None:
+            ``<space>-<target>ms-<date>-<time>``.
+        output_dir: absolute folder for this search's files (Ray Tune state, artifacts);
+            None: ``outputs/<name>`` under the launch directory.
+        top_k: candidates shown in the final table.
+        progress: show the progress bar.
+        resume: continue the search called ``name`` recorded in the tracking store (its
+            candidates are not evaluated again; the sampler's history is rebuilt from them).
+    """
+
+    space: dict[str, Any] | None = None
+    space_source: str = "<config>"
+    target_ms: float | None = None
+    name: str | None = None
+    output_dir: str | None = None
+    top_k: int = 10
+    progress: bool = True
+    resume: bool = False
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
+    search: SearchAlgConfig = field(default_factory=SearchAlgConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+GROUP_SCHEMAS: dict[str, type] = {
+    "latency": LatencyConfig,
+    "data": DataConfig,
+    "train": TrainConfig,
+    "accuracy": AccuracyConfig,
+    "search": SearchAlgConfig,
+    "ray": RayConfig,
+    "tracking": TrackingConfig,
+}
+
+
+# ---------------------------------------------------------------------- range checks
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) -> None:
+    if value not in allowed:
+        raise ConfigError(key, f"{value!r} is not one of {list(allowed)}")
+
+
+def _int_at_least(key: str, value: int | None, minimum: int) -> None:
+    if value is None or value < minimum:
+        raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
+
+
+def _positive(key: str, value: float | None) -> None:
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise ConfigError(key, f"must be a finite number > 0, got {value!r}")
+
+
+def _in_range(key: str, value: float, low: float, high: float, text: str) -> None:
+    if not math.isfinite(value) or not low <= value < high:
+        raise ConfigError(key, f"must be in {text}, got {value!r}")
+
+
+def validate(cfg: SearchConfig) -> None:
+    """Check every value's range and choice; raise on the first bad one.
+
+    Paths are checked where they are used (the dataset, the tracking store) before trials start.
+
+    Raises:
+        ConfigError: naming the key, the value and what is allowed.
+    """
+    if cfg.space is None:
+        raise ConfigError("space", "no search space chosen; add +space=<name> (e.g. +space=mobile)")
+    if cfg.target_ms is None:
+        raise ConfigError("target_ms", "the latency target is required, e.g. target_ms=50")
+    _positive("target_ms", cfg.target_ms)
+    if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cfg.name):
+        raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
+    _int_at_least("top_k", cfg.top_k, 1)
+    if cfg.resume and cfg.name is None:
+        raise ConfigError("resume", "resume=true continues a named search: add name=<the search's name>")
+
+    lat = cfg.latency
+    # The backend name and options are checked by the backend registry when it is built.
+    if len(lat.input_shape) != 4 or any(d < 1 for d in lat.input_shape):
+        raise ConfigError(
+            "latency.input_shape", f"must be [N, C, H, W] with every dimension >= 1, got {lat.input_shape}"
+        )
+
+    data = cfg.data
+    _choice("data.name", data.name, DATASETS)
+    _int_at_least("data.resolution", data.resolution, 8)
+    _in_range("data.val_fraction", data.val_fraction, 0.01, 0.9, "[0.01, 0.9)")
+    if data.max_train_samples is not None:
+        _int_at_least("data.max_train_samples", data.max_train_samples, 1)
+    if data.max_val_samples is not None:
+        _int_at_least("data.max_val_samples", data.max_val_samples, 1)
+    if data.name != "digits" and not data.path:
+        raise ConfigError("data.path", f"data={data.name} reads a local folder: set data.path=/path/to/the/folder")
+
+    tr = cfg.train
+    _int_at_least("train.epochs", tr.epochs, 1)
+    _int_at_least("train.batch_size", tr.batch_size, 1)
+    _choice("train.optimizer", tr.optimizer, OPTIMIZERS)
+    _choice("train.lr_schedule", tr.lr_schedule, LR_SCHEDULES)
+    _positive("train.lr", tr.lr)
+    _in_range("train.momentum", tr.momentum, 0.0, 1.0, "[0, 1)")
+    _in_range("train.weight_decay", tr.weight_decay, 0.0, math.inf, "[0, inf)")
+    _in_range("train.dropout", tr.dropout, 0.0, 1.0, "[0, 1)")
+    if not _DEVICE_RE.fullmatch(tr.device):
+        raise ConfigError("train.device", f"must be auto, cpu, cuda or cuda:<index>, got {tr.device!r}")
+
+    acc = cfg.accuracy
+    _choice("accuracy.estimator", acc.estimator, ESTIMATORS)
+    _int_at_least("accuracy.batch_size", acc.batch_size, 2)
+
+    s = cfg.search
+    _choice("search.sampler", s.sampler, SAMPLERS)
+    _int_at_least("search.n_trials", s.n_trials, 1)
+    _int_at_least("search.max_concurrent", s.max_concurrent, 1)
+    _choice("search.reward", s.reward, sorted(REWARDS))
+    _choice("search.scheduler", s.scheduler, SCHEDULERS)
+    _int_at_least("search.grace_period", s.grace_period, 1)
+    _int_at_least("search.reduction_factor", s.reduction_factor, 2)
+    _int_at_least("search.n_startup_trials", s.n_startup_trials, 0)
+    _int_at_least("search.population_size", s.population_size, 2)
+    _int_at_least("search.max_duplicates", s.max_duplicates, 1)
+    if s.trial_timeout_s is not None:
+        _positive("search.trial_timeout_s", s.trial_timeout_s)
+    _int_at_least("search.max_retries", s.max_retries, 0)
+    if s.scheduler == "asha":
+        if acc.estimator != "train":
+            raise ConfigError("search.scheduler", "asha stops trials between epochs: it needs accuracy=train")
+        if s.sampler == "nsga2":
+            raise ConfigError("search.scheduler", "asha ranks trials by reward; nsga2 is multi-objective: use fifo")
+        if s.grace_period >= tr.epochs:
+            raise ConfigError(
+                "search.grace_period", f"must be below train.epochs ({tr.epochs}) for asha to stop anything"
+            )
+
+    r = cfg.ray
+    if r.address is not None and r.address.startswith("ray://"):
+        raise ConfigError(
+            "ray.address",
+            f"{r.address!r} is a Ray Client address, which runs Ray Tune's driver loop on the head node, away "
+            "from the MLflow record; run the search on a cluster node with ray.address=auto (or host:port), or "
+            "submit it with `ray job submit` (docs/cluster.md)",
+        )
+    if r.address is not None and not (r.address == "auto" or re.fullmatch(r"[^:/\s]+:\d+", r.address)):
+        raise ConfigError("ray.address", f"must be 'auto' or 'host:port' (the head node's GCS port), got {r.address!r}")
+    if r.num_cpus is not None:
+        _int_at_least("ray.num_cpus", r.num_cpus, 1)
+    _positive("ray.cpus_per_trial", r.cpus_per_trial)
+    if r.gpus_per_trial is not None:
+        _in_range("ray.gpus_per_trial", r.gpus_per_trial, 0.0, math.inf, "[0, inf)")
+    if r.address is None and r.num_cpus is not None and r.cpus_per_trial > r.num_cpus:
+        raise ConfigError("ray.cpus_per_trial", f"{r.cpus_per_trial} exceeds ray.num_cpus ({r.num_cpus})")
+
+    if not cfg.tracking.experiment.strip():
+        raise ConfigError("tracking.experiment", "must be a non-empty name")
+
+
+# ---------------------------------------------------------------------- the review commands
+
+LEADERBOARD_FORMATS = ("table", "csv", "json")
+REFERENCE_MODES = ("logged", "measure", "none")
+ENGINE_PRECISIONS = ("fp32", "fp16", "int8")
+
+
+@dataclass
+class LeaderboardConfig:
+    """Everything ``python -m nas.leaderboard`` takes.
+
+    Attributes:
+        search: the search's name or parent run id; None: the latest search.
+        top_k: candidates shown.
+        sort: ``reward``, ``accuracy``, ``latency_p50``, ``latency_p99``, ``params`` or ``macs``.
+        feasible: only candidates that meet the latency target.
+        pareto: only the Pareto front (accuracy vs latency p50).
+        failed: also list failed and pruned candidates with their reason.
+        format: ``table``, ``csv`` or ``json``.
+        output: write the CSV/JSON/table to this file instead of printing it.
+        plot: save the Pareto plot and log it on the search's parent run.
+        plot_path: where to save it; None: ``pareto-<search>.png`` in the current directory.
+        references: reference networks on the plot: ``logged`` (those recorded on the parent run),
+            ``measure`` (measure them now with the search's backend on this machine, which must be
+            the search's device, and record them on the parent run) or ``none``.
+        tracking: the MLflow store and experiment.
+    """
+
+    search: str | None = None
+    top_k: int = 10
+    sort: str = "reward"
+    feasible: bool = False
+    pareto: bool = False
+    failed: bool = False
+    format: str = "table"
+    output: str | None = None
+    plot: bool = True
+    plot_path: str | None = None
+    references: str = "logged"
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def validate_leaderboard(cfg: LeaderboardConfig) -> None:
+    """Check the leaderboard's choices and counts.
+
+    Raises:
+        ConfigError: naming the key and what is allowed.
+    """
+    _choice("sort", cfg.sort, list(SORT_KEYS))
+    _int_at_least("top_k", cfg.top_k, 1)
+    _choice("format", cfg.format, LEADERBOARD_FORMATS)
+    _choice("references", cfg.references, REFERENCE_MODES)
+
+
+@dataclass
+class ExportLatencyConfig:
+    """How latency is re-measured at export (the ``latency`` key); unset values come from the search.
+
+    Attributes:
+        backend: ``onnxruntime``, ``torch`` or ``tensorrt``; None: the search's measuring backend
+            (ONNX Runtime when the search predicted latency or is not known).
+        input_shape: deployment shape ``[N, C, H, W]``; None: the search's.
+        options: backend options (e.g. ``provider``, ``intra_op_threads``), over the search's when
+            the backend is the search's (else over the backend's defaults).
+        measure: measurement protocol settings, over the search's.
+        rounds: the unfused and fused networks are timed alternately this many times and each
+            keeps its fastest round, so drifting background load does not favour either.
+    """
+
+    backend: str | None = None
+    input_shape: list[int] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    measure: dict[str, Any] = field(default_factory=dict)
+    rounds: int = 3
+
+
+@dataclass
+class CheckConfig:
+    """Tolerance of the output checks (the ``check`` key).
+
+    Outputs match when ``|a - b| <= atol + rtol * |b|`` for every logit (``numpy.allclose``),
+    with ``b`` the unfused PyTorch network's output.
+    """
+
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    batches: int = 2
+
+
+@dataclass
+class ExportConfig:
+    """Everything ``python -m nas.export`` takes.
+
+    Attributes:
+        candidate: ``best``, an arch_id (12 hex digits), an MLflow run id (32 hex digits), a
+            reference network name or an architecture string.
+        search: the search ``best`` and arch_ids are looked up in: its name or parent run id;
+            None: the latest search of the experiment.
+        space: space name or YAML path for ``arch.json``'s decisions; None: the search's space.
+        output_dir: the export lands in ``<output_dir>/<arch_id>/``.
+        num_classes: classifier width; None: the training data's, else the search's, else 1000.
+        seed: seed of the weight initialisation (and of training).
+        engine: TensorRT engine: None builds one when TensorRT and a GPU are present (else a
+            note says how); true requires it (an error where it cannot be built); false skips it.
+        engine_precision: ``fp32``, ``fp16`` or ``int8`` for the engine.
+        log_model: log the export to MLflow; None: when the candidate came from the store.
+        register: register the logged model under this name in MLflow's model registry.
+        latency: latency re-measurement settings.
+        train: training before export (``train.epochs=0``: none, the weights stay initialised).
+        data: the training dataset; None: the search's (digits when not known).
+        check: tolerances of the output checks.
+        tracking: the MLflow store and experiment (``tracking.uri`` None: ``sqlite:///<cwd>/mlflow.db``).
+    """
+
+    candidate: str = "best"
+    search: str | None = None
+    space: str | None = None
+    output_dir: str = "exports"
+    num_classes: int | None = None
+    seed: int = 0
+    engine: bool | None = None
+    engine_precision: str = "fp16"
+    log_model: bool | None = None
+    register: str | None = None
+    latency: ExportLatencyConfig = field(default_factory=ExportLatencyConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=0))
+    data: DataConfig | None = None
+    check: CheckConfig = field(default_factory=CheckConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def validate_export(cfg: ExportConfig) -> None:
+    """Check the export settings that are not checked where they are used.
+
+    Raises:
+        ConfigError: naming the key and what is allowed.
+    """
+    _choice("engine_precision", cfg.engine_precision, ENGINE_PRECISIONS)
+    _int_at_least("latency.rounds", cfg.latency.rounds, 1)
+    _int_at_least("check.batches", cfg.check.batches, 1)
+    for key in ("atol", "rtol"):
+        _in_range(f"check.{key}", getattr(cfg.check, key), 0.0, math.inf, "[0, inf)")
+    _int_at_least("train.epochs", cfg.train.epochs, 0)
+    if cfg.num_classes is not None:
+        _int_at_least("num_classes", cfg.num_classes, 1)

@@ -1,0 +1,388 @@
+"""What a search records, as plain values: one :class:`Candidate` type, the :class:`SearchRecord`,
+one ranking and one Pareto front.
+
+Every part of LatNAS that talks about a candidate uses :class:`Candidate`: the driver builds
+one from a trial's reports (:func:`candidate_from_reports`) and writes it to MLflow; the MLflow
+reader builds the same type back from a run; the final table, ``leaderboard.csv``, the
+leaderboard command and the export read it. This is also the single place that decides what a
+candidate's metrics, params and tags are called.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from latency_predictor.hybrid import pareto_front as _front_indices
+from search_spaces import arch_id_of
+
+COMPLETED, RUNNING, FAILED, PRUNED = "COMPLETED", "RUNNING", "FAILED", "PRUNED"
+CRASHED = "CRASHED"
+"""The status of a trial's last report when it raised an unexpected error (a bug)."""
+KILLED = "KILLED"
+"""A candidate record the driver was writing when it stopped (marked so on resume)."""
+
+FINAL_METRICS = (
+    "accuracy", "val_loss", "latency_ms", "latency_p50", "latency_p90", "latency_p99", "params", "macs",
+    "reward", "train_seconds", "measure_seconds", "trial_seconds", "meets_target",
+)
+"""Metrics every completed candidate trained on the proxy task has (``val_loss`` is absent for
+the training-free estimator)."""
+
+EPOCH_METRICS = ("accuracy", "val_loss", "train_loss", "reward")
+"""Metrics logged once per epoch (MLflow step = epoch)."""
+
+PLACEMENT_TAGS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
+_REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "accuracy_estimator", *PLACEMENT_TAGS,
+                "latency_confirm_reason")
+
+SORT_KEYS: dict[str, bool] = {
+    # key -> descending
+    "reward": True, "accuracy": True, "latency_p50": False, "latency_p99": False, "params": False, "macs": False,
+}
+
+
+@dataclass
+class Candidate:
+    """One evaluated architecture: identity, outcome, figures and where they came from.
+
+    Numbers missing from the record (a failed trial has no reward) read as NaN through the
+    properties.
+
+    Attributes:
+        arch: canonical architecture string.
+        arch_id: short hash of ``arch``.
+        status: ``COMPLETED``, ``PRUNED`` (stopped early by the scheduler), ``FAILED``, or
+            ``KILLED`` (a record its driver left half-written).
+        decisions: the active decisions that give ``arch``.
+        metrics: final metric values (see :data:`FINAL_METRICS`).
+        history: one dict of :data:`EPOCH_METRICS` per reported epoch, with ``epoch``.
+        latency: the :class:`~latency_predictor.LatencyResult` as a dict (None if not kept).
+        tags: string facts (latency source and backend, accuracy estimator, failure, and where
+            the trial ran: ``ray_node_id``, ``ray_node_ip``, ``ray_gpu_ids``).
+        trial_id: Ray Tune's trial id.
+        run_id: the candidate's MLflow run (None until recorded).
+        start_time: Unix time the trial started.
+        end_time: Unix time the trial ended.
+    """
+
+    arch: str
+    arch_id: str
+    status: str
+    decisions: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    latency: dict[str, Any] | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    trial_id: str = ""
+    run_id: str | None = None
+    start_time: float = 0.0
+    end_time: float = 0.0
+
+    def metric(self, name: str) -> float:
+        """The final value of metric ``name``, NaN when it was not recorded."""
+        return float(self.metrics.get(name, math.nan))
+
+    @property
+    def reward(self) -> float:
+        """The reward (NaN when the candidate failed)."""
+        return self.metric("reward")
+
+    @property
+    def accuracy(self) -> float:
+        """The accuracy estimate (or the training-free score, see ``accuracy_estimator``)."""
+        return self.metric("accuracy")
+
+    @property
+    def latency_p50(self) -> float:
+        """The latency the reward used, in ms."""
+        return self.metric("latency_p50")
+
+    @property
+    def latency_p99(self) -> float:
+        """The 99th percentile latency, in ms."""
+        return self.metric("latency_p99")
+
+    @property
+    def completed(self) -> bool:
+        """Whether the trial finished with figures (not failed, pruned or running)."""
+        return self.status == COMPLETED and math.isfinite(self.reward)
+
+    @property
+    def meets_target(self) -> bool | None:
+        """Whether the latency meets the target (None when not known)."""
+        m = self.metrics.get("meets_target")
+        return None if m is None else bool(m)
+
+    @property
+    def latency_source(self) -> str:
+        """``measured`` or ``predicted`` (empty when not known)."""
+        return self.tags.get("latency_source", "")
+
+    @property
+    def failure_reason(self) -> str | None:
+        """Why the candidate failed (``<type>: <reason>``), or None."""
+        reason = self.tags.get("failure_reason")
+        if reason is None:
+            return None
+        kind = self.tags.get("failure_type")
+        return f"{kind}: {reason}" if kind else reason
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    """A search as recorded: its parent run and the settings a review needs.
+
+    Attributes:
+        run_id: the search's parent MLflow run.
+        name: the search's name.
+        experiment_id: its MLflow experiment.
+        status: the parent run's status (``RUNNING``, ``FINISHED``, ``FAILED``, ``KILLED``).
+        target_ms: the latency target.
+        space: the search space's name.
+        latency: the latency settings the search used (``backend``, ``input_shape``, ``options``,
+            ``measure``), as logged.
+        data: the data settings the search used, as logged.
+        num_classes: classifier width of the candidates.
+        accuracy_estimator: ``train`` or a training-free score.
+        device_name: what the candidates' latency was measured on.
+        best_arch_id: the arch_id the search named best.
+        references: reference network name -> latency p50 (ms) logged on the parent run.
+        params: every param of the parent run, as logged (strings).
+        tags: every tag of the parent run.
+    """
+
+    run_id: str
+    name: str
+    experiment_id: str
+    status: str = ""
+    target_ms: float | None = None
+    space: str | None = None
+    latency: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    num_classes: int | None = None
+    accuracy_estimator: str | None = None
+    device_name: str | None = None
+    best_arch_id: str | None = None
+    references: dict[str, float] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return 1.0 if v else 0.0
+    if isinstance(v, int | float) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def candidate_from_reports(
+    trial_id: str,
+    arch: str,
+    results: list[dict[str, Any]],
+    decisions: dict[str, Any],
+    start_time: float,
+    end_time: float,
+    error: str | None = None,
+    error_type: str = "TrialCrashed",
+) -> Candidate:
+    """The candidate of a trial, from its reports in order.
+
+    Args:
+        trial_id: Ray Tune's trial id.
+        arch: the architecture string the trial evaluated.
+        results: the trial's reports (the last one holds the final figures).
+        decisions: the active decisions of ``arch``.
+        start_time: Unix time the trial started.
+        end_time: Unix time it ended.
+        error: the error text when the trial process raised or died.
+        error_type: the failure type recorded with ``error`` (``TrialCrashed``: a bug;
+            ``TrialProcessDied``: the process died more often than retries allowed).
+    """
+    last = results[-1] if results else {}
+    tags: dict[str, str] = {}
+    if error is not None:
+        status = FAILED
+        tags.update(failure_type=error_type, failure_reason=error)
+    elif last.get("status") == CRASHED:
+        status = FAILED
+        crash = str(last.get("crash", "")).strip().splitlines()
+        tags.update(failure_type="TrialCrashed", failure_reason=crash[-1] if crash else "an unexpected error")
+    elif last.get("status") == FAILED:
+        status = FAILED
+        tags.update(failure_type=str(last.get("failure_type")), failure_reason=str(last.get("failure_reason")))
+    elif last.get("status") == COMPLETED:
+        status = COMPLETED
+    elif last.get("status") == RUNNING:
+        status = PRUNED
+    else:
+        status = FAILED
+        tags.update(failure_type="NoResult", failure_reason="the trial ended without reporting a result")
+    tags["status"] = status
+    for key in _REPORT_TAGS:
+        if key in last:
+            tags[key] = str(last[key])
+    if "latency_stable" in last:
+        tags["latency_stable"] = str(bool(last["latency_stable"])).lower()
+
+    metrics: dict[str, float] = {}
+    if status != FAILED:
+        for key in (*FINAL_METRICS, "train_loss", "naswot_score", "latency_predicted_ms"):
+            src = "latency_ms" if key == "latency_p50" else key
+            v = _num(last.get(src))
+            if v is not None:
+                metrics[key] = v
+        metrics["epochs_completed"] = float(last.get("epoch", 0))
+    else:
+        for key in ("latency_ms", "latency_p90", "latency_p99", "params", "macs", "measure_seconds", "trial_seconds"):
+            v = _num(last.get(key))
+            if v is not None:
+                metrics["latency_p50" if key == "latency_ms" else key] = v
+
+    history = []
+    for r in results:
+        if r.get("status") in (RUNNING, COMPLETED) and r.get("epoch"):
+            row = {"epoch": float(r["epoch"])}
+            for key in EPOCH_METRICS:
+                v = _num(r.get(key))
+                if v is not None:
+                    row[key] = v
+            history.append(row)
+
+    latency = json.loads(last["latency_json"]) if isinstance(last.get("latency_json"), str) else None
+    return Candidate(
+        arch=arch, arch_id=str(last.get("arch_id") or arch_id_of(arch)), status=status, decisions=decisions,
+        metrics=metrics, history=history, latency=latency, tags=tags, trial_id=trial_id,
+        start_time=start_time, end_time=end_time,
+    )
+
+
+# ---------------------------------------------------------------------- ranking
+
+
+def best_of(candidates: Iterable[Candidate]) -> Candidate | None:
+    """The completed candidate with the highest reward (None when none completed); the first
+    one of equal rewards."""
+    done = [c for c in candidates if c.completed]
+    return max(done, key=lambda c: c.reward) if done else None
+
+
+def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """The completed candidates no other completed candidate beats on both lower latency p50 and
+    higher accuracy, fastest first."""
+    done = [c for c in candidates if c.completed and math.isfinite(c.latency_p50) and math.isfinite(c.accuracy)]
+    lat = np.array([c.latency_p50 for c in done], dtype=np.float64)
+    acc = np.array([c.accuracy for c in done], dtype=np.float64)
+    return [done[int(i)] for i in _front_indices(lat, acc)]
+
+
+def pareto_points(candidates: Iterable[Candidate]) -> list[list[float]]:
+    """``[latency_p50, accuracy]`` of :func:`pareto_front`, fastest first (handed to trials)."""
+    return [[c.latency_p50, c.accuracy] for c in pareto_front(candidates)]
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A candidate and its place on a leaderboard (``rank`` None: not ranked, i.e. not completed)."""
+
+    rank: int | None
+    candidate: Candidate
+
+
+def rank(
+    candidates: Sequence[Candidate],
+    sort: str = "reward",
+    top_k: int | None = None,
+    feasible_only: bool = False,
+    pareto_only: bool = False,
+    include_unfinished: bool = False,
+) -> list[Ranked]:
+    """The leaderboard: completed candidates ordered by ``sort``, numbered, cut to ``top_k``.
+
+    The sort is stable, so ties keep the order ``candidates`` came in.
+
+    Args:
+        candidates: a search's candidates.
+        sort: one of :data:`SORT_KEYS` (latency, params and MACs ascending, the rest descending).
+        top_k: how many ranked candidates to keep (None: all).
+        feasible_only: keep only candidates that meet the latency target.
+        pareto_only: keep only the Pareto front (accuracy against latency p50).
+        include_unfinished: append the pruned (best reward first) and then the failed or
+            killed candidates, unranked.
+
+    Raises:
+        ValueError: an unknown sort key or a ``top_k`` below 1.
+    """
+    if sort not in SORT_KEYS:
+        raise ValueError(f"sort={sort!r} is not one of {list(SORT_KEYS)}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    pool = [c for c in candidates if c.completed]
+    if feasible_only:
+        pool = [c for c in pool if c.meets_target]
+    if pareto_only:
+        keep = {id(c) for c in pareto_front(pool)}
+        pool = [c for c in pool if id(c) in keep]
+    desc = SORT_KEYS[sort]
+
+    def key(c: Candidate) -> float:
+        v = c.metric(sort)
+        if not math.isfinite(v):
+            return math.inf
+        return -v if desc else v
+
+    out = [Ranked(i + 1, c) for i, c in enumerate(sorted(pool, key=key)[:top_k])]
+    if include_unfinished:
+        rest = [c for c in candidates if not c.completed]
+        order = {PRUNED: 0}
+        rest.sort(key=lambda c: (order.get(c.status, 1), -c.reward if math.isfinite(c.reward) else math.inf))
+        out += [Ranked(None, c) for c in rest]
+    return out
+
+
+def latency_sources(candidates: Iterable[Candidate]) -> dict[str, int]:
+    """How the completed candidates' latencies were obtained: ``predicted``, ``measured``, and
+    in hybrid predictor mode ``confirmed_<reason>`` for the measurements that confirmed a prediction."""
+    counts: dict[str, int] = {}
+    for c in candidates:
+        if c.status != COMPLETED:
+            continue
+        for key in (c.tags.get("latency_source"),
+                    f"confirmed_{c.tags['latency_confirm_reason']}" if "latency_confirm_reason" in c.tags else None):
+            if key:
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+LEADERBOARD_COLUMNS = (
+    "rank", "arch_id", "status", "accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99",
+    "latency_source", "params", "macs", "reward", "meets_target", "train_seconds", "measure_seconds",
+    "accuracy_estimator", "run_id", "failure_reason", "arch",
+)
+"""Columns of a leaderboard row (``leaderboard.csv``, the leaderboard's CSV and JSON)."""
+
+
+def leaderboard_row(ranked: Ranked) -> dict[str, Any]:
+    """One row of :data:`LEADERBOARD_COLUMNS` (None where a figure is missing)."""
+    c = ranked.candidate
+
+    def num(key: str) -> float | None:
+        v = c.metric(key)
+        return v if math.isfinite(v) else None
+
+    params, macs = num("params"), num("macs")
+    return {
+        "rank": ranked.rank, "arch_id": c.arch_id, "status": c.status, "accuracy": num("accuracy"),
+        "val_loss": num("val_loss"), "latency_p50": num("latency_p50"), "latency_p90": num("latency_p90"),
+        "latency_p99": num("latency_p99"), "latency_source": c.latency_source or None,
+        "params": None if params is None else int(params), "macs": None if macs is None else int(macs),
+        "reward": num("reward"), "meets_target": c.meets_target, "train_seconds": num("train_seconds"),
+        "measure_seconds": num("measure_seconds"), "accuracy_estimator": c.tags.get("accuracy_estimator"),
+        "run_id": c.run_id, "failure_reason": c.failure_reason, "arch": c.arch,
+    }

@@ -1,0 +1,110 @@
+"""The one text table of candidates, used by the search's final table and by the leaderboard."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from nas.core.record import Candidate, Ranked, best_of
+
+
+def accuracy_label(estimator: str | None) -> str:
+    """What the ``accuracy`` figure is called for an accuracy estimator (a score is not an accuracy)."""
+    return "accuracy" if estimator in (None, "", "train") else f"{estimator} score"
+
+
+def human(n: float | None, unit: str = "") -> str:
+    """``1234567`` -> ``1.23M`` (``-`` for None or NaN)."""
+    if n is None or not math.isfinite(n):
+        return "-"
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= factor:
+            return f"{n / factor:.2f}{suffix}{unit}"
+    return f"{n:.0f}{unit}"
+
+
+def _num(spec: str) -> Callable[[Candidate, str], str]:
+    def cell(c: Candidate, key: str) -> str:
+        v = c.metric(key)
+        return "-" if not math.isfinite(v) else format(v, spec)
+
+    return cell
+
+
+def _meets(c: Candidate, _key: str) -> str:
+    m = c.meets_target
+    return "-" if m is None else ("yes" if m else "no")
+
+
+def _source(c: Candidate, _key: str) -> str:
+    src = c.latency_source or "-"
+    if "latency_confirm_reason" in c.tags:
+        src += f" ({c.tags['latency_confirm_reason']})"
+    return src
+
+
+_CELLS: dict[str, Callable[[Candidate, str], str]] = {
+    "arch_id": lambda c, _k: c.arch_id,
+    "status": lambda c, _k: c.status.lower(),
+    "accuracy": _num(".4f"),
+    "val_loss": _num(".4f"),
+    "latency_p50": _num(".2f"),
+    "latency_p90": _num(".2f"),
+    "latency_p99": _num(".2f"),
+    "latency_source": _source,
+    "params": lambda c, k: human(c.metric(k)),
+    "macs": lambda c, k: human(c.metric(k)),
+    "reward": _num(".4f"),
+    "meets_target": _meets,
+    "failure_reason": lambda c, _k: c.failure_reason or "-",
+}
+_HEADERS = {
+    "latency_p50": "p50_ms", "latency_p90": "p90_ms", "latency_p99": "p99_ms", "latency_source": "latency",
+    "meets_target": "meets",
+}
+TABLE_COLUMNS = (
+    "rank", "arch_id", "accuracy", "latency_p50", "latency_p99", "latency_source", "params", "macs", "reward",
+    "meets_target", "status", "failure_reason",
+)
+_LEFT = {"arch_id", "status", "latency_source", "failure_reason"}
+
+
+def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, accuracy_label: str = "accuracy") -> str:
+    """An aligned text table of ranked candidates.
+
+    Args:
+        rows: the candidates with their rank.
+        columns: column keys (default :data:`TABLE_COLUMNS`; the status and failure columns
+            are left out when every row completed).
+        accuracy_label: the header of the ``accuracy`` column (a training-free score is not an
+            accuracy: ``naswot score``, written without spaces in the header).
+    """
+    cols = list(columns or TABLE_COLUMNS)
+    if columns is None and all(r.candidate.completed for r in rows):
+        cols = [c for c in cols if c not in ("status", "failure_reason")]
+    headers = dict(_HEADERS, accuracy=accuracy_label.replace(" ", "_"))
+    lines = [[headers.get(c, c) for c in cols]]
+    for r in rows:
+        lines.append([
+            ("-" if r.rank is None else str(r.rank)) if c == "rank" else _CELLS[c](r.candidate, c) for c in cols
+        ])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
+    out = [
+        "  ".join(cell.ljust(w) if col in _LEFT else cell.rjust(w)
+                  for cell, w, col in zip(line, widths, cols, strict=True)).rstrip()
+        for line in lines
+    ]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def format_best(candidates: Sequence[Candidate], target_ms: float, accuracy_label: str = "accuracy") -> str:
+    """One line on the best candidate (or why there is none)."""
+    best = best_of(candidates)
+    if best is None:
+        return "No candidate completed."
+    verdict = "meets" if best.meets_target else "misses"
+    return (
+        f"Best: {best.arch_id}  reward {best.reward:.4f}  {accuracy_label} {best.accuracy:.4f}  "
+        f"latency p50 {best.latency_p50:.2f} ms ({verdict} the {target_ms:g} ms target)\n      {best.arch}"
+    )

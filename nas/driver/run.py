@@ -1,0 +1,497 @@
+"""The search driver: :func:`run_search` takes a :class:`~nas.core.config.SearchConfig` and runs it.
+
+Everything a user can get wrong is checked before the first trial: values and ranges, the
+search space, the dataset path, the latency backend, the MLflow store, the Ray cluster. Then
+the parent MLflow run is opened, the trials run on Ray Tune, each finished trial is recorded
+as it finishes, and the parent run is closed with a status whatever happens.
+
+**Resuming** (``resume=true name=<name>``, :mod:`nas.driver.resume`) re-drives the search from
+its MLflow record: the parent run is reopened (a child run the killed driver left RUNNING is
+marked KILLED), the settings that decide results must match the recorded ones, every recorded
+candidate is replayed into a fresh sampler (Optuna's history is rebuilt, and those architectures
+are never proposed again), and a new Ray Tune experiment (``<output_dir>/ray/<name>-resume<k>``)
+runs the trials still missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import yaml
+
+from latency_predictor import ConfigError as LatencyConfigError
+from latency_predictor.environment import cpu_model, package_version
+from nas.adapters import ray_tune
+from nas.adapters.mlflow_reader import default_tracking_uri
+from nas.adapters.mlflow_writer import StoreWriter
+from nas.adapters.optuna_sampler import ArchSampler
+from nas.core.config import SearchConfig, validate
+from nas.core.errors import ConfigError, SearchError
+from nas.core.record import (
+    LEADERBOARD_COLUMNS,
+    Candidate,
+    SearchRecord,
+    best_of,
+    latency_sources,
+    leaderboard_row,
+    pareto_points,
+    rank,
+)
+from nas.core.sampling import Outcome, Sampler
+from nas.core.table import accuracy_label, format_best, format_table
+from nas.data import load_dataset
+from nas.driver.progress import Progress
+from nas.driver.resume import check_resumable, resume_command
+from nas.trial.evaluate import TrialContext, latency_estimator
+from nas.trial.faults import ENV_VAR as FAULTS_ENV_VAR
+from nas.trial.faults import FaultPlan
+from search_spaces import SearchSpace
+
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class SearchResult:
+    """What a search produced.
+
+    Attributes:
+        name: the search's name (MLflow parent run name, Ray Tune experiment name).
+        status: ``FINISHED``, ``KILLED`` (interrupted) or ``FAILED``.
+        best: the completed candidate with the highest reward (None if none completed).
+        candidates: every evaluated candidate, in the order they finished (each with its
+            MLflow ``run_id``).
+        leaderboard: ranked rows (see :data:`nas.core.record.LEADERBOARD_COLUMNS`).
+        parent_run_id: the MLflow parent run.
+        experiment_id: the MLflow experiment.
+        tracking_uri: the MLflow store.
+        output_dir: this search's files (artifacts, Ray Tune state).
+        ray_experiment_path: the Ray Tune experiment folder.
+        duplicates: suggestions of already evaluated architectures (not run again).
+        wall_seconds: the search's wall time, start-up included.
+        files: the artifacts written to ``output_dir`` (and logged on the parent run).
+        timings: seconds spent starting up (checks, dataset, Ray), in ``Tuner.fit``
+            (``tune_seconds``), logging candidates to MLflow and writing the artifacts.
+        resumed: candidates read back from the record of an earlier run of this search.
+        stale_runs: child runs the earlier run left RUNNING, marked KILLED on resume.
+        retries: trial processes that died and were started again (this run).
+        ray_trials: trials Ray Tune ran (this run).
+        optuna_states: Optuna trial states of the evaluated architectures (all runs).
+    """
+
+    name: str
+    status: str
+    best: Candidate | None
+    candidates: list[Candidate]
+    leaderboard: list[dict[str, Any]]
+    parent_run_id: str
+    experiment_id: str
+    tracking_uri: str
+    output_dir: Path
+    ray_experiment_path: str
+    duplicates: int = 0
+    wall_seconds: float = 0.0
+    files: dict[str, Path] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    resumed: int = 0
+    stale_runs: int = 0
+    retries: int = 0
+    ray_trials: int = 0
+    optuna_states: dict[str, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- the record's context
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _git_commit() -> dict[str, str]:
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(_PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if sha.returncode != 0:
+            return {}
+        dirty = subprocess.run(
+            ["git", "-C", str(_PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {"mlflow.source.git.commit": sha.stdout.strip(), "git_dirty": str(bool(dirty.stdout.strip())).lower()}
+
+
+def _environment_tags(device: str) -> dict[str, str]:
+    tags = {
+        "train_device": device, "cpu_model": cpu_model(), "python": platform.python_version(),
+        "gpu": ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) or "none",
+    }
+    for dist in ("torch", "numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "ray", "optuna", "mlflow", "hydra-core",
+                 "scikit-learn"):
+        version = package_version(dist)
+        if version != "not installed":
+            tags[f"version.{dist}"] = version
+    return {**tags, **_git_commit()}
+
+
+def _space_hash(cfg: SearchConfig) -> str:
+    return hashlib.sha256(yaml.safe_dump(cfg.space, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _params(cfg: SearchConfig, space: SearchSpace, dataset: dict[str, Any]) -> dict[str, str]:
+    """The parent run's params: the flattened config (the space by name, size and hash)."""
+    params = {k: v for k, v in _flatten(dataclasses.asdict(cfg)).items() if not k.startswith("space")}
+    params.update(space=space.name, space_size=space.size(), dataset=dataset)
+    return {k: str(v)[:6000] for k, v in params.items()}
+
+
+def _check_output_dir(output_dir: Path) -> None:
+    """Create the search's folder now, so that a bad ``output_dir`` fails before any trial."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            "output_dir", f"cannot create {str(output_dir)!r} ({err.strerror or err}); choose a folder you can write"
+        ) from None
+    if not os.access(output_dir, os.W_OK | os.X_OK):
+        raise ConfigError("output_dir", f"{str(output_dir)!r} is not writable; choose a folder you can write")
+
+
+def _check_latency(cfg: SearchConfig, num_classes: int, space: SearchSpace) -> str:
+    """Build the latency estimator as a trial will; returns the device it is for (its name).
+
+    Raises:
+        LatencyError: a bad setting, naming the latency group's keys.
+    """
+    try:
+        est = latency_estimator(cfg.latency, num_classes, space)
+    except LatencyConfigError as err:
+        raise LatencyConfigError(
+            f"latency (backend {cfg.latency.backend!r}): {err}; set these with latency.options.<key>=... and "
+            "latency.measure.<key>=..."
+        ) from None
+    return est.environment().get("device_name", "unknown")
+
+
+def _fault_plan(output_dir: Path) -> FaultPlan | None:
+    plan = FaultPlan.from_env()
+    if plan is None:
+        return None
+    print(f"warning: {FAULTS_ENV_VAR}={plan.spec!r}: faults are injected into trials on purpose (testing only); "
+          f"unset {FAULTS_ENV_VAR} for a real search", file=sys.stderr, flush=True)
+    return plan.with_marker_dir(output_dir / "faults")
+
+
+def _search_name(cfg: SearchConfig, space: SearchSpace) -> str:
+    if cfg.name:
+        return cfg.name
+    return f"{space.name}-{cfg.target_ms:g}ms-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+# ---------------------------------------------------------------------- artifacts
+
+
+def _write_artifacts(
+    out: Path, cfg: SearchConfig, space: SearchSpace, name: str, candidates: list[Candidate],
+    rows: list[dict[str, Any]],
+) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"config": out / "config.yaml", "space": out / "space.yaml", "leaderboard": out / "leaderboard.csv"}
+    files["config"].write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    files["space"].write_text(yaml.safe_dump(cfg.space, sort_keys=False))
+    with files["leaderboard"].open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(LEADERBOARD_COLUMNS))
+        w.writeheader()
+        w.writerows(rows)
+    best = best_of(candidates)
+    if best is not None:
+        files["best_json"] = out / "best_arch.json"
+        files["best_txt"] = out / "best_arch.txt"
+        files["best_json"].write_text(json.dumps({
+            "arch": best.arch, "arch_id": best.arch_id, "space": space.name, "space_source": space.source,
+            "decisions": best.decisions, "input_shape": list(cfg.latency.input_shape), "target_ms": cfg.target_ms,
+            "reward_fn": cfg.search.reward, "accuracy_estimator": best.tags.get("accuracy_estimator"),
+            "dataset": cfg.data.name, "metrics": best.metrics, "latency": best.latency,
+            "search": name, "run_id": best.run_id,
+        }, indent=2))
+        files["best_txt"].write_text(best.arch + "\n")
+    return files
+
+
+# ---------------------------------------------------------------------- the search
+
+
+def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchResult:
+    """Run one search as ``cfg`` describes and record it in MLflow (or continue it: ``cfg.resume``).
+
+    Args:
+        cfg: the full configuration (``cfg.space`` is the space mapping).
+        command: the command line that started the search (program and overrides); when the
+            search is interrupted, the command that resumes it is printed: this one with
+            ``name=<name> resume=true`` (None: the driver names the settings to add).
+
+    Returns:
+        The candidates, the best one and where everything was recorded.
+
+    Raises:
+        NASError: a bad configuration or unreachable service (before any trial), or a trial
+            that crashed on an unexpected error (the search stops).
+        SearchSpaceError: an invalid search space.
+        LatencyError: a latency backend that cannot be built here.
+    """
+    t_start = time.perf_counter()
+    validate(cfg)
+    space = SearchSpace.from_dict(cast(dict[str, Any], cfg.space), source=cfg.space_source)
+    launch_dir = Path.cwd()
+    name = _search_name(cfg, space)
+    uri = cfg.tracking.uri or default_tracking_uri(launch_dir)
+    writer = StoreWriter(uri, cfg.tracking.experiment)  # creates the store first, in this process only
+    recorded = writer.reader().search_runs(name)
+    previous = writer.reader().find_search(recorded[0].run_id) if recorded else None
+    if previous is not None and not cfg.resume:
+        raise ConfigError(
+            "name", f"a search named {name!r} is already recorded in {uri} (run {previous.run_id}, "
+            f"{previous.status}); continue it with resume=true, or choose another name"
+        )
+    if previous is None and cfg.resume:
+        raise ConfigError(
+            "resume", f"no search named {name!r} in experiment {cfg.tracking.experiment!r} of {uri}: check name= "
+            "and tracking.uri=, or drop resume=true to start it"
+        )
+    out = cfg.output_dir or (previous.tags.get("output_dir") if previous is not None else None)
+    output_dir = Path(out).resolve() if out else (launch_dir / "outputs" / name).resolve()
+    _check_output_dir(output_dir)
+
+    data = load_dataset(cfg.data)
+    params = _params(cfg, space, data.summary())
+    changed = check_resumable(previous, params, _space_hash(cfg)) if previous is not None else {}
+    faults = _fault_plan(output_dir)
+    on_cluster = ray_tune.joins_cluster(cfg.ray)
+    device_name = None if on_cluster else _check_latency(cfg, data.num_classes, space)
+    if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
+
+    cluster = ray_tune.connect(cfg.ray)
+    try:
+        resources = ray_tune.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
+        if on_cluster:
+            # Checked where trials run: the driver's machine may lack their device (a CPU-only head node).
+            device_name = ray_tune.check_latency_on_trial_node(cfg.latency, data.num_classes, space, resources)
+        if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
+            raise ConfigError("ray.gpus_per_trial", f"is 0 but train.device={cfg.train.device}: give trials a GPU")
+        # What the trials will train on: Ray shows a trial only the GPUs it reserved.
+        device = cfg.train.device if cfg.train.device != "auto" else ("cuda" if resources["gpu"] > 0 else "cpu")
+        sampler = ArchSampler(
+            space, cfg.search.sampler, cfg.search.seed, cfg.search.n_startup_trials, cfg.search.population_size,
+            cfg.search.max_duplicates,
+        )
+        ctx = TrialContext(
+            space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
+            threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
+        )
+        run = _Run(name, output_dir, params, previous, changed, resume_command(command, name), device_name or "")
+        return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
+    finally:
+        ray_tune.disconnect(cluster)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """This run of a search: its name, folder, params, the record it resumes (if any), and the
+    device its latencies are for."""
+
+    name: str
+    output_dir: Path
+    params: dict[str, str]
+    previous: SearchRecord | None
+    changed: dict[str, str]
+    resume_command: str | None
+    device_name: str
+
+
+def _open_record(
+    run: _Run, writer: StoreWriter, sampler: Sampler, tags: dict[str, str]
+) -> tuple[str, list[Candidate], int, int]:
+    """Start the parent run, or reopen it and replay its candidates into ``sampler``.
+
+    Returns:
+        The parent run id, the recorded candidates, stale runs marked KILLED, and this run's
+        resume number (0: a new search).
+    """
+    if run.previous is None:
+        return writer.start_search(run.name, run.params, tags), [], 0, 0
+    k = int(run.previous.tags.get("resume_count", "0")) + 1
+    resume_tags = {**tags, "resume_count": str(k)}
+    if run.changed:
+        resume_tags[f"resume_{k}_changes"] = json.dumps(run.changed)
+    finished, stale = writer.resume_search(run.previous, resume_tags)
+    for cand in finished:
+        cand.decisions = sampler.decisions(cand.arch)  # typed, from the space (params are strings)
+        sampler.replay(cand.arch, Outcome.of(cand))
+    return run.previous.run_id, finished, stale, k
+
+
+def _search(
+    cfg: SearchConfig, space: SearchSpace, run: _Run, writer: StoreWriter, ctx: TrialContext,
+    sampler: Sampler, resources: dict[str, float], cluster: ray_tune.Cluster, device: str,
+    t_start: float,
+) -> SearchResult:
+    name, output_dir = run.name, run.output_dir
+    tags = {
+        **_environment_tags(device), "space": space.name, "target_ms": f"{cfg.target_ms:g}",
+        "sampler": cfg.search.sampler, "accuracy_estimator": cfg.accuracy.estimator,
+        "latency_backend": cfg.latency.backend, "latency_device_name": run.device_name,
+        "ray_address": cluster.address, "output_dir": str(output_dir),
+        "resources_per_trial": json.dumps(resources), "ray_nodes": str(cluster.nodes),
+        "space_sha256": _space_hash(cfg),
+    }
+    if ctx.faults is not None:
+        tags["fault_injection"] = ctx.faults.spec
+    parent, candidates, stale, resume_k = _open_record(run, writer, sampler, tags)
+    resumed = len(candidates)
+    progress = Progress(cfg.search.n_trials, enabled=cfg.progress)
+    for cand in candidates:
+        progress.update(cand)
+    timings = {"startup_seconds": time.perf_counter() - t_start, "mlflow_seconds": 0.0}
+    if run.previous is not None:
+        print(f"Resuming search {name}: {resumed} of {cfg.search.n_trials} candidates recorded"
+              + (f", {stale} half-written record(s) marked KILLED" if stale else "")
+              + f"; the sampler's history rebuilt from them; {max(0, cfg.search.n_trials - resumed)} to run.",
+              flush=True)
+
+    def on_record(cand: Candidate) -> None:
+        t0 = time.perf_counter()
+        cand.run_id = writer.log_candidate(parent, cand, name)
+        timings["mlflow_seconds"] += time.perf_counter() - t0
+        candidates.append(cand)
+        progress.update(cand)
+
+    status = "FAILED"
+    ray_counts = {"n_ray_trials": 0.0}  # this run's, for the check that Ray Tune, the sampler and MLflow agree
+    try:
+        remaining = cfg.search.n_trials - resumed
+        ray_name = name if resume_k == 0 else f"{name}-resume{resume_k}"
+        if remaining > 0:
+            hybrid = cfg.latency.backend == "predictor" and bool(cfg.latency.options.get("hybrid"))
+            outcome = ray_tune.run_trials(
+                ctx, sampler, cfg.search, resources, output_dir / "ray", ray_name, on_record, n_trials=remaining,
+                front=(lambda: pareto_points(candidates)) if hybrid else None,
+            )
+        else:
+            outcome = ray_tune.TuneOutcome(experiment_path="(no trials left to run)", finished_trials=0)
+        timings["tune_seconds"] = outcome.wall_seconds
+        ray_counts["n_ray_trials"] = outcome.ray_trials
+        status = "KILLED" if outcome.interrupted else ("FAILED" if outcome.crashes else "FINISHED")
+    except KeyboardInterrupt:
+        status = "KILLED"
+        hint = run.resume_command or f"run the same search again with resume=true name={name}"
+        print(f"\nInterrupted; what ended is recorded and the parent run is KILLED. To resume it: {hint}",
+              file=sys.stderr, flush=True)
+        raise
+    finally:
+        # Whatever happened, record what finished and close the parent run with a status.
+        try:
+            progress.close()
+            t0 = time.perf_counter()
+            rows = [leaderboard_row(r) for r in rank(candidates, include_unfinished=True)]
+            files = _write_artifacts(output_dir, cfg, space, name, candidates, rows)
+            writer.log_artifacts(parent, files.values())
+            best = best_of(candidates)
+            timings["artifacts_seconds"] = time.perf_counter() - t0
+            summary = _summary(candidates, sampler, best, timings, t_start)
+            summary.update(ray_counts, n_optuna_trials=sum(sampler.counts().values()))
+            writer.log_summary(parent, summary, {"best_arch_id": best.arch_id, "best_arch": best.arch} if best else {})
+        finally:
+            writer.end_run(parent, status)
+
+    result = SearchResult(
+        name=name, status=status, best=best, candidates=candidates, leaderboard=rows,
+        parent_run_id=parent, experiment_id=writer.experiment_id, tracking_uri=writer.uri, output_dir=output_dir,
+        ray_experiment_path=outcome.experiment_path, duplicates=sampler.duplicates,
+        wall_seconds=time.perf_counter() - t_start, files=files, timings=timings, resumed=resumed, stale_runs=stale,
+        retries=outcome.retries, ray_trials=outcome.ray_trials, optuna_states=sampler.counts(),
+    )
+    _print_summary(result, cfg, writer, outcome, run.resume_command)
+    if outcome.crashes:
+        raise SearchError(
+            "a trial raised an unexpected error (a bug, not a bad candidate); the search was stopped:\n"
+            + "\n".join(outcome.crashes)
+        )
+    return result
+
+
+def _summary(
+    candidates: list[Candidate], sampler: Sampler, best: Candidate | None, timings: dict[str, float],
+    t_start: float,
+) -> dict[str, float]:
+    counts = {s: sum(c.status == s for c in candidates) for s in ("COMPLETED", "PRUNED", "FAILED")}
+    summary = {
+        "n_completed": counts["COMPLETED"], "n_pruned": counts["PRUNED"], "n_failed": counts["FAILED"],
+        "n_duplicates": sampler.duplicates, "n_retries": sum(c.metrics.get("retries", 0.0) for c in candidates),
+        "wall_seconds": time.perf_counter() - t_start, **timings,
+    }
+    summary.update({f"n_latency_{k}": float(v) for k, v in latency_sources(candidates).items()})
+    if best is not None:
+        summary.update(best_reward=best.reward, best_accuracy=best.accuracy, best_latency_ms=best.latency_p50)
+    return summary
+
+
+def _print_summary(
+    result: SearchResult, cfg: SearchConfig, writer: StoreWriter, outcome: ray_tune.TuneOutcome,
+    resume_command: str | None,
+) -> None:
+    target_ms = cast(float, cfg.target_ms)
+    done = len(result.candidates)
+    label = accuracy_label(cfg.accuracy.estimator)
+    lines = [""]
+    if outcome.interrupted:
+        how = resume_command or f"run the same search again with resume=true name={result.name}"
+        lines += [
+            f"Interrupted: {done} of {cfg.search.n_trials} trials ended; what ended is recorded and the parent run "
+            "is KILLED.",
+            f"To resume it: {how}",
+        ]
+    elif outcome.exhausted:
+        lines.append(f"The space has no architecture left to try after {done} trials.")
+    dup = f", {result.duplicates} repeated suggestions answered from earlier results" if result.duplicates else ""
+    lines.append(f"Search {result.name}: {done} trials in {result.wall_seconds:.0f} s{dup}.")
+    if result.candidates:
+        table = rank(result.candidates, top_k=cfg.top_k, include_unfinished=True)[: cfg.top_k]
+        lines += ["", format_table(table, accuracy_label=label), ""]
+    lines.append(format_best(result.candidates, target_ms, label))
+    sources = latency_sources(result.candidates)
+    if "predicted" in sources:
+        confirmed = {k.removeprefix("confirmed_"): v for k, v in sources.items() if k.startswith("confirmed_")}
+        why = ", ".join(f"{k} {v}" for k, v in sorted(confirmed.items()))
+        lines.append(f"Latency: {sources['predicted']} predicted, {sources.get('measured', 0)} measured"
+                     + (f" to confirm the prediction ({why})" if why else "") + ".")
+    lines += [
+        "",
+        "Results:",
+        f"  MLflow   experiment {cfg.tracking.experiment!r}, parent run {result.name!r} ({result.parent_run_id})",
+        f"           in {result.tracking_uri}",
+        f"  files    {result.output_dir} (leaderboard.csv, best_arch.json, config.yaml)",
+        f"  Ray Tune {result.ray_experiment_path}",
+        f"Open in the MLflow UI: {writer.ui_command()}",
+    ]
+    print("\n".join(lines), flush=True)

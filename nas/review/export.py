@@ -1,0 +1,605 @@
+"""Export one candidate as a self-contained, verified folder (``python -m nas.export``).
+
+The candidate is named by ``candidate=``: ``best`` (the best completed candidate of a search:
+the latest one, or ``search=<name or parent run id>``), an ``arch_id``, an MLflow run id, a
+reference network name or an architecture string. The folder ``<output_dir>/<arch_id>/`` gets:
+
+* ``arch.json``: the encoding, the space and its decisions, input shape and preprocessing;
+* ``model.pt`` (the ``state_dict`` of the builder's network, before fusion) and ``model.ts``
+  (TorchScript of the Conv+BN-fused network);
+* ``model.onnx``: the fused network, checked by ``onnx.checker`` and run in a fresh ONNX Runtime
+  session against PyTorch within a stated tolerance;
+* ``model.engine`` when TensorRT is there (else a note of the ``trtexec`` command that builds it);
+* ``report.json`` / ``report.md``: latency re-measured now next to the search's figure, before
+  and after Conv+BN fusion, accuracy, parameters, MACs, the checks and their results.
+
+Optionally the network is first trained (``train.epochs=N``, the search's training code) on the
+search's dataset or another one. The exported ONNX model and the folder are logged to MLflow as
+a run nested under the search (registered under a name with ``register=<name>``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+from latency_predictor import LatencyError, LatencyResult
+from latency_predictor.backends import DEFAULT_BACKEND, make_estimator
+from latency_predictor.backends.ort_backend import ORT_ERRORS, OnnxRuntimeBackend
+from latency_predictor.backends.tensorrt_backend import TensorRTBackend
+from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx, sample_input, validate_input_shape
+from nas.adapters.mlflow_reader import RUN_ID_RE, StoreReader, default_tracking_uri
+from nas.adapters.mlflow_writer import StoreWriter
+from nas.core.config import CheckConfig, DataConfig, ExportConfig, validate_export
+from nas.core.errors import ExportError
+from nas.core.record import COMPLETED, Candidate, SearchRecord
+from nas.data import load_dataset
+from nas.review.export_report import fmt_num, render_report
+from nas.review.fuse import count_batchnorms, fuse_conv_bn
+from nas.trial.training import resolve_device, train_briefly
+from search_spaces import (
+    REFERENCES,
+    Arch,
+    SearchSpace,
+    SearchSpaceError,
+    build,
+    count_macs,
+    count_params,
+    load_space,
+    resolve_arch,
+)
+
+ARTIFACTS = ("arch.json", "model.pt", "model.ts", "model.onnx", "model.engine", "report.json", "report.md")
+"""Files an export writes (and replaces when the same candidate is exported again)."""
+
+
+# ---------------------------------------------------------------------- the network to export
+
+
+@dataclass(frozen=True)
+class ExportTarget:
+    """A network to export and what its search recorded about it.
+
+    Attributes:
+        arch: the architecture.
+        origin: ``best``, ``run`` (an MLflow run id), ``arch_id``, ``reference`` or ``arch_string``.
+        candidate: the search's record of it (None for a reference or an architecture string).
+        search: the search it came from (None when not from a search).
+    """
+
+    arch: Arch
+    origin: str
+    candidate: Candidate | None = None
+    search: SearchRecord | None = None
+
+    @property
+    def search_figures(self) -> dict[str, float]:
+        """The search's figures of the candidate, and the search's target as ``target_ms``."""
+        keys = ("accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99", "params", "macs", "reward",
+                "meets_target", "epochs_completed")
+        figures = {k: self.candidate.metrics[k] for k in keys if self.candidate and k in self.candidate.metrics}
+        if self.search is not None and self.search.target_ms is not None:
+            figures["target_ms"] = self.search.target_ms
+        return figures
+
+    @property
+    def search_tags(self) -> dict[str, str]:
+        """What the search noted about the candidate (latency backend, device, stability, estimator)."""
+        keys = ("latency_backend", "latency_device", "latency_stable", "accuracy_estimator", "status")
+        return {k: self.candidate.tags[k] for k in keys if self.candidate and k in self.candidate.tags}
+
+
+# ---------------------------------------------------------------------- checks
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """One comparison of a model's outputs with the unfused PyTorch network's.
+
+    Attributes:
+        name: what was compared.
+        max_abs_diff: the largest absolute difference of a logit.
+        output_scale: the largest absolute logit of the reference.
+        scaled_diff: ``max_abs_diff / output_scale``: the difference relative to the outputs' size.
+        atol: absolute tolerance.
+        rtol: relative tolerance.
+        passed: whether both criteria held (see :func:`compare_outputs`).
+        detail: how the outputs were obtained.
+    """
+
+    name: str
+    max_abs_diff: float
+    output_scale: float
+    scaled_diff: float
+    atol: float
+    rtol: float
+    passed: bool
+    detail: str = ""
+
+
+def compare_outputs(
+    name: str, got: np.ndarray, want: np.ndarray, atol: float, rtol: float, detail: str = ""
+) -> OutputCheck:
+    """Compare two logit arrays; record the largest difference.
+
+    They match when every logit is within ``atol + rtol * |want|`` (``numpy.allclose``) *and* the
+    largest difference is within ``rtol`` of the largest logit. The second criterion keeps the
+    check meaningful when the logits themselves are far below ``atol`` (an untrained deep network's
+    can be 1e-9), where the first alone would pass anything.
+    """
+    if got.shape != want.shape:
+        return OutputCheck(name, math.inf, math.nan, math.inf, atol, rtol, False, f"shape {got.shape} != {want.shape}")
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    diff = np.abs(g - w)
+    scale = float(np.abs(w).max())
+    max_diff = float(diff.max())
+    scaled = max_diff / scale if scale > 0 else (0.0 if max_diff == 0 else math.inf)
+    ok = bool(np.all(np.isfinite(g)) and np.all(diff <= atol + rtol * np.abs(w)) and scaled <= rtol)
+    return OutputCheck(name, max_diff, scale, scaled, atol, rtol, ok, detail)
+
+
+def _inputs(shape: tuple[int, ...], batches: int) -> list[torch.Tensor]:
+    return [sample_input(shape, seed=100 + i) for i in range(batches)]
+
+
+def _torch_out(net: nn.Module, xs: list[torch.Tensor]) -> np.ndarray:
+    with torch.no_grad():
+        return np.concatenate([net(x).numpy() for x in xs])
+
+
+# ---------------------------------------------------------------------- the pipeline
+
+
+@dataclass
+class ExportResult:
+    """Where the export went and what it found."""
+
+    folder: Path
+    report: dict[str, Any]
+    mlflow_run_id: str | None = None
+
+
+def _space_for(cand: ExportTarget, cfg: ExportConfig) -> SearchSpace | None:
+    name = cfg.space or (cand.search.space if cand.search else None)
+    if name is None:
+        return None
+    space = load_space(name)
+    space.validate(cand.arch)
+    return space
+
+
+def _search_latency(cand: ExportTarget) -> dict[str, Any]:
+    return dict(cand.search.latency) if cand.search else {}
+
+
+def latency_settings(
+    cand: ExportTarget, cfg: ExportConfig
+) -> tuple[str, tuple[int, ...], dict[str, Any], dict[str, Any]]:
+    """Backend, input shape, backend options and protocol settings of the re-measurement.
+
+    Unset values come from the search's latency settings, and given options and protocol settings
+    override the search's one by one; a search that predicted latency is re-measured with ONNX Runtime.
+
+    Raises:
+        LatencyError: an invalid input shape.
+    """
+    searched = _search_latency(cand)
+    searched_backend = searched.get("backend")
+    backend = cfg.latency.backend or (
+        searched_backend if searched_backend and searched_backend != "predictor" else DEFAULT_BACKEND
+    )
+    shape = cfg.latency.input_shape or searched.get("input_shape") or [1, 3, 224, 224]
+    options = dict(searched.get("options") or {}) if backend == searched_backend else {}
+    options.update(cfg.latency.options)
+    measure = {**(searched.get("measure") or {}), **cfg.latency.measure}
+    return backend, validate_input_shape([int(d) for d in shape]), options, measure
+
+
+def _train(net: nn.Module, cfg: ExportConfig, data_cfg: DataConfig) -> dict[str, Any]:
+    data = load_dataset(data_cfg)
+    device = resolve_device(cfg.train.device)
+    t0 = time.perf_counter()
+    epochs = train_briefly(net, data, cfg.train, device)
+    net.to("cpu")
+    return {
+        "epochs": cfg.train.epochs,
+        "dataset": data.summary(),
+        "accuracy": epochs[-1].accuracy,
+        "val_loss": epochs[-1].val_loss,
+        "history": [asdict(e) for e in epochs],
+        "seconds": time.perf_counter() - t0,
+        "device": str(device),
+        "settings": asdict(cfg.train),
+        "preprocessing": {"scale": 1 / 255, "mean": list(data.mean), "std": list(data.std),
+                          "resolution": data.resolution, "classes": list(data.classes)},
+    }
+
+
+def _data_config(cand: ExportTarget, cfg: ExportConfig) -> DataConfig:
+    if cfg.data is not None:
+        return cfg.data
+    searched = cand.search.data if cand.search else None
+    return DataConfig(**searched) if searched else DataConfig()
+
+
+def _num_classes(cand: ExportTarget, cfg: ExportConfig, data_cfg: DataConfig) -> int:
+    if cfg.num_classes is not None:
+        return cfg.num_classes
+    if cfg.train.epochs > 0:
+        return load_dataset(data_cfg).num_classes
+    searched = cand.search.num_classes if cand.search else None
+    return int(searched) if searched else 1000
+
+
+def _write_torchscript(net: nn.Module, path: Path) -> nn.Module:
+    with warnings.catch_warnings():
+        # torch 2.9+ marks TorchScript deprecated; it remains the format C++ (libtorch) loads.
+        warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*torch.jit.*")
+        torch.jit.script(net).save(str(path))
+        loaded: nn.Module = torch.jit.load(str(path))
+    return loaded.eval()
+
+
+def _check_onnx(path: Path, xs: list[torch.Tensor], want: np.ndarray, shape: tuple[int, ...], num_classes: int,
+                cfg: CheckConfig) -> tuple[OutputCheck, dict[str, Any]]:
+    model = onnx.load(str(path))
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except onnx.checker.ValidationError as err:
+        raise ExportError(f"{path.name} failed onnx.checker: {err}") from None
+    ops: dict[str, int] = {}
+    for node in model.graph.node:
+        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    # A fresh session on the file just written (not the exporter's in-memory bytes).
+    runner = OnnxRuntimeBackend(shape, slot=False, num_classes=num_classes)
+    session = runner.create_session(path.read_bytes())
+    try:
+        got = np.concatenate([session.run([OUTPUT_NAME], {INPUT_NAME: x.numpy()})[0] for x in xs])
+    except ORT_ERRORS as err:
+        raise ExportError(f"ONNX Runtime could not run {path.name}: {err}") from None
+    info = {
+        "opset": int(model.opset_import[0].version), "nodes": len(model.graph.node), "ops": dict(sorted(ops.items())),
+        "checker": "passed (full_check=True)", "providers": session.get_providers(),
+    }
+    check = compare_outputs("onnxruntime vs pytorch", got, want, cfg.atol, cfg.rtol,
+                            f"fresh InferenceSession on {path.name}, {len(xs)} random batches")
+    return check, info
+
+
+def _trtexec_command(precision: str) -> str:
+    flag = {"fp16": " --fp16", "int8": " --int8"}.get(precision, "")
+    return f"trtexec --onnx=model.onnx --saveEngine=model.engine{flag}"
+
+
+def _engine_builder(
+    cfg: ExportConfig, shape: tuple[int, ...], num_classes: int
+) -> tuple[TensorRTBackend | None, dict[str, Any]]:
+    """The TensorRT builder to use, or None and the note saying why there is none.
+
+    Raises:
+        ExportError: ``engine=true`` where TensorRT or a GPU is missing.
+    """
+    cmd = _trtexec_command(cfg.engine_precision)
+    if cfg.engine is False:
+        return None, {"built": False, "reason": "not requested (engine=false)", "how_to_build": cmd}
+    try:
+        return TensorRTBackend(shape, precision=cfg.engine_precision, slot=False, num_classes=num_classes), {}
+    except LatencyError as err:
+        if cfg.engine is True:
+            raise ExportError(f"engine=true but no TensorRT engine can be built here: {err}") from None
+        return None, {"built": False, "reason": str(err), "how_to_build": cmd}
+
+
+def _build_engine(trt: TensorRTBackend, onnx_bytes: bytes, shape: tuple[int, ...], out: Path) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    engine = trt.build_engine(onnx_bytes, shape)
+    (out / "model.engine").write_bytes(engine)
+    return {
+        "built": True, "file": "model.engine", "precision": trt.precision, "tensorrt": trt.trt_version,
+        "gpu": trt.gpu_name, "build_s": time.perf_counter() - t0, "bytes": len(engine),
+        "note": "an engine runs only on the GPU model and TensorRT version it was built with",
+        "how_to_build": _trtexec_command(trt.precision),
+    }
+
+
+def _latency(lat: LatencyResult, rounds: list[float]) -> dict[str, Any]:
+    return {
+        "p50_ms": lat.stats.p50, "p90_ms": lat.stats.p90, "p99_ms": lat.stats.p99, "mean_ms": lat.stats.mean,
+        "cv": lat.stats.cv, "runs": lat.stats.n, "stable": lat.stable, "backend": lat.backend,
+        "device": lat.device, "precision": lat.precision, "source": lat.source,
+        "cpu_per_wall": lat.extra.get("cpu_per_wall"), "round_p50_ms": rounds,
+    }
+
+
+def _measure(backend: str, shape: tuple[int, ...], options: dict[str, Any], measure: dict[str, Any],
+             num_classes: int, arch: Arch, nets: dict[str, nn.Module], rounds: int) -> dict[str, Any]:
+    est = make_estimator(backend, input_shape=list(shape), measure=dict(measure), num_classes=num_classes, **options)
+    results: dict[str, list[LatencyResult]] = {name: [] for name in nets}
+    for _ in range(rounds):
+        for name, net in nets.items():
+            results[name].append(est.measure(arch, net=net))
+    best = {name: min(rs, key=lambda r: r.stats.p50) for name, rs in results.items()}
+    out: dict[str, Any] = {"backend": backend, "options": options, "input_shape": list(shape), "rounds": rounds}
+    for name, rs in results.items():
+        out[name] = _latency(best[name], [r.stats.p50 for r in rs])
+    out["speedup_p50"] = best["unfused"].stats.p50 / best["fused"].stats.p50
+    out["environment"] = best["fused"].environment
+    return out
+
+
+def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
+    """Build, (train,) fuse, write, check and time one candidate; write its reports.
+
+    Args:
+        cand: the network and what the search recorded about it.
+        cfg: export settings.
+
+    Returns:
+        The folder and the report (MLflow logging is :func:`run_export`'s).
+
+    Raises:
+        ExportError: a written model failed its check, or a required engine cannot be built.
+        SearchSpaceError: the architecture is not in the given space.
+        LatencyError: the latency backend is unavailable or the measurement failed.
+        NASError: the training data cannot be loaded or training diverged.
+    """
+    t_start = time.perf_counter()
+    validate_export(cfg)
+    arch = cand.arch
+    space = _space_for(cand, cfg)
+    backend, shape, options, measure = latency_settings(cand, cfg)
+    data_cfg = _data_config(cand, cfg)
+    num_classes = _num_classes(cand, cfg, data_cfg)
+    trt, engine = _engine_builder(cfg, shape, num_classes)
+    out = Path(cfg.output_dir).expanduser().resolve() / arch.arch_id
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ARTIFACTS:
+        (out / name).unlink(missing_ok=True)
+
+    torch.manual_seed(cfg.seed)
+    net = build(arch, num_classes=num_classes, in_chans=shape[1], dropout=cfg.train.dropout)
+    training = _train(net, cfg, data_cfg) if cfg.train.epochs > 0 else None
+    net.eval()
+    fused = fuse_conv_bn(net)
+
+    xs = _inputs(shape, cfg.check.batches)
+    want = _torch_out(net, xs)
+    checks = [compare_outputs("fused vs unfused (pytorch)", _torch_out(fused, xs), want, cfg.check.atol,
+                              cfg.check.rtol, f"{count_batchnorms(net)} BatchNorm layers folded")]
+
+    torch.save(net.state_dict(), out / "model.pt")
+    scripted = _write_torchscript(fused, out / "model.ts")
+    checks.append(compare_outputs("torchscript vs pytorch", _torch_out(scripted, xs), want, cfg.check.atol,
+                                  cfg.check.rtol, "torch.jit.load of model.ts"))
+    onnx_bytes = export_onnx(fused, shape)
+    (out / "model.onnx").write_bytes(onnx_bytes)
+    onnx_check, onnx_info = _check_onnx(out / "model.onnx", xs, want, shape, num_classes, cfg.check)
+    checks.append(onnx_check)
+    if trt is not None:
+        engine = _build_engine(trt, onnx_bytes, shape, out)
+
+    nets = {"unfused": net, "fused": fused}
+    latency = _measure(backend, shape, options, measure, num_classes, arch, nets, cfg.latency.rounds)
+    if backend != "torch":
+        # Runtimes that compile a graph fold BatchNorm themselves; eager PyTorch does not.
+        slot = {"slot": options["slot"]} if "slot" in options else {}
+        latency["torch_eager"] = _measure("torch", shape, slot, measure, num_classes, arch, nets, cfg.latency.rounds)
+
+    with torch.device("meta"):
+        meta = build(arch, num_classes=num_classes, in_chans=shape[1])
+    arch_info = {
+        "arch": arch.encode(), "arch_id": arch.arch_id,
+        "space": space.name if space else (cand.search.space if cand.search else None),
+        "decisions": space.to_decisions(arch) if space else (cand.candidate.decisions if cand.candidate else None),
+        "input_shape": list(shape),
+        "input_name": INPUT_NAME, "output_name": OUTPUT_NAME, "layout": "NCHW", "dtype": "float32",
+        "num_classes": num_classes, "preprocessing": training["preprocessing"] if training else None,
+        "weights": _weights_note(training, cfg.seed),
+        "load": {
+            "model.pt": "search_spaces.build(Arch.decode(arch), num_classes).load_state_dict(torch.load(...))",
+            "model.ts": "torch.jit.load('model.ts')  # Conv+BN fused",
+            "model.onnx": "onnxruntime.InferenceSession('model.onnx')  # Conv+BN fused",
+        },
+    }
+    report = {
+        "arch": arch.encode(), "arch_id": arch.arch_id,
+        "candidate": {"origin": cand.origin, "run_id": cand.candidate.run_id if cand.candidate else None,
+                      "parent_run_id": cand.search.run_id if cand.search else None,
+                      "search": cand.search.name if cand.search else None, "space": arch_info["space"]},
+        "params": count_params(meta), "macs": count_macs(meta, shape), "num_classes": num_classes,
+        "search": {"metrics": cand.search_figures,
+                   "latency_source": (cand.candidate.latency_source or None) if cand.candidate else None,
+                   "tags": cand.search_tags},
+        "training": training, "weights": arch_info["weights"],
+        "fusion": {
+            "batchnorms_before": count_batchnorms(net), "batchnorms_after": count_batchnorms(fused),
+            "onnx_batchnorm_nodes_unfused": _onnx_batchnorm_nodes(export_onnx(net, shape)),
+        },
+        "checks": [asdict(c) for c in checks], "onnx": onnx_info, "engine": engine, "latency": latency,
+        "files": [n for n in ARTIFACTS if (out / n).exists() or n in ("arch.json", "report.json", "report.md")],
+        "export_seconds": time.perf_counter() - t_start,
+    }
+    (out / "arch.json").write_text(json.dumps(arch_info, indent=2, default=_json_default) + "\n")
+    _write_reports(out, report)
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        names = ", ".join(f"{c.name} (max |diff| {c.max_abs_diff:.3g}, {c.scaled_diff:.3g} of the largest logit)"
+                          for c in failed)
+        raise ExportError(f"exported model(s) differ from PyTorch beyond atol={cfg.check.atol:g}, "
+                          f"rtol={cfg.check.rtol:g}: {names}; see {out / 'report.md'}")
+    return ExportResult(out, report)
+
+
+def _onnx_batchnorm_nodes(model: bytes) -> int:
+    return sum(n.op_type == "BatchNormalization" for n in onnx.load_from_string(model).graph.node)
+
+
+def _write_reports(out: Path, report: dict[str, Any]) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+    (out / "report.md").write_text(render_report(report))
+
+
+def _weights_note(training: dict[str, Any] | None, seed: int) -> str:
+    if training is None:
+        return (f"untrained: the builder's initialisation (seed {seed}); pass train.epochs=N to train "
+                "before export")
+    ds = training["dataset"]
+    return f"trained {training['epochs']} epochs on {ds['name']} ({ds['train']} images, {ds['classes']} classes)"
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+# ---------------------------------------------------------------------- finding the candidate
+
+ARCH_ID_RE = re.compile(r"[0-9a-f]{12}")
+
+
+def _from_run(reader: StoreReader, run_id: str, origin: str) -> ExportTarget:
+    cand, search = reader.candidate(run_id)
+    return ExportTarget(Arch.decode(cand.arch), origin, cand, search)
+
+
+def _best(reader: StoreReader, search: str | None) -> ExportTarget:
+    record = reader.find_search(search)
+    done = [c for c in reader.candidates(record.run_id) if c.status == COMPLETED and math.isfinite(c.reward)]
+    if not done:
+        raise ExportError(f"search {record.name!r} ({record.run_id}) has no completed candidate to export")
+    # Among equal rewards, the one the search itself named best (its parent's best_arch_id tag).
+    tied = [c for c in done if c.reward == done[0].reward]
+    named = [c for c in tied if c.arch_id == record.best_arch_id]
+    best = (named or tied)[0]
+    return ExportTarget(Arch.decode(best.arch), "best", best, record)
+
+
+def resolve_candidate(cfg: ExportConfig) -> tuple[ExportTarget, StoreReader | None]:
+    """Turn ``cfg.candidate`` into an :class:`ExportTarget` (and the store it came from, if any).
+
+    ``best`` and 12-hex-digit arch_ids are looked up in ``cfg.search`` (default: the latest search
+    for ``best``, every search of the experiment for an arch_id); a 32-hex-digit string is a run
+    id; anything else is a reference name or an architecture string.
+
+    Raises:
+        TrackingError: the store, experiment, search or run does not exist, or a run without an
+            architecture.
+        ExportError: no candidate by that arch_id, no completed candidate in the search.
+        SearchSpaceError: a malformed architecture string (naming the token).
+    """
+    text = cfg.candidate.strip()
+    if text == "best":
+        reader = StoreReader(cfg.tracking.uri, cfg.tracking.experiment)
+        return _best(reader, cfg.search), reader
+    if RUN_ID_RE.fullmatch(text):
+        reader = StoreReader(cfg.tracking.uri, cfg.tracking.experiment)
+        return _from_run(reader, text, "run"), reader
+    if ARCH_ID_RE.fullmatch(text):
+        reader = StoreReader(cfg.tracking.uri, cfg.tracking.experiment)
+        parent = reader.find_search(cfg.search) if cfg.search else None
+        runs = reader.find_arch_id(text, parent.run_id if parent else None)
+        if not runs:
+            where = f"search {parent.name!r}" if parent else f"experiment {reader.experiment!r}"
+            raise ExportError(f"no candidate with arch_id {text!r} in {where} of {reader.uri}")
+        done = [r for r in runs if r.tags.get("status") == COMPLETED]
+        return _from_run(reader, (done or runs)[0].run_id, "arch_id"), reader
+    if text in REFERENCES:
+        return ExportTarget(resolve_arch(text), "reference"), None
+    try:
+        return ExportTarget(Arch.decode(text), "arch_string"), None
+    except SearchSpaceError as err:
+        raise ExportError(
+            f"candidate={text!r} is not 'best', an arch_id (12 hex digits), an MLflow run id (32 hex digits), "
+            f"a reference network ({', '.join(sorted(REFERENCES))}) or a valid architecture string: {err}"
+        ) from None
+
+
+# ---------------------------------------------------------------------- MLflow
+
+
+def log_to_mlflow(result: ExportResult, cand: ExportTarget, cfg: ExportConfig, reader: StoreReader | None) -> None:
+    """Log the export as a run nested under the candidate's search, with the ONNX model; register it if asked.
+
+    The run id, model URI and registered version are added to the report files before they are uploaded.
+    """
+    if reader is None:  # a network from outside the store: the store is created when missing
+        writer = StoreWriter(cfg.tracking.uri or default_tracking_uri(Path.cwd()), cfg.tracking.experiment)
+    else:
+        writer = StoreWriter(reader.uri, reader.experiment, create=False)
+    r = result.report
+    parent_run_id = cand.search.run_id if cand.search else None
+    run_id = writer.create_export_run(r["arch_id"], parent_run_id, cand.candidate.run_id if cand.candidate else None,
+                                      cand.search.name if cand.search else None)
+    shape = tuple(r["latency"]["input_shape"])
+    x = sample_input(shape).numpy()
+    session = OnnxRuntimeBackend(shape, slot=False, num_classes=r["num_classes"]).create_session(
+        (result.folder / "model.onnx").read_bytes())
+    y = session.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
+    model_uri, version = writer.log_onnx_model(run_id, result.folder / "model.onnx", x, y, cfg.register)
+    r["mlflow"] = {"tracking_uri": writer.uri, "run_id": run_id, "model_uri": model_uri,
+                   "registered_name": cfg.register, "registered_version": version, "parent_run_id": parent_run_id}
+    _write_reports(result.folder, r)
+    lat = r["latency"]
+    metrics = {
+        "latency_p50": lat["fused"]["p50_ms"], "latency_p90": lat["fused"]["p90_ms"],
+        "latency_p99": lat["fused"]["p99_ms"], "latency_p50_unfused": lat["unfused"]["p50_ms"],
+        "params": r["params"], "macs": r["macs"],
+    }
+    if r["training"]:
+        metrics.update(accuracy=r["training"]["accuracy"], val_loss=r["training"]["val_loss"])
+    writer.finish_export_run(run_id, result.folder, metrics)
+    result.mlflow_run_id = run_id
+
+
+def run_export(cfg: ExportConfig) -> ExportResult:
+    """Find the candidate, export it, and log it to MLflow where asked (see :class:`ExportConfig`).
+
+    Raises:
+        NASError: the candidate cannot be found or exported, or MLflow refused a write.
+        SearchSpaceError: a malformed architecture string, or one outside the given space.
+        LatencyError: the latency backend is unavailable here.
+    """
+    validate_export(cfg)
+    cand, reader = resolve_candidate(cfg)
+    if cfg.register and cfg.log_model is False:
+        raise ExportError("register needs the model logged to MLflow: drop log_model=false")
+    result = export_candidate(cand, cfg)
+    log = cfg.log_model if cfg.log_model is not None else (reader is not None or cfg.register is not None)
+    if log:
+        log_to_mlflow(result, cand, cfg, reader)
+    return result
+
+
+def summary(result: ExportResult) -> str:
+    """What the command prints about an export: where it went, the checks, the latency, the engine."""
+    r = result.report
+    lat = r["latency"]
+    lines = [f"Exported {r['arch_id']} to {result.folder}"]
+    for c in r["checks"]:
+        lines.append(f"  check  {c['name']}: max |diff| {c['max_abs_diff']:.2g}, {c['scaled_diff']:.2g} of the "
+                     f"largest logit (atol {c['atol']:g}, rtol {c['rtol']:g}) {'passed' if c['passed'] else 'FAILED'}")
+    lines.append(f"  latency {lat['backend']} p50 {lat['unfused']['p50_ms']:.3f} ms unfused, "
+                 f"{lat['fused']['p50_ms']:.3f} ms Conv+BN fused; search: "
+                 f"{fmt_num(r['search']['metrics'].get('latency_p50'))} ms ({r['search']['latency_source'] or '-'})")
+    e = r["engine"]
+    lines.append(f"  engine {'model.engine (' + e['precision'] + ')' if e['built'] else 'not built: ' + e['reason']}")
+    if "mlflow" in r:
+        m = r["mlflow"]
+        reg = f", registered as {m['registered_name']} v{m['registered_version']}" if m["registered_version"] else ""
+        lines.append(f"  mlflow run {m['run_id']} ({m['model_uri']}){reg}")
+    lines.append(f"  report {result.folder / 'report.md'}")
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""``report.md`` of an export: the human-readable form of ``report.json`` (see :mod:`nas.review.export`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def fmt_num(x: Any) -> str:
+    """A number with 3 decimals, or ``-`` when missing or not finite."""
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{float(x):.3f}"
+
+
+def render_report(r: dict[str, Any]) -> str:
+    """The human-readable report of an export (``report.md``)."""
+    lat = r["latency"]
+    sm = r["search"]["metrics"]
+    cand = r["candidate"]
+    lines = [
+        f"# Export of {r['arch_id']}", "",
+        f"`{r['arch']}`", "",
+        f"- candidate: {cand['origin']}" + (f", run `{cand['run_id']}`" if cand["run_id"] else "")
+        + (f", search `{cand['search']}`" if cand["search"] else ""),
+        f"- space: {cand['space'] or '-'}",
+        f"- parameters: {r['params']:,}; MACs: {r['macs']:,} at {'x'.join(map(str, lat['input_shape']))}",
+        f"- weights: {r['weights']}",
+        "",
+        "## Accuracy", "",
+        "| figure | value |", "|---|---|",
+        f"| search accuracy (proxy training) | {fmt_num(sm.get('accuracy'))} |",
+        f"| search reward | {fmt_num(sm.get('reward'))} |",
+    ]
+    if r["training"]:
+        t = r["training"]
+        lines.append(f"| final accuracy after {t['epochs']} epochs on {t['dataset']['name']} | {t['accuracy']:.4f} |")
+        lines.append(f"| final validation loss | {t['val_loss']:.4f} |")
+    lines += [
+        "", "## Latency (ms)", "",
+        f"Re-measured now with `{lat['backend']}` on {lat['environment'].get('device_name', '?')} "
+        f"(p50 / p90 / p99 of {lat['fused']['runs']} runs; the unfused and fused networks timed alternately, "
+        f"best of {lat['rounds']} rounds each), next to the figure the search used.", "",
+        "| | p50 | p90 | p99 | source | CPU s per wall s |", "|---|---|---|---|---|---|",
+        f"| search | {fmt_num(sm.get('latency_p50'))} | {fmt_num(sm.get('latency_p90'))} "
+        f"| {fmt_num(sm.get('latency_p99'))} | {r['search']['latency_source'] or '-'} | - |",
+    ]
+    for stage, label in (("unfused", "export, unfused"), ("fused", "export, Conv+BN fused")):
+        x = lat[stage]
+        cpu = f"{x['cpu_per_wall']:.2f}" if x.get("cpu_per_wall") is not None else "-"
+        lines.append(
+            f"| {label} | {fmt_num(x['p50_ms'])} | {fmt_num(x['p90_ms'])} | {fmt_num(x['p99_ms'])} | measured | {cpu} |"
+        )
+    lines += ["", "CPU seconds per wall second while timing near 1.0 (per thread) mean the network had its core "
+              "to itself; lower values mean other work competed and the figures are pessimistic."]
+    if "target_ms" in sm:
+        lines += ["", f"Latency target of the search: {fmt_num(sm['target_ms'])} ms."]
+    fu = r["fusion"]
+    lines += [
+        "", "## Conv+BN fusion", "",
+        f"{fu['batchnorms_before']} BatchNorm layers folded into their convolutions "
+        f"({fu['batchnorms_after']} left). p50 speed-up with `{lat['backend']}`: {lat['speedup_p50']:.2f}x.",
+    ]
+    if "torch_eager" in lat:
+        te = lat["torch_eager"]
+        lines.append(
+            f"Eager PyTorch (which does not fuse by itself): {fmt_num(te['unfused']['p50_ms'])} -> "
+            f"{fmt_num(te['fused']['p50_ms'])} ms p50 ({te['speedup_p50']:.2f}x)."
+        )
+    if fu["onnx_batchnorm_nodes_unfused"] == 0:
+        lines.append(
+            "The ONNX exporter already folds BatchNorm in eval mode (0 BatchNormalization nodes in the unfused "
+            "network's export), as ONNX Runtime and TensorRT would at load time, so graph runtimes time the same "
+            "graph before and after: their difference is measurement noise."
+        )
+    lines += ["", "## Checks", "",
+              "Each model's logits against the unfused PyTorch network's on the same random inputs: every logit "
+              "within atol + rtol x |logit|, and the largest difference within rtol x the largest logit.", "",
+              "| check | max abs diff | largest logit | diff / largest | tolerance | result |",
+              "|---|---|---|---|---|---|"]
+    for c in r["checks"]:
+        lines.append(
+            f"| {c['name']} | {c['max_abs_diff']:.3g} | {c['output_scale']:.3g} | {c['scaled_diff']:.3g} "
+            f"| atol {c['atol']:g}, rtol {c['rtol']:g} | {'passed' if c['passed'] else 'FAILED'} |"
+        )
+    o = r["onnx"]
+    lines += ["", f"`model.onnx`: opset {o['opset']}, {o['nodes']} nodes, onnx.checker {o['checker']}, "
+              f"run on {', '.join(o['providers'])}."]
+    e = r["engine"]
+    lines += ["", "## TensorRT", ""]
+    if e["built"]:
+        lines.append(f"`model.engine`: {e['precision']}, TensorRT {e['tensorrt']}, {e['gpu']} ({e['note']}).")
+    else:
+        lines += [f"No engine built: {e['reason']}", "", "Build one on the target machine with:", "",
+                  f"    {e['how_to_build']}"]
+    env = lat["environment"]
+    lines += ["", "## Environment", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(env.items())]
+    lines += ["", "## Files", ""] + [f"- `{f}`" for f in r["files"]]
+    return "\n".join(lines) + "\n"

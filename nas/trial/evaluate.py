@@ -1,0 +1,306 @@
+"""What one trial does, independent of Ray: the trial boundary.
+
+decode the architecture string -> build -> count parameters and MACs at the deployment shape ->
+measure (or predict) latency through the :class:`~latency_predictor.LatencyEstimator`, which
+takes the device's measurement slot itself -> estimate accuracy (brief training, one report
+per epoch, or a training-free score) -> reward -> report.
+
+Latency is measured before training so that every per-epoch report already carries the
+reward: an early-stopping scheduler (ASHA) then acts on the same number the sampler optimises.
+
+Expected failures (:data:`nas.core.errors.USER_ERRORS`: the typed errors of :mod:`nas`,
+:mod:`search_spaces` and :mod:`latency_predictor`) end the trial with a FAILED report that names
+the error; so do running out of memory (``torch.OutOfMemoryError``, ``MemoryError``, or the CPU
+allocator's failure, reported as :class:`~nas.core.errors.TrialOutOfMemoryError`) and running
+past ``search.trial_timeout_s`` (:class:`~nas.core.errors.TrialTimeoutError`, checked between
+training steps and around the measurement). Any other exception is a bug and propagates.
+
+The latency estimator is used through its protocol only (``measure``, then ``final_latency`` once
+the candidate's objective is known): a measuring backend, a predictor and hybrid mode look alike.
+
+Faults injected for tests (:mod:`nas.trial.faults`, off unless ``$LATNAS_FAULTS`` is set) act here too.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+
+from latency_predictor import LatencyEstimator, LatencyResult
+from latency_predictor.configure import make_latency_estimator
+from latency_predictor.slot import device_work
+from nas.core.config import AccuracyConfig, LatencyConfig, TrainConfig
+from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
+from nas.core.record import COMPLETED, FAILED, RUNNING
+from nas.core.reward import meets_target, reward_fn
+from nas.data import Dataset
+from nas.trial.faults import FaultPlan
+from nas.trial.training import EpochResult, resolve_device, train_briefly
+from nas.trial.zero_cost import naswot_score
+from search_spaces import Arch, SearchSpace, build, count_macs, count_params
+
+Report = Callable[[dict[str, Any]], None]
+
+_ESTIMATORS: dict[str, LatencyEstimator] = {}
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """Everything a trial needs besides its architecture; shipped once to the workers.
+
+    Attributes:
+        space: the search space (the architecture must belong to it).
+        data: the proxy task.
+        train: brief-training settings.
+        accuracy: which accuracy estimator to use.
+        latency: the latency estimator's settings.
+        target_ms: the latency target.
+        reward: the reward's name (see :data:`nas.core.reward.REWARDS`).
+        threads: torch threads per trial.
+        trial_timeout_s: the trial's time limit in seconds (None: none).
+        faults: faults to inject (tests only; None: none).
+    """
+
+    space: SearchSpace
+    data: Dataset
+    train: TrainConfig
+    accuracy: AccuracyConfig
+    latency: LatencyConfig
+    target_ms: float
+    reward: str
+    threads: int
+    trial_timeout_s: float | None = None
+    faults: FaultPlan | None = None
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A trial's time limit, checked at safe points (between steps, around the measurement).
+
+    Attributes:
+        limit_s: seconds allowed (None: no limit).
+        started: ``time.perf_counter()`` when the trial started.
+    """
+
+    limit_s: float | None
+    started: float
+
+    def check(self, stage: str) -> None:
+        """Raise when the trial has run past its limit.
+
+        Raises:
+            TrialTimeoutError: naming the limit, the time taken and ``stage``.
+        """
+        if self.limit_s is None:
+            return
+        elapsed = time.perf_counter() - self.started
+        if elapsed > self.limit_s:
+            raise TrialTimeoutError(
+                f"the trial took {elapsed:.1f} s, past search.trial_timeout_s={self.limit_s:g}, at {stage}; "
+                "raise the limit if candidates this size are meant to finish"
+            )
+
+
+def _out_of_memory(err: BaseException) -> TrialOutOfMemoryError | None:
+    """The typed failure for an allocation failure (None: ``err`` is something else)."""
+    if isinstance(err, torch.OutOfMemoryError | MemoryError):
+        kind = "CUDA" if isinstance(err, torch.OutOfMemoryError) else "host"
+    elif isinstance(err, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(err):
+        kind = "host"  # torch's CPU allocator raises a plain RuntimeError
+    else:
+        return None
+    first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return TrialOutOfMemoryError(
+        f"out of {kind} memory: {first_line[:300]}; lower train.batch_size or latency.input_shape, or give "
+        "trials more memory"
+    )
+
+
+def latency_estimator(
+    cfg: LatencyConfig, num_classes: int, space: SearchSpace | None = None, target_ms: float | None = None
+) -> LatencyEstimator:
+    """The latency estimator ``cfg`` describes, for networks with ``num_classes`` outputs.
+
+    Raises:
+        LatencyError: unknown backend or option, invalid value, backend not available here.
+    """
+    return make_latency_estimator(cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes, space,
+                                  target_ms)
+
+
+def _estimator(
+    cfg: LatencyConfig, num_classes: int, space: SearchSpace, target_ms: float | None = None
+) -> LatencyEstimator:
+    # Built once per worker process: with reuse_actors the same process serves many trials.
+    key = json.dumps(
+        [cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes, space.name, target_ms], sort_keys=True
+    )
+    if key not in _ESTIMATORS:
+        _ESTIMATORS[key] = latency_estimator(cfg, num_classes, space, target_ms)
+    return _ESTIMATORS[key]
+
+
+def profile_arch(arch: Arch, num_classes: int, input_shape: list[int]) -> tuple[int, int]:
+    """Trainable parameters (with ``num_classes`` outputs) and MACs at ``input_shape``."""
+    with torch.device("meta"):
+        net = build(arch, num_classes=num_classes, in_chans=input_shape[1])
+    return count_params(net), count_macs(net, tuple(input_shape))
+
+
+def latency_metrics(lat: LatencyResult) -> dict[str, Any]:
+    """The latency fields of a trial report."""
+    return {
+        "latency_ms": lat.latency_ms,
+        "latency_p90": lat.stats.p90,
+        "latency_p99": lat.stats.p99,
+        "latency_source": lat.source,
+        "latency_backend": lat.backend,
+        "latency_device": lat.device,
+        "latency_stable": lat.stable,
+        "latency_json": json.dumps(lat.to_dict()),
+        # hybrid predictor mode: the prediction a confirming measurement replaced, and why
+        **({"latency_predicted_ms": lat.extra["predicted_ms"], "latency_confirm_reason": lat.extra["confirm_reason"]}
+           if "confirm_reason" in lat.extra else {}),
+    }
+
+
+def evaluate_candidate(
+    arch_text: str, ctx: TrialContext, report: Report, front: list[list[float]] | None = None
+) -> None:
+    """Evaluate one architecture and report its figures (one report per epoch when training).
+
+    ``front``: in hybrid predictor mode, the ``[latency_ms, accuracy]`` Pareto front of the
+    candidates finished when this one started; a candidate whose predicted latency and final
+    accuracy could join it is measured for real before its final report.
+
+    Every report carries ``status``: ``RUNNING`` after an intermediate epoch, ``COMPLETED`` on
+    the last, ``FAILED`` (with ``failure_type`` and ``failure_reason``) when an expected error
+    ended the trial. A FAILED report has ``reward`` NaN. ``trial_seconds`` is the time spent
+    in this function up to the report.
+
+    Raises:
+        Exception: anything that is not an expected (typed) error: a bug, which must not be
+            mistaken for a bad candidate.
+    """
+    started = time.perf_counter()
+    torch.set_num_threads(ctx.threads)
+    base: dict[str, Any] = {
+        "arch": arch_text, "accuracy_estimator": ctx.accuracy.estimator, "epochs": ctx.train.epochs,
+    }
+
+    def timed_report(metrics: dict[str, Any]) -> None:
+        report({**metrics, "trial_seconds": time.perf_counter() - started})
+
+    deadline = Deadline(ctx.trial_timeout_s, started)
+    try:
+        try:
+            _evaluate(arch_text, ctx, base, timed_report, deadline, front)
+        except (MemoryError, RuntimeError) as err:
+            oom = _out_of_memory(err)
+            if oom is None:
+                raise
+            raise oom from err
+    except USER_ERRORS as err:
+        if isinstance(err, TrialOutOfMemoryError):
+            _release_memory()
+        timed_report({
+            **base, "status": FAILED, "reward": math.nan, "failure_type": type(err).__name__,
+            "failure_reason": str(err),
+        })
+
+
+def _release_memory() -> None:
+    # What the failed candidate held is unreachable now; give it back before the next trial.
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _evaluate(
+    arch_text: str, ctx: TrialContext, base: dict[str, Any], report: Report, deadline: Deadline,
+    front: list[list[float]] | None,
+) -> None:
+    arch = ctx.space.decode(arch_text)
+    base["arch_id"] = arch.arch_id
+    params, macs = profile_arch(arch, ctx.data.num_classes, ctx.latency.input_shape)
+    base.update(params=params, macs=macs)
+
+    if ctx.faults is not None:
+        ctx.faults.before_measure(arch.arch_id, deadline.check)
+    deadline.check("the start of the latency measurement")
+    t0 = time.perf_counter()
+    estimator = _estimator(ctx.latency, ctx.data.num_classes, ctx.space, ctx.target_ms)
+    lat = estimator.measure(arch)
+    base["measure_seconds"] = time.perf_counter() - t0
+    deadline.check("the end of the latency measurement")
+    base.update(latency_metrics(lat))
+    base["meets_target"] = meets_target(lat.latency_ms, ctx.target_ms)
+    reward = reward_fn(ctx.reward)
+
+    def final_latency(objective: float) -> float:
+        # Now that the objective is known, the estimator may settle the latency (hybrid mode
+        # measures a predicted candidate that could join the Pareto front); returns the latency
+        # the final reward uses.
+        nonlocal lat
+        if front is None:
+            return lat.latency_ms
+        deadline.check("the start of the final latency")
+        t1 = time.perf_counter()
+        final = estimator.final_latency(arch, lat, objective, front)
+        if final is not lat:
+            lat = final
+            base["measure_seconds"] += time.perf_counter() - t1
+            base.update(latency_metrics(lat))
+            base["meets_target"] = meets_target(lat.latency_ms, ctx.target_ms)
+        return lat.latency_ms
+
+    device = resolve_device(ctx.train.device)
+    guard = _work_guard(ctx.latency, device)
+    torch.manual_seed(ctx.train.seed)
+    model = build(arch, num_classes=ctx.data.num_classes, in_chans=3, dropout=ctx.train.dropout)
+    if ctx.faults is not None:
+        ctx.faults.before_training(arch.arch_id, model, device)
+    t0 = time.perf_counter()
+    if ctx.accuracy.estimator == "naswot":
+        with guard():
+            score = naswot_score(model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
+        deadline.check("the end of the NASWOT score")
+        train_seconds = time.perf_counter() - t0
+        latency_ms = final_latency(score)
+        report({
+            **base, "status": COMPLETED, "epoch": 0, "accuracy": score, "naswot_score": score,
+            "train_seconds": train_seconds, "reward": reward(score, latency_ms, ctx.target_ms),
+        })
+        return
+
+    def on_epoch(e: EpochResult) -> None:
+        train_seconds = time.perf_counter() - t0
+        last = e.epoch == ctx.train.epochs
+        latency_ms = final_latency(e.accuracy) if last else lat.latency_ms
+        report({
+            **base, "status": COMPLETED if last else RUNNING, "epoch": e.epoch,
+            "accuracy": e.accuracy, "val_loss": e.val_loss, "train_loss": e.train_loss,
+            "train_seconds": train_seconds, "reward": reward(e.accuracy, latency_ms, ctx.target_ms),
+        })
+
+    train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard,
+                  step_check=lambda: deadline.check("a training step"))
+
+
+def _work_guard(latency: LatencyConfig, device: torch.device) -> Callable[[], AbstractContextManager[Any]]:
+    """Training steps on ``device`` take its measurement slot shared (see latency_predictor.slot):
+    no other trial's latency measurement of that device overlaps them. Off with
+    ``latency.options.slot=false``, as for the measurements themselves."""
+    if latency.options.get("slot", True) is False or device.type not in ("cpu", "cuda"):
+        return nullcontext
+    name = "cpu" if device.type == "cpu" else f"cuda:{device.index or 0}"
+    return partial(device_work, name, latency.options.get("slot_dir"))
