@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,3 +25,26 @@ def tiny_arch() -> Arch:
 def slot_dir(tmp_path: Path) -> Path:
     """A slot directory of this test alone, so tests never queue behind other measurements."""
     return tmp_path / "slots"
+
+
+def run_forked(jobs: list[tuple[Any, tuple[Any, ...]]], rendezvous: bool = False) -> list[Any]:
+    """Run ``target(*args, out)`` for each job in its own forked process; the values each put on ``out``.
+
+    With ``rendezvous``, each target also gets two events before ``out``: its own and the other
+    job's (two jobs), to show that both reached the same point at once.
+    The children only lock, sleep and wait: no torch work happens after the fork.
+    """
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    events = (ctx.Event(), ctx.Event())
+    procs = []
+    for i, (target, args) in enumerate(jobs):
+        extra = (events[i], events[1 - i]) if rendezvous else ()
+        procs.append(ctx.Process(target=target, args=(*args, *extra, out)))
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    return results

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from latency_predictor.slot import device_work, measurement_slot
+from tests.latency_predictor.conftest import run_forked
 
 Span = tuple[str, float, float]
 
@@ -45,19 +46,9 @@ def _overlap(a: Span, b: Span) -> bool:
 
 
 def test_measurements_never_overlap_training_steps(tmp_path: Path) -> None:
-    ctx = mp.get_context("fork")  # children only lock and sleep
-    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    procs = [
-        ctx.Process(target=_train, args=(str(tmp_path), "train-a", 40, out)),
-        ctx.Process(target=_train, args=(str(tmp_path), "train-b", 40, out)),
-        ctx.Process(target=_measure, args=(str(tmp_path), 4, out)),
-    ]
-    for p in procs:
-        p.start()
-    spans: list[Span] = [s for _ in procs for s in out.get(timeout=60)]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    jobs = [(_train, (str(tmp_path), "train-a", 40)), (_train, (str(tmp_path), "train-b", 40)),
+            (_measure, (str(tmp_path), 4))]
+    spans: list[Span] = [s for spans in run_forked(jobs) for s in spans]
     measures = [s for s in spans if s[0] == "measure"]
     steps = [s for s in spans if s[0] != "measure"]
     assert len(measures) == 4 and len(steps) == 80
@@ -66,16 +57,7 @@ def test_measurements_never_overlap_training_steps(tmp_path: Path) -> None:
 
 
 def test_training_steps_of_two_trials_run_at_the_same_time(tmp_path: Path) -> None:
-    ctx = mp.get_context("fork")
-    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    events = (ctx.Event(), ctx.Event())
-    procs = [ctx.Process(target=_step_together, args=(str(tmp_path), events[i], events[1 - i], out)) for i in (0, 1)]
-    for p in procs:
-        p.start()
-    met = [out.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    met = run_forked([(_step_together, (str(tmp_path),)), (_step_together, (str(tmp_path),))], rendezvous=True)
     assert met == [True, True], "two training steps of one device could not be inside device_work together"
 
 

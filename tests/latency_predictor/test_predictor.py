@@ -2,7 +2,7 @@
 
 One small dataset is collected per module (about 25 architectures at 1x3x64x64 with short
 measurement settings), then trained, saved, loaded, refused, refitted. These tests check the
-workflow, not accuracy: that is the benchmark's job (``scripts/bench_predictor.py``). The
+workflow, not accuracy: that is the benchmark's job (``python -m benchmarks.predictor``). The
 machine may be busy with other work, so collection here accepts every measurement
 (``min_cpu_share=0``, a lenient stability threshold) instead of retrying disturbed ones; one test
 makes every measurement count as disturbed to check the retries.

@@ -15,7 +15,7 @@ from latency_predictor import ConfigError, MeasurementError
 from latency_predictor.backends import OnnxRuntimeBackend
 from latency_predictor.slot import measurement_slot, normalise_device, slot_key, slot_path
 from search_spaces import Arch
-from tests.latency_predictor.conftest import FAST, TINY_SHAPE
+from tests.latency_predictor.conftest import FAST, TINY_SHAPE, run_forked
 
 HOLD_S = 0.3
 
@@ -29,47 +29,23 @@ def _hold(slot_dir: str, device: str, out: mp.Queue) -> None:  # type: ignore[ty
 
 
 def _run_two(slot_dir: Path, devices: tuple[str, str], target: Any = _hold) -> list[tuple[float, float, float]]:
-    ctx = mp.get_context("fork")  # the children only lock and sleep: no torch work after the fork
-    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    procs = [ctx.Process(target=target, args=(str(slot_dir), d, out)) for d in devices]
-    for p in procs:
-        p.start()
-    spans = [out.get(timeout=30) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
-    return sorted(spans)
+    return sorted(run_forked([(target, (str(slot_dir), d)) for d in devices]))
 
 
-def _meet(slot_dir: str, device: str, mine: Any, other: Any, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def _meet(slot_dir: str, device: str, env: dict[str, str], mine: Any, other: Any,
+          out: mp.Queue) -> None:  # type: ignore[type-arg]
     # Inside its slot, each process says it is there and waits for the other to be inside its own:
     # both get there only if the two slots are held at the same time.
+    os.environ.update(env)
     with measurement_slot(device, slot_dir):
         mine.set()
         out.put(other.wait(timeout=20))
 
 
 def _held_together(slot_dir: Path, devices: tuple[str, str], visible: tuple[str, str] | None = None) -> list[bool]:
-    ctx = mp.get_context("fork")
-    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    events = (ctx.Event(), ctx.Event())
-    procs = []
-    for i, device in enumerate(devices):
-        env = {"CUDA_VISIBLE_DEVICES": visible[i]} if visible else {}
-        procs.append(ctx.Process(target=_with_env, args=(env, _meet, str(slot_dir), device, events[i],
-                                                         events[1 - i], out)))
-    for p in procs:
-        p.start()
-    met = [out.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
-    return met
-
-
-def _with_env(env: dict[str, str], target: Any, *args: Any) -> None:
-    os.environ.update(env)  # e.g. what Ray does for a trial with one GPU: only that GPU is visible, as cuda:0
-    target(*args)
+    envs = [{"CUDA_VISIBLE_DEVICES": v} for v in visible] if visible else [{}, {}]
+    return run_forked([(_meet, (str(slot_dir), d, env)) for d, env in zip(devices, envs, strict=True)],
+                      rendezvous=True)
 
 
 def test_two_processes_on_one_device_take_turns(slot_dir: Path) -> None:
@@ -131,7 +107,9 @@ def test_device_names() -> None:
 
 
 def _hold_visible(slot_dir: str, visible: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    _with_env({"CUDA_VISIBLE_DEVICES": visible}, _hold, slot_dir, "cuda:0", out)
+    # What Ray does for a trial with one GPU: it shows the process only that GPU, as cuda:0.
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    _hold(slot_dir, "cuda:0", out)
 
 
 def test_cuda0_of_two_trials_on_different_gpus_is_measured_in_parallel(slot_dir: Path) -> None:

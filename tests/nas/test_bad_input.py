@@ -115,6 +115,7 @@ def test_resuming_a_search_that_does_not_exist(tmp_path: Path) -> None:
     assert _n_runs(tmp_path) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_an_existing_search_is_resumed_only_on_request_and_with_its_settings(tmp_path: Path) -> None:
     first = run_search(_config(tmp_path, "name=once", "search.n_trials=1"))
@@ -131,6 +132,7 @@ def test_an_existing_search_is_resumed_only_on_request_and_with_its_settings(tmp
     assert again.status == "FINISHED" and _n_runs(tmp_path) == 2
 
 
+@pytest.mark.slow
 def test_cli_resume_without_a_name(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA_")}
     proc = subprocess.run([sys.executable, "-m", "nas.search", "+space=tiny", "target_ms=5", "resume=true"],

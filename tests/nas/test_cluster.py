@@ -25,6 +25,8 @@ from nas.core.errors import ConfigError
 from nas.driver import SearchResult, run_search
 from tests.nas.configs import stored_config
 
+pytestmark = pytest.mark.slow  # every test here starts or joins a real multi-node Ray cluster
+
 CHEAP = (
     "+space=tiny", "target_ms=1.0", "data.max_train_samples=256", "data.max_val_samples=128", "train.epochs=1",
     "latency.input_shape=[1,3,64,64]", "latency.measure.min_runs=10", "latency.measure.min_time_s=0.05",

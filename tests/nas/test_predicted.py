@@ -107,6 +107,7 @@ def test_hybrid_confirms_near_target_adds_to_dataset_and_refits(
     assert far.predictor.digest != probe.digest
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_search_with_predicted_latency(trained: tuple[Path, Path], tmp_path: Path) -> None:
     cfg = stored_config(
@@ -147,6 +148,7 @@ def test_register_predictor_records_files_and_a_model_version(trained: tuple[Pat
     assert main(["--predictor", str(tmp_path / "missing.json"), "--tracking-uri", uri]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_hybrid_search_measures_every_candidate_of_the_final_pareto_front(
     trained: tuple[Path, Path], tmp_path: Path

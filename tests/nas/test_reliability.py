@@ -205,6 +205,7 @@ def _check_candidates(children: list[Run], plan: FaultPlan, timeout: float | Non
     return statuses
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_bad_candidates_fail_with_their_reason_and_the_search_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -228,6 +229,7 @@ def test_bad_candidates_fail_with_their_reason_and_the_search_goes_on(
     assert len(failed) == statuses["FAILED"] and all(r["failure_reason"] for r in failed)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_killed_trial_processes_are_retried_and_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # kill: the process dies on the first attempt only; die: on every attempt.
@@ -254,6 +256,7 @@ def test_killed_trial_processes_are_retried_and_counted(tmp_path: Path, monkeypa
     assert {p.name for p in (tmp_path / "out" / "faults").iterdir()} == {f"kill-{a}" for a in killed}
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_bug_stops_the_search_without_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_VAR, "bug@1")
@@ -355,6 +358,7 @@ def _wait_for_candidates(db: Path, n: int, proc: subprocess.Popen[str], seen: se
     raise AssertionError(f"fewer than {n} candidates recorded after {timeout} s")
 
 
+@pytest.mark.slow
 def test_a_killed_driver_resumes_without_losing_or_repeating_candidates(tmp_path: Path) -> None:
     args, db = _cli(tmp_path, "killed", "search.n_trials=5"), tmp_path / "mlflow.db"
     with _driver(args, tmp_path) as (proc, seen):
@@ -387,6 +391,7 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_candidates(tmp_path
     assert (tmp_path / "out" / "ray" / "killed").is_dir() and (tmp_path / "out" / "ray" / "killed-resume1").is_dir()
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     args, db = _cli(tmp_path, "interrupted", "search.n_trials=40"), tmp_path / "mlflow.db"
     with _driver(args, tmp_path) as (proc, seen):
@@ -413,17 +418,17 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_full_fault_injection_suite(tmp_path: Path) -> None:
     """About 20% bad candidates, killed trial processes, a SIGKILLed driver, a Ctrl-C, two resumes
-    (``scripts/bench_reliability.py``, which checks the record against the fault plan)."""
+    (``python -m benchmarks.reliability``, which checks the record against the fault plan)."""
     out = tmp_path / "reliability.json"
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_reliability.py", "--n-trials", "18", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks.reliability", "--n-trials", "12", "--out", str(out)],
         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=1500, env=_env(),
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     record = json.loads(out.read_text())
     assert all(record["checks"].values()), record["checks"]
     f = record["figures"]
-    assert f["trials"] == 18 and f["lost"] == 0 and f["duplicates"] == 0 and f["failed"] == f["bad_by_plan"]
+    assert f["trials"] == 12 and f["lost"] == 0 and f["duplicates"] == 0 and f["failed"] == f["bad_by_plan"]
     assert f["retried"] >= 1 and f["driver_interruptions"] == 2
 
 
