@@ -28,7 +28,7 @@ from latency_predictor.target import PredictorTarget
 from latency_predictor.timing import MeasureConfig
 from latency_predictor.train import fit_predictor
 from nas.core.config import DataConfig
-from nas.data import Dataset, load_dataset
+from nas.data import ProxyData, load_dataset
 from nas.trial.zero_cost import naswot_score
 from search_spaces import Arch, SearchSpace, build
 
@@ -72,7 +72,7 @@ class ProxyEvaluator:
     """
 
     predictor: PredictorEstimator
-    data: Dataset
+    data: ProxyData
     cache: dict[Arch, tuple[float, float]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=lambda: {"naswot": 0.0, "latency": 0.0, "calls": 0})
 

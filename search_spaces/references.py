@@ -14,6 +14,8 @@ mnasnet_b1         4,383,312    ~315 M
 
 from __future__ import annotations
 
+import dataclasses
+
 from search_spaces.arch import Arch, Block
 from search_spaces.errors import SearchSpaceError
 
@@ -75,6 +77,20 @@ PUBLISHED = {
     "efficientnet_b0": {"params": 5_288_548, "macs": 390_000_000},
     "mnasnet_b1": {"params": 4_383_312, "macs": 315_000_000},
 }
+
+
+def small_input_variant(arch: Arch) -> Arch:
+    """The network for 32x32 inputs (CIFAR): its first two downsampling blocks after the stem run
+    at stride 1, so it downsamples 8x instead of 32x and ends on a 4x4 map, as the CIFAR versions
+    of these networks do (which also keep the first convolution at stride 1; here the stem keeps
+    stride 2 and the first two stride-2 stages give up theirs, for the same 8x)."""
+    blocks, relaxed = [], 0
+    for b in arch.blocks:
+        if b.stride == 2 and relaxed < 2:
+            b = dataclasses.replace(b, stride=1)
+            relaxed += 1
+        blocks.append(b)
+    return Arch(arch.stem_chs, tuple(blocks), arch.head_chs, arch.act)
 
 
 def reference(name: str) -> Arch:

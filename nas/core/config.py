@@ -24,9 +24,14 @@ from nas.core.record import SORT_KEYS
 from nas.core.reward import REWARDS
 
 DATASETS = ("digits", "cifar10", "image_folder")
+STREAM_MODES = ("auto", "always", "never")
 OPTIMIZERS = ("sgd", "adam")
 LR_SCHEDULES = ("cosine", "constant")
-ESTIMATORS = ("train", "naswot")
+AUGMENTS = ("auto", "none", "crop", "crop_flip", "resized_crop", "resized_crop_flip")
+AMP_MODES = ("auto", "off", "bf16", "fp16")
+CHANNELS_LAST = ("auto", "on", "off")
+ZERO_COST_ESTIMATORS = ("naswot", "synflow", "grad_norm", "jacob_cov")
+ESTIMATORS = ("train", *ZERO_COST_ESTIMATORS)
 SAMPLERS = ("tpe", "random", "nsga2")
 SCHEDULERS = ("fifo", "asha")
 _DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -55,15 +60,26 @@ class DataConfig:
     """The proxy task accuracy is estimated on (the ``data`` group).
 
     Attributes:
-        name: ``digits`` (scikit-learn's, shipped with it), ``cifar10`` (the CIFAR-10 python
-            pickle folder) or ``image_folder`` (``<path>/<class>/<image>``).
-        path: local folder for ``cifar10`` and ``image_folder``; never downloaded.
+        name: ``digits`` (scikit-learn's, shipped with it: a demonstration proxy),
+            ``image_folder`` (``<path>/<class>/<image>``, a folder or a ``.tar``/``.tar.gz``
+            archive of one) or ``cifar10`` (the CIFAR-10 python pickle folder).
+        path: local folder or archive (``image_folder``, ``cifar10``); never downloaded.
         resolution: images are resized to ``resolution`` x ``resolution`` (3 channels).
-        val_fraction: share of the data held out for validation (``digits``, ``image_folder``;
-            CIFAR-10 uses its own test batch).
+        val_fraction: share of the images held out for validation (seeded, stratified by class);
+            a search never validates on a test split.
         max_train_samples: use at most this many training images (None: all).
         max_val_samples: use at most this many validation images (None: all).
         seed: seed of the train/validation split and of subsampling.
+        mirror_invariant: a mirrored image shows the same class (horizontal flips are a valid
+            augmentation); false for digits and text.
+        cache_dir: where decoded image folders are cached (None: ``$LATNAS_CACHE_DIR/datasets``
+            or ``~/.cache/latnas/datasets``).
+        workers: processes decoding an image folder (None: the usable CPUs).
+        max_bad_fraction: the largest share of files that may be skipped as unreadable images.
+        stream: ``auto`` (stream image folders larger than ``stream_above_mb`` decoded), ``always``
+            (stream from disk) or ``never`` (load into memory).
+        stream_above_mb: ``stream=auto`` streams a dataset whose decoded images would take more.
+        loader_workers: DataLoader processes per trial when streaming.
     """
 
     name: str = "digits"
@@ -73,22 +89,39 @@ class DataConfig:
     max_train_samples: int | None = None
     max_val_samples: int | None = None
     seed: int = 0
+    mirror_invariant: bool = True
+    cache_dir: str | None = None
+    workers: int | None = None
+    max_bad_fraction: float = 0.01
+    stream: str = "auto"
+    stream_above_mb: float = 4096.0
+    loader_workers: int = 2
 
 
 @dataclass
 class TrainConfig:
-    """Brief training of each candidate on the proxy task (the ``train`` group).
+    """Training of each candidate on the proxy task (the ``train`` group): the recipe.
 
     Attributes:
         epochs: training epochs per candidate.
         batch_size: minibatch size.
-        optimizer: ``sgd`` (with Nesterov momentum) or ``adam``.
+        optimizer: ``sgd`` (with Nesterov momentum) or ``adam`` (AdamW when weight decay is set).
         lr: peak learning rate.
         momentum: SGD momentum.
-        weight_decay: L2 weight decay.
-        lr_schedule: ``cosine`` (annealed to zero over all steps) or ``constant``.
+        weight_decay: weight decay (L2 for SGD, decoupled for AdamW).
+        no_decay_norm_bias: no weight decay on normalisation layers and biases.
+        lr_schedule: ``cosine`` (annealed to zero over all steps after the warm-up) or ``constant``.
+        warmup_epochs: linear learning-rate warm-up, in epochs (fractions allowed).
+        label_smoothing: label smoothing of the training loss (0: none).
+        augment: ``auto`` (padded random crop for images up to 64 pixels, random resized crop
+            above; with horizontal flips when the data is mirror-invariant), ``none``, ``crop``,
+            ``crop_flip``, ``resized_crop`` or ``resized_crop_flip``.
+        amp: mixed precision on CUDA: ``auto`` (bf16 where supported, else fp16 with loss
+            scaling; off on the CPU), ``bf16``, ``fp16`` or ``off``.
+        channels_last: ``auto`` (on CUDA), ``on`` or ``off``.
         dropout: dropout before the classifier.
-        seed: seed of weight initialisation and batch order (the same for every candidate).
+        seed: seed of weight initialisation, batch order and augmentation (the same for every
+            candidate).
         device: ``auto`` (CUDA when a GPU is visible to the trial, else CPU), ``cpu``, ``cuda``
             or ``cuda:N``.
     """
@@ -99,7 +132,13 @@ class TrainConfig:
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 5e-5
+    no_decay_norm_bias: bool = True
     lr_schedule: str = "cosine"
+    warmup_epochs: float = 0.2
+    label_smoothing: float = 0.1
+    augment: str = "auto"
+    amp: str = "auto"
+    channels_last: str = "auto"
     dropout: float = 0.0
     seed: int = 0
     device: str = "auto"
@@ -110,9 +149,10 @@ class AccuracyConfig:
     """How a candidate's accuracy is estimated (the ``accuracy`` group).
 
     Attributes:
-        estimator: ``train`` (brief training, validation accuracy) or ``naswot`` (training-free
-            score of Mellor et al. 2021, used in place of accuracy by the reward).
-        batch_size: images scored at once by ``naswot``.
+        estimator: ``train`` (brief training, validation accuracy) or a training-free score used
+            in place of accuracy by the reward: ``naswot`` (Mellor et al. 2021), ``synflow``,
+            ``grad_norm`` or ``jacob_cov`` (see :mod:`nas.trial.zero_cost`).
+        batch_size: images a training-free score looks at.
     """
 
     estimator: str = "train"
@@ -296,7 +336,14 @@ def validate(cfg: SearchConfig) -> None:
     if data.max_val_samples is not None:
         _int_at_least("data.max_val_samples", data.max_val_samples, 1)
     if data.name != "digits" and not data.path:
-        raise ConfigError("data.path", f"data={data.name} reads a local folder: set data.path=/path/to/the/folder")
+        what = "a local folder or .tar/.tar.gz archive" if data.name == "image_folder" else "a local folder"
+        raise ConfigError("data.path", f"data={data.name} reads {what}: set data.path=/path/to/it")
+    _in_range("data.max_bad_fraction", data.max_bad_fraction, 0.0, 1.0, "[0, 1)")
+    _choice("data.stream", data.stream, STREAM_MODES)
+    _positive("data.stream_above_mb", data.stream_above_mb)
+    _int_at_least("data.loader_workers", data.loader_workers, 0)
+    if data.workers is not None:
+        _int_at_least("data.workers", data.workers, 1)
 
     tr = cfg.train
     _int_at_least("train.epochs", tr.epochs, 1)
@@ -307,6 +354,11 @@ def validate(cfg: SearchConfig) -> None:
     _in_range("train.momentum", tr.momentum, 0.0, 1.0, "[0, 1)")
     _in_range("train.weight_decay", tr.weight_decay, 0.0, math.inf, "[0, inf)")
     _in_range("train.dropout", tr.dropout, 0.0, 1.0, "[0, 1)")
+    _in_range("train.warmup_epochs", tr.warmup_epochs, 0.0, math.inf, "[0, inf)")
+    _in_range("train.label_smoothing", tr.label_smoothing, 0.0, 1.0, "[0, 1)")
+    _choice("train.augment", tr.augment, AUGMENTS)
+    _choice("train.amp", tr.amp, AMP_MODES)
+    _choice("train.channels_last", tr.channels_last, CHANNELS_LAST)
     if not _DEVICE_RE.fullmatch(tr.device):
         raise ConfigError("train.device", f"must be auto, cpu, cuda or cuda:<index>, got {tr.device!r}")
 

@@ -233,7 +233,8 @@ def candidate_from_reports(
 
     metrics: dict[str, float] = {}
     if status != FAILED:
-        for key in (*FINAL_METRICS, "train_loss", "naswot_score", "latency_predicted_ms"):
+        scores = tuple(k for k in last if k.endswith("_score"))  # a training-free estimator's own figure
+        for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms"):
             src = "latency_ms" if key == "latency_p50" else key
             v = _num(last.get(src))
             if v is not None:

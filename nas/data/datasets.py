@@ -3,23 +3,34 @@
 Nothing is ever downloaded. Three sources:
 
 * ``digits``: scikit-learn's handwritten digits (1,797 8x8 images, 10 classes), which ship
-  inside the scikit-learn package; upsampled to ``resolution`` and repeated to 3 channels.
+  inside the scikit-learn package; upsampled to ``resolution`` and repeated to 3 channels. A
+  demonstration proxy: small enough for a first search in minutes, too small to rank networks.
 * ``cifar10``: a CIFAR-10 folder in its standard python format (``data_batch_1`` ...
-  ``data_batch_5``, ``test_batch``) that the user already has on local disk, given as
-  ``data.path``. The batches are pickles: they are read with an unpickler that accepts only
-  plain containers and numpy arrays, so a tampered file cannot run code.
-* ``image_folder``: ``<path>/<class name>/<image files>`` read with Pillow.
+  ``data_batch_5``) that the user already has on local disk, given as ``data.path``. The
+  batches are pickles: they are read with an unpickler that accepts only plain containers and
+  numpy arrays, so a tampered file cannot run code. Its test batch is not read.
+* ``image_folder``: ``<path>/<class name>/<image files>``, where ``data.path`` is a folder or a
+  ``.tar``/``.tar.gz`` archive of one (:mod:`nas.data.images`): decoded in parallel once and
+  cached by content and resolution (:mod:`nas.data.cache`), so the next search starts in seconds.
 
-Images are kept as ``uint8`` arrays of shape ``(N, 3, R, R)`` (compact enough for Ray's
-object store even for CIFAR-10) with per-channel mean and standard deviation of the training
-split; :meth:`Dataset.batch` normalises on the fly.
+Every source is split into training and validation images here, seeded and stratified by class:
+a search validates on images carved from the training data, never on a test split, which stays
+the user's. Images are kept as ``uint8`` arrays ``(N, 3, R, R)`` (compact enough for Ray's object
+store even for CIFAR-10) with per-channel mean and standard deviation of the training split. An
+image folder larger than ``data.stream_above_mb`` (or with ``data.stream=always``) is not loaded: a
+:class:`~nas.data.stream.StreamedDataset` lists its files and each trial streams them from disk.
+
+Both kinds offer the same interface: ``train_batches``, ``val_batches``, ``sample_train``,
+``normalise``, ``take_train``, ``summary`` and the sizes.
 """
 
 from __future__ import annotations
 
 import codecs
+import logging
 import pickle
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,15 +40,19 @@ import torch.nn.functional as F
 
 from nas.core.config import DataConfig
 from nas.core.errors import DataError
+from nas.data import cache
+from nas.data.images import ImageList, decode_all, decode_image, is_archive, read_bytes, report_skipped, scan
+from nas.data.stream import StreamedDataset, extracted_folder, normalise_uint8
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+log = logging.getLogger(__name__)
+
 CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
-CIFAR10_TEST = "test_batch"
+_STAT_SAMPLE = 2000  # images the mean and std of a streamed dataset are estimated from
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """A classification proxy task split into training and validation images.
+    """A classification proxy task held in memory, split into training and validation images.
 
     Attributes:
         name: ``digits``, ``cifar10`` or ``image_folder``.
@@ -49,6 +64,9 @@ class Dataset:
         classes: class names, index = label.
         mean: per-channel mean of ``x_train`` scaled to [0, 1].
         std: per-channel standard deviation of ``x_train`` scaled to [0, 1].
+        mirror_invariant: whether a mirrored image shows the same class (horizontal flips are a
+            valid augmentation); digits are not.
+        skipped: how many files of the source were skipped as unreadable.
     """
 
     name: str
@@ -60,6 +78,10 @@ class Dataset:
     classes: tuple[str, ...]
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
+    mirror_invariant: bool = True
+    skipped: int = 0
+
+    streamed = False
 
     @property
     def num_classes(self) -> int:
@@ -71,55 +93,158 @@ class Dataset:
         """Image side length in pixels."""
         return int(self.x_train.shape[-1])
 
-    def batch(self, images: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
-        """Normalised ``float32`` tensor of some ``uint8`` images of this dataset."""
-        # A copy: arrays from Ray's object store are read-only.
-        x = torch.tensor(images, dtype=torch.float32, device=device).div_(255.0)
-        mean = torch.tensor(self.mean, device=x.device).view(1, 3, 1, 1)
-        std = torch.tensor(self.std, device=x.device).view(1, 3, 1, 1)
-        return (x - mean) / std
+    @property
+    def n_train(self) -> int:
+        """Training images."""
+        return len(self.y_train)
 
-    def labels(self, labels: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
-        """``int64`` tensor of some labels of this dataset (a copy, as for :meth:`batch`)."""
-        return torch.tensor(labels, dtype=torch.int64, device=device)
+    @property
+    def n_val(self) -> int:
+        """Validation images."""
+        return len(self.y_val)
+
+    @staticmethod
+    def _tensors(x: np.ndarray, y: np.ndarray, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        # Copies: arrays from Ray's object store are read-only.
+        return (torch.tensor(x, dtype=torch.uint8, device=device),
+                torch.tensor(y, dtype=torch.int64, device=device))
+
+    def train_batches(self, batch_size: int, rng: np.random.Generator,
+                      device: torch.device | str = "cpu") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch of ``uint8`` training batches in a random order (``rng``), with their labels."""
+        order = rng.permutation(self.n_train)
+        for i in range(0, self.n_train, batch_size):
+            idx = np.sort(order[i : i + batch_size])
+            yield self._tensors(self.x_train[idx], self.y_train[idx], device)
+
+    def val_batches(self, batch_size: int, device: torch.device | str = "cpu") -> Iterator[
+            tuple[torch.Tensor, torch.Tensor]]:
+        """The validation split in ``uint8`` batches, in order."""
+        for i in range(0, self.n_val, batch_size):
+            yield self._tensors(self.x_val[i : i + batch_size], self.y_val[i : i + batch_size], device)
+
+    def sample_train(self, n: int, seed: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` training images chosen with ``seed`` (``uint8``), and their labels."""
+        idx = np.sort(np.random.default_rng(seed).permutation(self.n_train)[: min(n, self.n_train)])
+        return self._tensors(self.x_train[idx], self.y_train[idx], device)
+
+    def normalise(self, x: torch.Tensor) -> torch.Tensor:
+        """``uint8`` images as normalised ``float32`` (per-channel mean and standard deviation)."""
+        return normalise_uint8(x, self.mean, self.std)
+
+    def take_train(self, n: int, seed: int) -> Dataset:
+        """The same task with ``n`` training images chosen with ``seed`` (all when ``n`` is larger)."""
+        if n >= self.n_train:
+            return self
+        idx = np.sort(np.random.default_rng(seed).permutation(self.n_train)[:n])
+        return replace(self, x_train=self.x_train[idx], y_train=self.y_train[idx])
 
     def summary(self) -> dict[str, Any]:
         """Sizes and source, for the search record."""
         return {
-            "name": self.name, "source": self.source, "train": len(self.y_train), "val": len(self.y_val),
+            "name": self.name, "source": self.source, "train": self.n_train, "val": self.n_val,
             "classes": self.num_classes, "resolution": self.resolution,
         }
 
 
-def load_dataset(cfg: DataConfig) -> Dataset:
+ProxyData = Dataset | StreamedDataset
+"""A proxy task in memory or streamed from disk: the same interface."""
+
+
+def load_dataset(cfg: DataConfig) -> ProxyData:
     """Load and split the proxy task described by ``cfg``.
 
     Raises:
-        DataError: the path is missing or unreadable, or the files are not in the expected format.
+        DataError: the path is missing or unreadable, the files are not in the expected layout,
+            or too many of them are not readable images.
     """
+    if cfg.name == "image_folder":
+        return _image_folder(cfg)
     if cfg.name == "digits":
         x, y, classes, source = _digits(cfg.resolution)
-        x_tr, y_tr, x_va, y_va = _split(x, y, cfg.val_fraction, cfg.seed)
     elif cfg.name == "cifar10":
-        x_tr, y_tr, x_va, y_va, classes, source = _cifar10(_existing_dir(cfg.path), cfg.resolution)
-    elif cfg.name == "image_folder":
-        x, y, classes, source = _image_folder(_existing_dir(cfg.path), cfg.resolution)
-        x_tr, y_tr, x_va, y_va = _split(x, y, cfg.val_fraction, cfg.seed)
+        x, y, classes, source = _cifar10(_existing(cfg.path, folder=True), cfg.resolution)
     else:
         raise DataError(f"data.name: unknown dataset {cfg.name!r}; choose digits, cifar10 or image_folder")
-    x_tr, y_tr = _subsample(x_tr, y_tr, cfg.max_train_samples, cfg.seed)
-    x_va, y_va = _subsample(x_va, y_va, cfg.max_val_samples, cfg.seed)
-    scaled = x_tr.astype(np.float64) / 255.0
-    mean = scaled.mean(axis=(0, 2, 3))
-    std = np.maximum(scaled.std(axis=(0, 2, 3)), 1e-3)
-    return Dataset(
-        cfg.name, source, np.ascontiguousarray(x_tr), y_tr.astype(np.int64), np.ascontiguousarray(x_va),
-        y_va.astype(np.int64), classes,
-        (float(mean[0]), float(mean[1]), float(mean[2])), (float(std[0]), float(std[1]), float(std[2])),
+    return _in_memory(cfg, x, y, classes, source)
+
+
+def _in_memory(cfg: DataConfig, x: np.ndarray, y: np.ndarray, classes: tuple[str, ...], source: str,
+               skipped: int = 0) -> Dataset:
+    tr, va = split_indices(y, cfg.val_fraction, cfg.seed)
+    tr, va = _subsample(tr, cfg.max_train_samples, cfg.seed), _subsample(va, cfg.max_val_samples, cfg.seed)
+    x_tr, x_va = np.ascontiguousarray(x[tr]), np.ascontiguousarray(x[va])
+    mean, std = _stats(x_tr)
+    return Dataset(cfg.name, source, x_tr, y[tr].astype(np.int64), x_va, y[va].astype(np.int64), classes, mean, std,
+                   cfg.mirror_invariant, skipped)
+
+
+# ---------------------------------------------------------------------- image folders and archives
+
+
+def _image_folder(cfg: DataConfig) -> ProxyData:
+    source = _existing(cfg.path, folder=False)
+    images = scan(source)
+    if _streams(cfg, len(images)):
+        return _streamed(cfg, images)
+    entry = cache.entry_for(source, cfg.resolution, cfg.cache_dir)
+    hit = entry.load()
+    if hit is not None:
+        x, y, info = hit
+        skipped = list(info.get("skipped", []))
+        log.info("data: %d images of %s from the cache (%s)", len(y), source, entry.arrays)
+    else:
+        log.info("data: decoding %d images of %s at %dx%d (once; cached in %s)", len(images), source,
+                 cfg.resolution, cfg.resolution, entry.folder)
+        x, y, skipped = decode_all(images, cfg.resolution, cfg.workers, cfg.max_bad_fraction)
+        entry.store(x, y, {"source": str(source), "classes": list(images.classes), "skipped": skipped,
+                           "resolution": cfg.resolution})
+    if skipped and len(skipped) / max(len(y) + len(skipped), 1) > cfg.max_bad_fraction:
+        first = ", ".join(skipped[:5])
+        raise DataError(f"data.path {str(source)!r}: {len(skipped)} files are not readable images (first: {first}); "
+                        f"more than data.max_bad_fraction={cfg.max_bad_fraction:g}")
+    if skipped:
+        log.warning("data.path %s: %d files skipped as not readable images (first: %s)", source, len(skipped),
+                    ", ".join(skipped[:5]))
+    return _in_memory(cfg, x, y, images.classes, str(source), len(skipped))
+
+
+def _streams(cfg: DataConfig, n_images: int) -> bool:
+    if cfg.stream == "always":
+        return True
+    if cfg.stream == "never":
+        return False
+    in_memory_mb = n_images * 3 * cfg.resolution**2 / 2**20
+    return in_memory_mb > cfg.stream_above_mb
+
+
+def _streamed(cfg: DataConfig, images: ImageList) -> StreamedDataset:
+    digest = cache.content_digest(images.source)
+    root = extracted_folder(images, cache.cache_dir(cfg.cache_dir), digest)
+    # Unreadable files are found now, not in the middle of a trial: every file is opened once.
+    good: list[int] = []
+    for i, data in enumerate(read_bytes(images)):
+        if decode_image(data, 8) is not None:
+            good.append(i)
+    bad = [images.names[i] for i in sorted(set(range(len(images))) - set(good))] + list(images.skipped)
+    report_skipped(images.source, bad, len(images) + len(images.skipped), cfg.max_bad_fraction)
+    labels = images.labels[good]
+    names = [images.names[i] for i in good]
+    tr, va = split_indices(labels, cfg.val_fraction, cfg.seed)
+    tr, va = _subsample(tr, cfg.max_train_samples, cfg.seed), _subsample(va, cfg.max_val_samples, cfg.seed)
+    sample = np.random.default_rng(cfg.seed).permutation(tr)[:_STAT_SAMPLE]
+    decoded = [decode_image((root / names[i]).read_bytes(), cfg.resolution) for i in sample]
+    x_sample = np.stack([img for img in decoded if img is not None])
+    mean, std = _stats(x_sample)
+    return StreamedDataset(
+        name=cfg.name, source=str(images.source), root=str(root), train_files=tuple(names[i] for i in tr),
+        train_labels=labels[tr], val_files=tuple(names[i] for i in va), val_labels=labels[va],
+        classes=images.classes, mean=mean, std=std, resolution=cfg.resolution,
+        mirror_invariant=cfg.mirror_invariant, loader_workers=cfg.loader_workers,
     )
 
 
-# ---------------------------------------------------------------------- sources
+# ---------------------------------------------------------------------- other sources
 
 
 def _digits(resolution: int) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], str]:
@@ -132,14 +257,18 @@ def _digits(resolution: int) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], s
     return x, bunch.target.astype(np.int64), tuple(str(i) for i in range(10)), "sklearn.datasets.load_digits"
 
 
-def _existing_dir(path: str | None) -> Path:
+def _existing(path: str | None, folder: bool) -> Path:
     if not path:
-        raise DataError("data.path is not set: point it at the dataset's local folder")
+        raise DataError("data.path is not set: point it at the dataset's local folder"
+                        + ("" if folder else " or a .tar/.tar.gz archive of it"))
     p = Path(path).expanduser()
     if not p.exists():
-        raise DataError(f"data.path {str(p)!r} does not exist (datasets are never downloaded: give a local folder)")
-    if not p.is_dir():
+        raise DataError(f"data.path {str(p)!r} does not exist (datasets are never downloaded: give a local "
+                        + ("folder)" if folder else "folder or archive)"))
+    if folder and not p.is_dir():
         raise DataError(f"data.path {str(p)!r} is not a folder")
+    if not folder and not (p.is_dir() or is_archive(p)):
+        raise DataError(f"data.path {str(p)!r} is neither a folder nor a .tar/.tar.gz archive")
     return p.resolve()
 
 
@@ -169,7 +298,7 @@ def _load_cifar_batch(path: Path) -> dict[bytes, Any]:
     if not path.is_file():
         raise DataError(
             f"CIFAR-10 file {str(path)!r} is missing; data.path must be the 'cifar-10-batches-py' folder with "
-            f"{', '.join(CIFAR10_TRAIN)} and {CIFAR10_TEST}"
+            f"{', '.join(CIFAR10_TRAIN)}"
         )
     try:
         with path.open("rb") as f:
@@ -181,22 +310,16 @@ def _load_cifar_batch(path: Path) -> dict[bytes, Any]:
     return d
 
 
-def _cifar10(
-    root: Path, resolution: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[str, ...], str]:
-    def read(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-        xs, ys = [], []
-        for n in names:
-            d = _load_cifar_batch(root / n)
-            data = np.asarray(d[b"data"], dtype=np.uint8)
-            if data.ndim != 2 or data.shape[1] != 3072:
-                raise DataError(f"{str(root / n)!r}: expected data of shape (N, 3072), got {data.shape}")
-            xs.append(data.reshape(-1, 3, 32, 32))
-            ys.append(np.asarray(d[b"labels"], dtype=np.int64))
-        return np.concatenate(xs), np.concatenate(ys)
-
-    x_tr, y_tr = read(CIFAR10_TRAIN)
-    x_va, y_va = read((CIFAR10_TEST,))
+def _cifar10(root: Path, resolution: int) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], str]:
+    xs, ys = [], []
+    for n in CIFAR10_TRAIN:  # the training batches only: validation is carved from them
+        d = _load_cifar_batch(root / n)
+        data = np.asarray(d[b"data"], dtype=np.uint8)
+        if data.ndim != 2 or data.shape[1] != 3072:
+            raise DataError(f"{str(root / n)!r}: expected data of shape (N, 3072), got {data.shape}")
+        xs.append(data.reshape(-1, 3, 32, 32))
+        ys.append(np.asarray(d[b"labels"], dtype=np.int64))
+    x, y = np.concatenate(xs), np.concatenate(ys)
     classes: tuple[str, ...] = tuple(str(i) for i in range(10))
     meta = root / "batches.meta"
     if meta.is_file():
@@ -208,31 +331,8 @@ def _cifar10(
         except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError) as err:
             raise DataError(f"cannot read {str(meta)!r}: {err}") from None
     if resolution != 32:
-        x_tr, x_va = _resize(x_tr, resolution), _resize(x_va, resolution)
-    return x_tr, y_tr, x_va, y_va, classes, str(root)
-
-
-def _image_folder(root: Path, resolution: int) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], str]:
-    from PIL import Image, UnidentifiedImageError
-
-    class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if len(class_dirs) < 2:
-        raise DataError(f"{str(root)!r} needs one sub-folder per class (at least 2); found {len(class_dirs)}")
-    xs: list[np.ndarray] = []
-    ys: list[int] = []
-    for label, d in enumerate(class_dirs):
-        files = sorted(p for p in d.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        if not files:
-            raise DataError(f"class folder {str(d)!r} has no images ({', '.join(IMAGE_SUFFIXES)})")
-        for f in files:
-            try:
-                with Image.open(f) as im:
-                    rgb = im.convert("RGB").resize((resolution, resolution), Image.Resampling.BILINEAR)
-            except (OSError, UnidentifiedImageError) as err:
-                raise DataError(f"cannot read image {str(f)!r}: {err}") from None
-            xs.append(np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1))
-            ys.append(label)
-    return np.stack(xs), np.asarray(ys, dtype=np.int64), tuple(d.name for d in class_dirs), str(root)
+        x = _resize(x, resolution)
+    return x, y, classes, str(root)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -244,20 +344,31 @@ def _resize(x: np.ndarray, resolution: int) -> np.ndarray:
     return out.round().clamp(0, 255).to(torch.uint8).numpy()
 
 
-def _split(x: np.ndarray, y: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, ...]:
+def _stats(x: np.ndarray) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    scaled = x.astype(np.float64) / 255.0
+    mean = scaled.mean(axis=(0, 2, 3))
+    std = np.maximum(scaled.std(axis=(0, 2, 3)), 1e-3)
+    return (float(mean[0]), float(mean[1]), float(mean[2])), (float(std[0]), float(std[1]), float(std[2]))
+
+
+def split_indices(y: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Training and validation indices: a seeded split, stratified by class (each class keeps its share).
+
+    Raises:
+        DataError: too few images to hold any out.
+    """
     from sklearn.model_selection import train_test_split
 
     counts = np.bincount(y)
     stratify = y if counts[counts > 0].min() >= 2 else None
     try:
-        x_tr, x_va, y_tr, y_va = train_test_split(x, y, test_size=val_fraction, random_state=seed, stratify=stratify)
+        tr, va = train_test_split(np.arange(len(y)), test_size=val_fraction, random_state=seed, stratify=stratify)
     except ValueError as err:
         raise DataError(f"cannot split {len(y)} images with data.val_fraction={val_fraction}: {err}") from None
-    return x_tr, y_tr, x_va, y_va
+    return np.sort(tr), np.sort(va)
 
 
-def _subsample(x: np.ndarray, y: np.ndarray, limit: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    if limit is None or limit >= len(y):
-        return x, y
-    idx = np.sort(np.random.default_rng(seed).permutation(len(y))[:limit])
-    return x[idx], y[idx]
+def _subsample(idx: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
+    if limit is None or limit >= len(idx):
+        return idx
+    return np.sort(np.random.default_rng(seed).permutation(idx)[:limit])

@@ -42,10 +42,10 @@ from nas.core.config import AccuracyConfig, LatencyConfig, TrainConfig
 from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
 from nas.core.record import COMPLETED, FAILED, RUNNING
 from nas.core.reward import meets_target, reward_fn
-from nas.data import Dataset
+from nas.data import ProxyData
 from nas.trial.faults import FaultPlan
 from nas.trial.training import EpochResult, resolve_device, train_briefly
-from nas.trial.zero_cost import naswot_score
+from nas.trial.zero_cost import zero_cost_score
 from search_spaces import Arch, SearchSpace, build, count_macs, count_params
 
 Report = Callable[[dict[str, Any]], None]
@@ -71,7 +71,7 @@ class TrialContext:
     """
 
     space: SearchSpace
-    data: Dataset
+    data: ProxyData
     train: TrainConfig
     accuracy: AccuracyConfig
     latency: LatencyConfig
@@ -270,14 +270,15 @@ def _evaluate(
     if ctx.faults is not None:
         ctx.faults.before_training(arch.arch_id, model, device)
     t0 = time.perf_counter()
-    if ctx.accuracy.estimator == "naswot":
+    if ctx.accuracy.estimator != "train":  # a training-free score
+        name = ctx.accuracy.estimator
         with guard():
-            score = naswot_score(model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
-        deadline.check("the end of the NASWOT score")
+            score = zero_cost_score(name, model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
+        deadline.check(f"the end of the {name} score")
         train_seconds = time.perf_counter() - t0
         latency_ms = final_latency(score)
         report({
-            **base, "status": COMPLETED, "epoch": 0, "accuracy": score, "naswot_score": score,
+            **base, "status": COMPLETED, "epoch": 0, "accuracy": score, f"{name}_score": score,
             "train_seconds": train_seconds, "reward": reward(score, latency_ms, ctx.target_ms),
         })
         return

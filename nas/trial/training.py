@@ -1,8 +1,13 @@
-"""Brief training on the proxy task: how good a candidate is when it is trained.
+"""Training on the proxy task: how good a candidate is when it is trained.
 
-:func:`train_briefly` runs a few epochs of SGD (Nesterov) or Adam with a cosine or constant
-learning rate, reporting validation accuracy and loss after every epoch (so an early-stopping
-scheduler can act on them). A non-finite loss raises :class:`~nas.core.errors.TrainingError`.
+:func:`train_briefly` runs the ``train`` group's recipe, the one a NAS practitioner expects:
+SGD (Nesterov) or Adam; a linear warm-up then a cosine (or constant) learning rate; label
+smoothing; no weight decay on normalisation layers and biases; batch augmentation on the device
+(:mod:`nas.trial.augment`: padded crop and flip for small images, resized crop and flip for
+larger ones); mixed precision (bf16, or fp16 with loss scaling) and ``channels_last`` on CUDA;
+every random choice seeded. It reports validation accuracy and loss after every epoch (so an
+early-stopping scheduler can act on them). A non-finite loss raises
+:class:`~nas.core.errors.TrainingError`.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from torch import nn
 
 from nas.core.config import TrainConfig
 from nas.core.errors import TrainingError
-from nas.data import Dataset
+from nas.data import ProxyData
+from nas.trial.augment import make_augment
 
 
 @dataclass(frozen=True)
@@ -56,47 +62,95 @@ def resolve_device(spec: str) -> torch.device:
     return torch.device(spec)
 
 
+def _param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """Weight decay on the weights of convolutions and linear layers only (not on norms or biases)."""
+    if not cfg.no_decay_norm_bias:
+        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": cfg.weight_decay}]
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for p in model.parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim <= 1 else decay).append(p)
+    return [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
 def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    groups = _param_groups(model, cfg)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(
-            model.parameters(), lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0,
-            weight_decay=cfg.weight_decay,
-        )
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(groups, lr=cfg.lr) if cfg.weight_decay else torch.optim.Adam(groups, lr=cfg.lr)
     raise TrainingError(f"train.optimizer: unknown optimiser {cfg.optimizer!r}")
 
 
-def evaluate(model: nn.Module, data: Dataset, device: torch.device, batch_size: int = 256) -> tuple[float, float]:
+def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
+    """The learning rate's multiplier at ``step`` of ``total``: a linear warm-up over ``warmup``
+    steps, then cosine annealing to zero (``cosine``) or the full rate (``constant``)."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def amp_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of ``train.amp`` on ``device`` (None: full precision).
+
+    Raises:
+        TrainingError: bf16 or fp16 asked for where the device cannot run it.
+    """
+    if cfg.amp == "off" or (cfg.amp == "auto" and device.type != "cuda"):
+        return None
+    if device.type != "cuda":
+        raise TrainingError(f"train.amp={cfg.amp} needs a CUDA device; this trial trains on {device} (use auto or off)")
+    if cfg.amp == "fp16":
+        return torch.float16
+    if cfg.amp == "bf16" or torch.cuda.is_bf16_supported():
+        if not torch.cuda.is_bf16_supported():
+            raise TrainingError(f"train.amp=bf16 but {torch.cuda.get_device_name(device)} does not support bf16")
+        return torch.bfloat16
+    return torch.float16  # auto on a GPU without bf16
+
+
+def _channels_last(cfg: TrainConfig, device: torch.device) -> bool:
+    return cfg.channels_last == "on" or (cfg.channels_last == "auto" and device.type == "cuda")
+
+
+def evaluate(model: nn.Module, data: ProxyData, device: torch.device, batch_size: int = 256,
+             autocast: torch.dtype | None = None, channels_last: bool = False) -> tuple[float, float]:
     """Validation accuracy and mean cross-entropy of ``model`` on ``data``."""
     model.eval()
-    correct, loss_sum = 0, 0.0
+    correct, loss_sum, n = 0, 0.0, 0
     with torch.no_grad():
-        for i in range(0, len(data.y_val), batch_size):
-            x = data.batch(data.x_val[i : i + batch_size], device)
-            y = data.labels(data.y_val[i : i + batch_size], device)
-            logits = model(x)
+        for xb, y in data.val_batches(batch_size, device):
+            x = data.normalise(xb)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+                logits = model(x).float()
             loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
             correct += int((logits.argmax(1) == y).sum())
-    n = len(data.y_val)
+            n += len(y)
     return correct / n, loss_sum / n
 
 
 def train_briefly(
     model: nn.Module,
-    data: Dataset,
+    data: ProxyData,
     cfg: TrainConfig,
     device: torch.device,
     on_epoch: Callable[[EpochResult], None] | None = None,
     step_guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     step_check: Callable[[], None] | None = None,
 ) -> list[EpochResult]:
-    """Train ``model`` for ``cfg.epochs`` epochs, evaluating after each.
+    """Train ``model`` for ``cfg.epochs`` epochs with the ``train`` group's recipe, evaluating after each.
 
     Args:
         model: a freshly built network (its initialisation is the caller's, seeded).
-        data: the proxy task.
-        cfg: epochs, batch size, optimiser, learning rate and schedule, seed.
+        data: the proxy task (in memory or streamed).
+        cfg: the recipe: epochs, batch size, optimiser, learning rate, warm-up and schedule,
+            label smoothing, augmentation, mixed precision, memory format, seed.
         device: where to train.
         on_epoch: called with each epoch's result as soon as it is known.
         step_guard: entered around every training step and evaluation pass (the search passes
@@ -106,50 +160,56 @@ def train_briefly(
             training (the search's per-trial time limit).
 
     Raises:
-        TrainingError: the loss became NaN or infinite.
+        TrainingError: the loss became NaN or infinite, or the recipe cannot run on ``device``.
     """
+    autocast = amp_dtype(cfg, device)
+    channels_last = _channels_last(cfg, device)
     model.to(device)
+    if channels_last:
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     opt = _optimizer(model, cfg)
-    n = len(data.y_train)
-    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    steps_per_epoch = math.ceil(data.n_train / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
-    sched = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
-        if cfg.lr_schedule == "cosine"
-        else torch.optim.lr_scheduler.ConstantLR(opt, factor=1.0, total_iters=0)
-    )
+    warmup = min(total, round(cfg.warmup_epochs * steps_per_epoch))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, warmup, cfg.lr_schedule))
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast is torch.float16)
+    augment = make_augment(cfg.augment, data.resolution, data.mirror_invariant)
     rng = np.random.default_rng(cfg.seed)
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
     results: list[EpochResult] = []
     for epoch in range(1, cfg.epochs + 1):
         t0 = time.perf_counter()
         model.train()
-        order = rng.permutation(n)
-        loss_sum = 0.0
-        for step in range(steps_per_epoch):
-            idx = np.sort(order[step * cfg.batch_size : (step + 1) * cfg.batch_size])
+        loss_sum, seen = 0.0, 0
+        for step, (xb, y) in enumerate(data.train_batches(cfg.batch_size, rng, device)):
             with step_guard():
-                x = data.batch(data.x_train[idx], device)
-                y = data.labels(data.y_train[idx], device)
-                loss = F.cross_entropy(model(x), y)
+                x = augment(data.normalise(xb), gen)
+                if channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+                    logits = model(x)
+                loss = F.cross_entropy(logits.float(), y, label_smoothing=cfg.label_smoothing)
                 if not torch.isfinite(loss):
                     raise TrainingError(
                         f"training loss became {loss.detach().item()} at epoch {epoch}, step {step + 1}; "
                         f"try a lower train.lr (now {cfg.lr:g})"
                     )
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
                 sched.step()
-                loss_sum += loss.detach().item() * len(idx)
+                loss_sum += loss.detach().item() * len(y)
+                seen += len(y)
             if step_check is not None:
                 step_check()
         with step_guard():
-            acc, val_loss = evaluate(model, data, device)
+            acc, val_loss = evaluate(model, data, device, autocast=autocast, channels_last=channels_last)
         if step_check is not None:
             step_check()
         if not math.isfinite(val_loss):
             raise TrainingError(f"validation loss became {val_loss} after epoch {epoch}; try a lower train.lr")
-        res = EpochResult(epoch, acc, val_loss, loss_sum / n, time.perf_counter() - t0)
+        res = EpochResult(epoch, acc, val_loss, loss_sum / max(seen, 1), time.perf_counter() - t0)
         results.append(res)
         if on_epoch is not None:
             on_epoch(res)

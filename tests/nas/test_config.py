@@ -16,7 +16,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from nas.core.config import SearchConfig, validate
 from nas.core.errors import ClusterError, ConfigError, DataError, TrackingError
 from nas.driver import run_search
-from search_spaces import SearchSpace, SpaceConfigError
+from search_spaces import SearchSpace, SpaceConfigError, available_spaces
 from search_spaces.space import SPACES_DIR
 from tests.nas.configs import compose_config
 
@@ -115,7 +115,7 @@ def test_wrong_type_and_unknown_key_name_the_key() -> None:
         ("data", "name", "imagenet", "data.name"),
         ("data", "resolution", 4, "data.resolution"),
         ("data", "val_fraction", 0.0, "data.val_fraction"),
-        ("accuracy", "estimator", "synflow", "accuracy.estimator"),
+        ("accuracy", "estimator", "zen", "accuracy.estimator"),
         ("latency", "input_shape", [1, 3, 224], "latency.input_shape"),
         ("ray", "address", "not an address", "ray.address"),
         ("ray", "cpus_per_trial", 0.0, "ray.cpus_per_trial"),
@@ -224,7 +224,7 @@ def test_cli_without_space_lists_spaces(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "+space=<name>" in proc.stderr
     assert "python -m nas.search +space=mobile target_ms=50" in proc.stderr
-    assert "efficient, mobile, tiny" in proc.stderr
+    assert f"available spaces: {', '.join(available_spaces())}" in proc.stderr and "mobile_cifar" in proc.stderr
 
 
 def test_cli_bad_input_exits_non_zero_with_a_clear_message(tmp_path: Path) -> None:

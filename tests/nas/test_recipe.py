@@ -1,0 +1,119 @@
+"""The training recipe: augmentation, warm-up and cosine schedule, label smoothing, no weight decay
+on norms and biases, mixed precision and channels_last choices, seeded runs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nas.core.config import DataConfig, TrainConfig
+from nas.core.errors import TrainingError
+from nas.data import load_dataset
+from nas.trial.augment import _flip, make_augment, random_crop, random_resized_crop, resolve
+from nas.trial.training import _param_groups, amp_dtype, lr_factor, train_briefly
+from search_spaces import build, load_space
+
+
+def _images(n: int = 16, side: int = 32) -> torch.Tensor:
+    return torch.arange(n * 3 * side * side, dtype=torch.float32).reshape(n, 3, side, side)
+
+
+def test_auto_augmentation_follows_the_image_size_and_mirror_invariance() -> None:
+    assert resolve("auto", 32, True) == "crop_flip"
+    assert resolve("auto", 32, False) == "crop"  # digits: a mirrored digit is another digit
+    assert resolve("auto", 224, True) == "resized_crop_flip"
+    assert resolve("none", 32, True) == "none"
+    with pytest.raises(TrainingError, match=r"train\.augment"):
+        resolve("mixup", 32, True)
+
+
+def test_padded_crop_shifts_each_image_by_at_most_the_padding() -> None:
+    x = _images()
+    out = random_crop(x, torch.Generator().manual_seed(0))
+    assert out.shape == x.shape
+    for i in range(len(x)):  # every crop is the image shifted by up to 4 pixels, zeros where it left the frame
+        found = False
+        for dy in range(-4, 5):
+            for dx in range(-4, 5):
+                shifted = torch.roll(x[i], shifts=(-dy, -dx), dims=(1, 2))
+                inner = out[i, :, max(0, -dy):32 - max(0, dy), max(0, -dx):32 - max(0, dx)]
+                ref = shifted[:, max(0, -dy):32 - max(0, dy), max(0, -dx):32 - max(0, dx)]
+                found |= bool(torch.equal(inner, ref))
+        assert found, f"image {i} is not a shifted crop"
+    assert not torch.equal(out, x)  # some image moved
+
+
+def test_augmentation_is_repeatable_with_the_same_seed_and_flips_half() -> None:
+    x = _images(64)
+    aug = make_augment("crop_flip", 32, True)
+    a = aug(x, torch.Generator().manual_seed(3))
+    b = aug(x, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+    assert torch.equal(make_augment("none", 32, True)(x, torch.Generator()), x)
+    flipped = _flip(x, torch.Generator().manual_seed(0))
+    mirrored = [torch.equal(f, xi.flip(-1)) for f, xi in zip(flipped, x, strict=True)]
+    kept = [torch.equal(f, xi) for f, xi in zip(flipped, x, strict=True)]
+    assert all(m or k for m, k in zip(mirrored, kept, strict=True)) and 16 < sum(mirrored) < 48
+    only_flip = make_augment("resized_crop_flip", 64, True)
+    y = only_flip(_images(64, 64), torch.Generator().manual_seed(0))
+    assert y.shape == (64, 3, 64, 64)
+    rc = random_resized_crop(_images(8, 64), torch.Generator().manual_seed(0))
+    assert rc.shape == (8, 3, 64, 64) and not torch.equal(rc, _images(8, 64))
+
+
+def test_warm_up_then_cosine_to_zero() -> None:
+    total, warmup = 100, 10
+    f = [lr_factor(s, total, warmup, "cosine") for s in range(total)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)  # linear warm-up
+    assert all(a >= b for a, b in itertools.pairwise(f[10:]))  # then only down
+    assert f[-1] < 0.01
+    assert lr_factor(50, total, warmup, "constant") == 1.0
+
+
+def test_no_weight_decay_on_norms_and_biases() -> None:
+    net = build(load_space("tiny").extremes()[0], num_classes=10)
+    decay, no_decay = _param_groups(net, TrainConfig(weight_decay=1e-4))
+    assert decay["weight_decay"] == 1e-4 and no_decay["weight_decay"] == 0.0
+    bn = {id(p) for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d) for p in m.parameters()}
+    assert bn and bn <= {id(p) for p in no_decay["params"]}
+    assert all(p.ndim > 1 for p in decay["params"])
+    assert len(_param_groups(net, TrainConfig(no_decay_norm_bias=False))) == 1
+
+
+def test_label_smoothing_changes_the_training_loss() -> None:
+    logits, y = torch.tensor([[4.0, 0.0, 0.0]]), torch.tensor([0])
+    assert F.cross_entropy(logits, y, label_smoothing=0.1) > F.cross_entropy(logits, y)
+
+
+def test_mixed_precision_is_for_cuda_and_says_so_on_the_cpu() -> None:
+    cpu = torch.device("cpu")
+    assert amp_dtype(TrainConfig(amp="auto"), cpu) is None and amp_dtype(TrainConfig(amp="off"), cpu) is None
+    with pytest.raises(TrainingError, match=r"train\.amp=bf16 needs a CUDA device"):
+        amp_dtype(TrainConfig(amp="bf16"), cpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_mixed_precision_and_channels_last_train_on_cuda() -> None:
+    data = load_dataset(DataConfig(resolution=32, max_train_samples=256, max_val_samples=128))
+    net = build(load_space("tiny").extremes()[0], num_classes=10)
+    res = train_briefly(net, data, TrainConfig(epochs=1, amp="auto", channels_last="on"), torch.device("cuda"))
+    assert math.isfinite(res[0].val_loss)
+
+
+def test_the_recipe_is_seeded_end_to_end() -> None:
+    data = load_dataset(DataConfig(resolution=16, max_train_samples=128, max_val_samples=64))
+    arch = load_space("tiny").sample(np.random.default_rng(1))
+    weights = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        net = build(arch, num_classes=10)
+        train_briefly(net, data, TrainConfig(epochs=1, batch_size=32, augment="crop", warmup_epochs=0.5),
+                      torch.device("cpu"))
+        weights.append(torch.cat([p.detach().flatten() for p in net.parameters()]))
+    assert torch.equal(weights[0], weights[1])
