@@ -7,7 +7,8 @@ function, which never sees a DictConfig:
 
 * ``python -m nas.search``: :func:`search_main` -> :func:`nas.driver.run_search`;
 * ``python -m nas.leaderboard``: :func:`leaderboard_main` -> :func:`nas.review.leaderboard.run_leaderboard`;
-* ``python -m nas.export``: :func:`export_main` -> :func:`nas.review.export.run_export`.
+* ``python -m nas.export``: :func:`export_main` -> :func:`nas.review.export.run_export`;
+* ``python -m nas.fidelity``: :func:`fidelity_main` -> :func:`nas.studies.fidelity.run_fidelity`.
 
 The built-in search spaces (``search_spaces/spaces/*.yaml``) are registered as the options of the
 ``space`` group, so ``+space=mobile`` picks one and ``space.stem_chs=[16]`` changes it. A user
@@ -29,7 +30,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nas.core.config import GROUP_SCHEMAS, ExportConfig, LeaderboardConfig, SearchConfig
+from nas.core.config import GROUP_SCHEMAS, ExportConfig, FidelityConfig, LeaderboardConfig, SearchConfig
 from nas.core.errors import USER_ERRORS
 from search_spaces import available_spaces
 from search_spaces.space import SPACES_DIR
@@ -51,6 +52,7 @@ def register_configs() -> None:
     cs.store(name="base_config", node=SearchConfig)
     cs.store(name="leaderboard_schema", node=LeaderboardConfig)
     cs.store(name="export_schema", node=ExportConfig)
+    cs.store(name="fidelity_schema", node=FidelityConfig)
     for group, schema in GROUP_SCHEMAS.items():
         cs.store(group=group, name="schema", node=schema)
     for name in available_spaces():
@@ -163,3 +165,25 @@ def export_main(dcfg: DictConfig) -> None:
     cfg = _typed(dcfg, ExportConfig)
     result = _run_or_exit(lambda: run_export(cfg))
     print(summary(result), flush=True)
+
+
+# ---------------------------------------------------------------------- python -m nas.fidelity
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="fidelity")
+def fidelity_main(dcfg: DictConfig) -> None:
+    """``python -m nas.fidelity +space=mobile_cifar data=cifar10_jpeg data.path=... [k=20] ...``."""
+    from nas.studies.fidelity import run_fidelity, table
+
+    if dcfg.get("space") is None:
+        print(no_space_message().replace("nas.search +space", "nas.fidelity +space").replace(" target_ms=50", ""),
+              file=sys.stderr)
+        sys.exit(2)
+    cfg = _typed(dcfg, FidelityConfig)
+    cfg.space_source = f"search_spaces/spaces/{HydraConfig.get().runtime.choices.get('space')}.yaml"
+    result = _run_or_exit(lambda: run_fidelity(cfg))
+    print(f"\nProxy fidelity {result.name}: {len(result.archs)} architectures, {result.computed} estimates computed "
+          "now (the rest read back)\n")
+    print(table(result, cfg))
+    print(f"\nFiles: {result.folder} (fidelity.json, fidelity.md, fidelity.png, records.jsonl)")
+    print(f"MLflow run {result.run_id}")

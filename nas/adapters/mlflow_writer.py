@@ -295,6 +295,27 @@ class StoreWriter:
         except (MlflowException, OSError) as err:
             raise TrackingError(f"cannot finish the export run {run_id}: {err}") from None
 
+    # ------------------------------------------------------------------ studies
+    def log_finished_run(
+        self, name: str, role: str, params: Mapping[str, Any], metrics: Mapping[str, float], files: Iterable[Path],
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Record a finished piece of work (a fidelity study, a supernet) as one run tagged
+        ``latnas.role=<role>``, with its params, metrics and files; returns the run id."""
+        now = _now_ms()
+        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        try:
+            run = self.client.create_run(self.experiment_id, run_name=name, tags={ROLE_TAG: role, **(tags or {})})
+            run_id = str(run.info.run_id)
+            self._log(run_id, params=params, metrics=batch)
+            for f in files:
+                if f.is_file():
+                    self.client.log_artifact(run_id, str(f))
+            self.client.set_terminated(run_id, "FINISHED")
+        except (MlflowException, OSError) as err:
+            raise TrackingError(f"cannot record {name} in {self.uri}: {err}") from None
+        return run_id
+
     # ------------------------------------------------------------------ latency predictors
     def log_predictor(
         self, name: str, files: Iterable[Path], params: Mapping[str, Any],

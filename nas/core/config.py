@@ -557,3 +557,89 @@ def validate_export(cfg: ExportConfig) -> None:
     _int_at_least("train.epochs", cfg.train.epochs, 0)
     if cfg.num_classes is not None:
         _int_at_least("num_classes", cfg.num_classes, 1)
+
+
+# ---------------------------------------------------------------------- proxy fidelity
+
+
+@dataclass
+class ReferenceBudget:
+    """The training that stands for "real" accuracy in a fidelity study (the ``reference`` key).
+
+    Attributes:
+        train_samples: training images (a seeded subset of the training split).
+        epochs: epochs over them, with the ``train`` group's recipe.
+    """
+
+    train_samples: int = 10000
+    epochs: int = 10
+
+
+@dataclass
+class FidelityConfig:
+    """Everything ``python -m nas.fidelity`` takes: which cheap accuracy estimates rank networks like
+    real training does.
+
+    Attributes:
+        space: the search space (``+space=<name>``).
+        space_source: where ``space`` came from, for messages.
+        k: architectures sampled across the space (seeded; the smallest and largest by MACs
+            included, the rest spread over the MACs range).
+        seed: seed of the sample and of the bootstrap.
+        reference: the reference training budget.
+        cheap_train_samples: training images of the brief-training estimators.
+        cheap_epochs: the brief-training estimators' epochs (one estimator each).
+        zero_cost: the training-free scores to compare (``naswot``, ``synflow``, ``grad_norm``,
+            ``jacob_cov``).
+        zero_cost_batch: images a training-free score looks at.
+        bootstrap: bootstrap resamples of the confidence intervals.
+        workers: estimates computed at once, each in its own process (the CPUs are split between them).
+        name: the study's name (its folder and MLflow run); None: ``<space>-<data>-k<k>``.
+        output_dir: its folder (records, JSON, table, plot); None: ``fidelity/<name>`` under the
+            launch folder. A second run with the same folder resumes: nothing recorded is redone.
+        data: the proxy task.
+        train: the training recipe (its ``epochs`` is set per estimator).
+        tracking: the MLflow store and experiment.
+    """
+
+    space: dict[str, Any] | None = None
+    space_source: str = "<config>"
+    k: int = 20
+    seed: int = 0
+    reference: ReferenceBudget = field(default_factory=ReferenceBudget)
+    cheap_train_samples: int = 2500
+    cheap_epochs: list[int] = field(default_factory=lambda: [1, 2, 3])
+    zero_cost: list[str] = field(default_factory=lambda: list(ZERO_COST_ESTIMATORS))
+    zero_cost_batch: int = 64
+    bootstrap: int = 1000
+    workers: int = 1
+    name: str | None = None
+    output_dir: str | None = None
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def validate_fidelity(cfg: FidelityConfig) -> None:
+    """Check a fidelity study's settings before any training.
+
+    Raises:
+        ConfigError: naming the key and what is allowed.
+    """
+    if cfg.space is None:
+        raise ConfigError("space", "no search space chosen; add +space=<name> (e.g. +space=mobile_cifar)")
+    _int_at_least("k", cfg.k, 4)
+    _int_at_least("reference.train_samples", cfg.reference.train_samples, 1)
+    _int_at_least("reference.epochs", cfg.reference.epochs, 1)
+    _int_at_least("cheap_train_samples", cfg.cheap_train_samples, 1)
+    for e in cfg.cheap_epochs:
+        _int_at_least("cheap_epochs", e, 1)
+    for z in cfg.zero_cost:
+        _choice("zero_cost", z, ZERO_COST_ESTIMATORS)
+    _int_at_least("zero_cost_batch", cfg.zero_cost_batch, 2)
+    _int_at_least("bootstrap", cfg.bootstrap, 100)
+    _int_at_least("workers", cfg.workers, 1)
+    if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cfg.name):
+        raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
+    sub = SearchConfig(space=cfg.space, target_ms=1.0, data=cfg.data, train=cfg.train, tracking=cfg.tracking)
+    validate(sub)  # the data, train and tracking groups, checked as the search checks them

@@ -1,0 +1,106 @@
+"""Proxy fidelity: the rank statistics, the choice of architectures, and a real small study that
+resumes without redoing anything and is recorded in MLflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from latency_predictor.features import FeatureExtractor
+from nas.core.config import DataConfig, FidelityConfig, ReferenceBudget, TrackingConfig, TrainConfig
+from nas.core.errors import ConfigError
+from nas.studies.fidelity import REFERENCE, FidelityError, choose_archs, run_fidelity
+from nas.studies.stats import agreement, top_overlap
+from search_spaces import load_space
+
+
+def test_agreement_of_identical_reversed_and_unrelated_rankings() -> None:
+    ref = np.arange(20.0)
+    same = agreement(ref, ref * 3 + 1)
+    assert same.kendall_tau == pytest.approx(1.0) and same.spearman == pytest.approx(1.0)
+    assert same.top_overlap == 1.0 and same.top_n == 2
+    reverse = agreement(ref, -ref)
+    assert reverse.kendall_tau == pytest.approx(-1.0) and reverse.top_overlap == 0.0
+    noisy = agreement(ref, ref + np.random.default_rng(0).normal(0, 4, 20), resamples=500)
+    assert noisy.kendall_ci[0] <= noisy.kendall_tau <= noisy.kendall_ci[1] and noisy.kendall_ci[1] < 1.0
+    assert 0.3 < noisy.kendall_tau < 0.95
+    assert top_overlap(np.array([1.0, 5, 3, 4]), np.array([0.0, 1, 0, 1]))[0] == 1.0  # index 1 tops both
+    with pytest.raises(ValueError, match="at least 3"):
+        agreement(np.array([1.0, 2]), np.array([1.0, 2]))
+
+
+def test_the_architectures_span_the_space_from_smallest_to_largest() -> None:
+    space = load_space("mobile_cifar")
+    archs = choose_archs(space, 12, seed=0, input_shape=(1, 3, 32, 32), num_classes=10)
+    assert len(set(archs)) == 12 and all(space.contains(a) for a in archs)
+    features = FeatureExtractor((1, 3, 32, 32), 10)
+    col = features.names.index("total.macs")
+    macs = features.transform(archs)[:, col]
+    corners = features.transform(space.extremes())[:, col]
+    assert macs[0] == corners.min() and macs[1] == corners.max()  # the smallest and the largest networks
+    inner = np.sort(macs[2:])
+    assert inner[-1] > 2 * inner[0]  # the others are spread over the range, not bunched
+    assert archs == choose_archs(space, 12, seed=0, input_shape=(1, 3, 32, 32), num_classes=10)  # seeded
+
+
+def _cfg(tmp_path: Path, **kw: object) -> FidelityConfig:
+    cfg = FidelityConfig(
+        space=None,
+        k=4, reference=ReferenceBudget(train_samples=128, epochs=1), cheap_train_samples=64, cheap_epochs=[1],
+        zero_cost=["synflow"], bootstrap=100, output_dir=str(tmp_path / "study"),
+        data=DataConfig(resolution=16, max_val_samples=96), train=TrainConfig(batch_size=32),
+        tracking=TrackingConfig(uri=f"sqlite:///{tmp_path / 'mlflow.db'}"),
+    )
+    for key, value in kw.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def test_a_small_study_is_recorded_and_resumes_without_redoing_anything(tmp_path: Path) -> None:
+    import yaml
+
+    from search_spaces.space import SPACES_DIR
+
+    space = yaml.safe_load((SPACES_DIR / "tiny.yaml").read_text())
+    first = run_fidelity(_cfg(tmp_path, space=space), log=lambda _s: None)
+    names = ["train_1ep", "synflow", "params", "macs"]
+    assert list(first.agreements) == names and first.computed == 4 * 3  # 2 cheap + the reference, per arch
+    assert all(-1.0 <= first.agreements[e].kendall_tau <= 1.0 for e in names)
+    assert set(first.values[REFERENCE]) == set(first.archs)
+    record = json.loads((first.folder / "fidelity.json").read_text())
+    assert set(record["estimators"]) == set(names) and len(record["archs"]) == 4
+    assert (first.folder / "fidelity.png").read_bytes()[:4] == b"\x89PNG"
+    rows = (first.folder / "records.jsonl").read_text().splitlines()
+    assert len(rows) == 12
+    # A second run reads everything back: nothing is trained again, the figures are the same.
+    again = run_fidelity(_cfg(tmp_path, space=space), log=lambda _s: None)
+    assert again.computed == 0 and again.values == first.values
+    # A killed run leaves a partial record: only the missing estimates are computed.
+    kept = [*rows[:-2], rows[-1][: len(rows[-1]) // 2]]  # two lines lost, the last one cut short by a kill
+    (first.folder / "records.jsonl").write_text("\n".join(kept) + "\n")
+    resumed = run_fidelity(_cfg(tmp_path, space=space), log=lambda _s: None)
+    assert resumed.computed == 2
+    run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(str(resumed.run_id))
+    assert run.data.tags["latnas.role"] == "fidelity" and "synflow.kendall_tau" in run.data.metrics
+    # The same folder with other settings is refused, not mixed.
+    with pytest.raises(FidelityError, match="other settings"):
+        run_fidelity(_cfg(tmp_path, space=space, k=5), log=lambda _s: None)
+
+
+def test_bad_settings_are_refused_before_any_training(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="space"):
+        run_fidelity(_cfg(tmp_path, space=None), log=lambda _s: None)
+    import yaml
+
+    from search_spaces.space import SPACES_DIR
+
+    space = yaml.safe_load((SPACES_DIR / "tiny.yaml").read_text())
+    with pytest.raises(ConfigError, match=r"zero_cost: 'zen' is not one of"):
+        run_fidelity(_cfg(tmp_path, space=space, zero_cost=["zen"]), log=lambda _s: None)
+    with pytest.raises(ConfigError, match="k: must be an integer >= 4"):
+        run_fidelity(_cfg(tmp_path, space=space, k=2), log=lambda _s: None)
+    assert not (tmp_path / "study").exists()
