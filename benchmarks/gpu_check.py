@@ -462,9 +462,12 @@ def check_ray_half_gpu_tasks(ctx: Context) -> dict[str, Any]:
         raise CheckFailed("torch sees no CUDA device here, so the slot key cannot be the GPU's UUID")
     figures = half_gpu_consistent(reports, uuid)
     smi = nvidia_smi()
-    smi_uuids = [g["uuid"] for g in smi] if isinstance(smi, list) else []
-    if smi_uuids and uuid not in smi_uuids:
-        raise CheckFailed(f"CUDA's UUID {uuid} is not one nvidia-smi lists ({smi_uuids})", figures)
+    gpus = smi if isinstance(smi, list) else []
+    figures["nvidia_smi_uuids"] = [g.get("uuid") for g in gpus]
+    # Under MIG, CUDA's devices are MIG instances, whose UUIDs nvidia-smi's GPU list does not show.
+    mig = any(g.get("mig.mode.current") == "Enabled" for g in gpus)
+    if gpus and not mig and uuid not in figures["nvidia_smi_uuids"]:
+        raise CheckFailed(f"CUDA's UUID {uuid} is not one nvidia-smi lists", figures)
     return figures
 
 
