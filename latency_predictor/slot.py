@@ -11,19 +11,27 @@ Design:
   that device queues on the same file, so measurements of one device never overlap, while
   measurements of different devices (``cuda:0`` and ``cuda:1``) run in parallel.
 * A GPU's key names the *physical* GPU, not the process's view of it: a process sees the GPUs
-  listed in ``CUDA_VISIBLE_DEVICES`` renumbered from 0, and Ray sets that variable for each
-  trial to the GPUs it assigned, so ``cuda:0`` of two trials is two different GPUs. The key of
-  ``cuda:N`` is therefore entry N of ``CUDA_VISIBLE_DEVICES`` when it is set (``cuda-3.lock``,
-  or ``cuda-GPU-<uuid>.lock`` for UUID entries), else N (see :func:`slot_key`).
+  listed in ``CUDA_VISIBLE_DEVICES`` renumbered from 0 (Ray sets that variable for each trial to
+  the GPUs it assigned, so ``cuda:0`` of two trials can be two different GPUs), and CUDA numbers
+  them fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (``nvidia-smi`` numbers them in PCI
+  order). Indices can therefore name different GPUs in different processes; the GPU's UUID
+  cannot. The key of ``cuda:N`` is ``cuda-GPU-<uuid>`` with the UUID CUDA reports for device N
+  of this process (:func:`cuda_uuid`). Only where this process's torch cannot ask CUDA (a
+  CPU-only torch build driving ONNX Runtime's GPU providers) is the key taken from
+  ``CUDA_VISIBLE_DEVICES``: its entry N when set (``cuda-3``, or ``cuda-GPU-<uuid>`` for a
+  UUID entry), else N (see :func:`slot_key`); give such processes UUIDs in
+  ``CUDA_VISIBLE_DEVICES`` (``nvidia-smi -L`` lists them) so their keys match.
 * The kernel releases the lock when its holder exits or dies, so a crashed trial never leaves
   a stale slot behind (a lock file that stays on disk is harmless: only the lock matters).
 * ``slot_dir`` defaults to ``$LATNAS_SLOT_DIR`` or ``<system temp dir>/latnas-slots``; every
   process of one search must see the same directory (it must be on a local file system:
   ``flock`` is not reliable over NFS).
-* Only the measurement holds the slot: export, session creation and engine builds happen
-  before it is taken, and training never takes it. Backends take it themselves around their
-  warm-up and timed runs (option ``slot=False`` to disable), and record the wait in
-  ``LatencyResult.extra["slot_wait_s"]``.
+* Only measurements hold the slot, and training never takes it. Backends take it themselves
+  (option ``slot=False`` to disable) and record the wait in ``LatencyResult.extra["slot_wait_s"]``:
+  on the CPU around their warm-up and timed runs only (export and session creation happen
+  before it is taken); on a GPU from preparation on, because engine builds and first runs
+  autotune (TensorRT tactics, cuDNN benchmark mode, ONNX Runtime's CUDA algorithm search) and
+  must not time their candidates while other work shares the GPU.
 * The slot is re-entrant within one thread: code that already holds ``measurement_slot(dev)``
   may call a backend that takes the same slot without deadlocking.
 
@@ -42,6 +50,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import re
 import tempfile
@@ -96,17 +105,48 @@ def normalise_device(device: str) -> str:
     return d
 
 
-def slot_key(device: str, visible: str | None = None) -> str:
+def cuda_uuid(index: int) -> str | None:
+    """The UUID of CUDA device ``index`` of this process (``GPU-...`` or ``MIG-...``), as CUDA reports it.
+
+    CUDA numbers devices after applying ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER``, so
+    this is the GPU the process's ``cuda:<index>`` really is. None where this torch sees no CUDA
+    device (a CPU-only build, no driver) or fewer than ``index + 1``.
+
+    Raises:
+        MeasurementError: torch sees the device but cannot read its properties (e.g. in a
+            process forked after CUDA was initialised).
+    """
+    import torch
+
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        return None
+    try:
+        return _device_uuid(index)
+    except RuntimeError as err:
+        raise MeasurementError(f"cannot read the UUID of cuda:{index} to name its measurement slot: {err}") from None
+
+
+@functools.cache
+def _device_uuid(index: int) -> str:
+    import torch
+
+    uuid = str(torch.cuda.get_device_properties(index).uuid)
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def slot_key(device: str, visible: str | None = None, uuid: str | None = None) -> str:
     """The name of ``device``'s slot: ``cpu``, or ``cuda-<physical GPU>`` for ``cuda:N``.
 
     Args:
         device: ``cpu`` or ``cuda:N`` as this process sees it.
         visible: the value of ``CUDA_VISIBLE_DEVICES`` to apply (default: this process's).
+        uuid: the UUID of ``cuda:N`` when known (:func:`slot_path` passes :func:`cuda_uuid`'s).
 
     Returns:
-        ``cpu``; for ``cuda:N``, ``cuda-<entry N of CUDA_VISIBLE_DEVICES>`` when the variable is
-        set (as CUDA reads it: the list ends at the first entry that is neither an index nor a
-        ``GPU-``/``MIG-`` identifier), else ``cuda-N``.
+        ``cpu``; for ``cuda:N``, ``cuda-<uuid>`` when ``uuid`` is given, else
+        ``cuda-<entry N of CUDA_VISIBLE_DEVICES>`` when the variable is set (as CUDA reads it:
+        the list ends at the first entry that is neither an index nor a ``GPU-``/``MIG-``
+        identifier), else ``cuda-N``.
 
     Raises:
         ConfigError: a malformed device, or ``cuda:N`` beyond the GPUs the variable makes visible.
@@ -118,7 +158,7 @@ def slot_key(device: str, visible: str | None = None) -> str:
     if visible is None:
         visible = os.environ.get(VISIBLE_ENV)
     if visible is None:
-        return f"cuda-{index}"
+        return _safe_key(uuid or str(index))
     entries: list[str] = []
     for entry in (e.strip() for e in visible.split(",")):
         if not _VISIBLE_ENTRY_RE.fullmatch(entry):
@@ -129,13 +169,19 @@ def slot_key(device: str, visible: str | None = None) -> str:
             f"device {device!r} is not visible to this process: {VISIBLE_ENV}={visible!r} makes "
             f"{len(entries)} GPU(s) visible"
         )
-    return "cuda-" + re.sub(r"[^A-Za-z0-9_.-]", "_", entries[index])
+    return _safe_key(uuid or entries[index])
+
+
+def _safe_key(gpu: str) -> str:
+    return "cuda-" + re.sub(r"[^A-Za-z0-9_.-]", "_", gpu)
 
 
 def slot_path(device: str, slot_dir: str | Path | None = None) -> Path:
-    """The lock file of ``device``'s slot (named by :func:`slot_key`)."""
+    """The lock file of ``device``'s slot (named by :func:`slot_key`, with the GPU's UUID where CUDA gives it)."""
     base = Path(slot_dir) if slot_dir is not None else default_slot_dir()
-    return base / f"{slot_key(device)}.lock"
+    d = normalise_device(device)
+    uuid = cuda_uuid(int(d.split(":")[1])) if d != "cpu" else None
+    return base / f"{slot_key(d, uuid=uuid)}.lock"
 
 
 def _open(path: Path) -> int:

@@ -5,21 +5,27 @@ and what its environment is; :class:`MeasuredBackend` does the rest in the same 
 
 1. build the network of the architecture (inference mode);
 2. prepare it at the deployment shape, and at each extra throughput batch size;
-3. take the device's measurement slot (:mod:`latency_predictor.slot`), run the protocol
-   (:func:`latency_predictor.timing.measure_latency`) on each prepared shape, release it;
+3. run the protocol (:func:`latency_predictor.timing.measure_latency`) on each prepared shape
+   while holding the device's measurement slot (:mod:`latency_predictor.slot`);
 4. return a :class:`LatencyResult` with stats, stability, throughput, environment and the
    time each stage took (``extra``: ``build_s``, ``export_s``, ``session_s``, ``measure_s``,
-   ``slot_wait_s``, and ``slot_key``: the physical device whose slot was held) and
-   ``cpu_per_wall``, the process's CPU seconds per wall second while timing
+   ``slot_wait_s``, ``slot_key``: the physical device whose slot was held, ``slot_held_for``)
+   and ``cpu_per_wall``, the process's CPU seconds per wall second while timing
    (about the runtime's thread count on an undisturbed CPU, lower when other work took the cores).
+
+On a GPU the slot is taken *before* preparation: preparing autotunes (TensorRT's tactic timing,
+cuDNN's benchmark mode on the first torch run, ONNX Runtime's CUDA algorithm search), and
+choices timed while another trial's work shares the GPU are skewed, and TensorRT keeps them in
+the cached engine for good. On the CPU preparation stays outside the slot, so the queue is short.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -57,6 +63,12 @@ class Prepared:
     extra: dict[str, Any] = field(default_factory=dict)
     resources: tuple[object, ...] = ()
     cpu_threads: int | None = None
+
+
+def cache_root() -> Path:
+    """Root of LatNAS's caches (built engines): ``$LATNAS_CACHE_DIR`` if set, else ``~/.cache/latnas``."""
+    root = os.environ.get("LATNAS_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "latnas"
 
 
 def as_measure_config(measure: MeasureConfig | Mapping[str, Any] | None) -> MeasureConfig:
@@ -155,6 +167,21 @@ class MeasuredBackend(ABC):
             return nullcontext()
         return measurement_slot(self.device, self.slot_dir)
 
+    @property
+    def slot_covers_preparation(self) -> bool:
+        """Whether :meth:`measure` holds the slot while preparing too (on a GPU: autotuning is timed)."""
+        return self.device != "cpu"
+
+    @contextmanager
+    def prepared(self, arch: Arch, net: nn.Module | None = None) -> Iterator[Prepared]:
+        """``arch`` prepared at :attr:`input_shape`, with the run settings and the device's slot held.
+
+        For checks that run or time the prepared network their own way (the GPU check compares
+        the runtime's clock with the wall clock); :meth:`measure` is the measurement.
+        """
+        with self._run_scope(), self.held_slot():
+            yield self._prepare(arch, net if net is not None else self.build_net(arch), self.input_shape)
+
     def build_net(self, arch: Arch) -> nn.Module:
         """The network of ``arch`` in inference mode, with this estimator's class count."""
         return build_eval_net(arch, num_classes=self.num_classes, in_chans=self.input_shape[1])
@@ -182,12 +209,15 @@ class MeasuredBackend(ABC):
             shapes = {self.input_shape[0]: self.input_shape}
             for b in cfg.throughput_batch_sizes:
                 shapes.setdefault(b, (b, *self.input_shape[1:]))
-            prepared: dict[int, Prepared] = {}
-            for b, shape in shapes.items():
-                prepared[b] = p = self._prepare(arch, net, shape)
-                for k, v in p.stage_s.items():
-                    stage_s[k] = stage_s.get(k, 0.0) + v
-            with self.held_slot() as ticket:
+            with ExitStack() as slot:
+                ticket = slot.enter_context(self.held_slot()) if self.slot_covers_preparation else None
+                prepared: dict[int, Prepared] = {}
+                for b, shape in shapes.items():
+                    prepared[b] = p = self._prepare(arch, net, shape)
+                    for k, v in p.stage_s.items():
+                        stage_s[k] = stage_s.get(k, 0.0) + v
+                if not self.slot_covers_preparation:
+                    ticket = slot.enter_context(self.held_slot())
                 measured = {b: self._time(p) for b, p in prepared.items()}
         main = measured[self.input_shape[0]]
         extra: dict[str, Any] = {
@@ -200,6 +230,8 @@ class MeasuredBackend(ABC):
             "attempt_iqr_rel": list(main.attempt_iqr_rel),
             "slot_wait_s": ticket.waited_s if ticket is not None else None,
             "slot_key": ticket.path.stem if ticket is not None else None,
+            "slot_held_for": None if ticket is None else (
+                "preparation and timing" if self.slot_covers_preparation else "timing"),
             "stability_threshold": cfg.stability_threshold,
         }
         others = {b: m.stats.p50 for b, m in measured.items() if b != self.input_shape[0]}

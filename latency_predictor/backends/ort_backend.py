@@ -5,14 +5,33 @@ The network is exported to ONNX in memory (TorchScript exporter, opset 17) and r
 the figure then does not depend on how many cores the machine happens to have free).
 
 Providers: ``cpu`` (``CPUExecutionProvider``), ``cuda`` and ``tensorrt`` (the CUDA and TensorRT
-execution providers of the ``onnxruntime-gpu`` build). ONNX Runtime silently falls back to the
-CPU when a GPU provider cannot load; this backend checks the providers the session actually got
-(``session.get_providers()``) and raises :class:`BackendUnavailableError` instead. On GPU
-providers input and output stay on the device (I/O binding), so host copies are not timed.
+execution providers of the ``onnxruntime-gpu`` build). ONNX Runtime quietly runs on the CPU what
+a GPU provider cannot: every node when the provider fails to load, single nodes it declines, and
+(in its Python API) the whole session after a provider error at run time. A GPU figure with CPU
+work in it is wrong, so on a GPU provider this backend
+
+* registers only GPU providers: ``[CUDA]``, or ``[TensorRT, CUDA]`` so CUDA takes the nodes
+  TensorRT declines (:func:`execution_providers`);
+* sets ``session.disable_cpu_ep_fallback``: ONNX Runtime then refuses to create a session with
+  any node on the CPU, and this backend raises :class:`BackendUnavailableError` with its reason;
+* checks the providers the session got (``session.get_providers()``) and turns the Python API's
+  run-time fallback off (``disable_fallback``);
+* enables the TensorRT provider's engine cache in a folder per ONNX model hash (its own cache
+  key hashes node and tensor names, not weights: two networks of one architecture would share
+  an engine) (:func:`ort_engine_cache_dir`);
+* makes the libraries loadable first (:func:`load_gpu_libraries`): cuDNN 9 and CUDA 12 through
+  ``onnxruntime.preload_dlls`` where torch is a CPU build (a CUDA build of torch, imported first,
+  has loaded them), and TensorRT 10's ``libnvinfer.so.10`` by importing ``tensorrt``;
+* binds input and output to device memory (I/O binding, output buffer allocated once) and ends
+  each run with ``synchronize_outputs``, so a run's time includes its device work and no copies.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import hashlib
+import platform
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -32,7 +51,7 @@ except ImportError as _missing:  # neither build installed: say which extra brin
         "from a checkout: bash scripts/install.sh [--gpu]"
     ) from _missing
 
-from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
+from latency_predictor.backends.base import MeasuredBackend, Prepared, cache_root, check_choice, check_positive_int
 from latency_predictor.breakdown import Breakdown, parse_ort_profile
 from latency_predictor.environment import cpu_model, package_version, usable_cpus
 from latency_predictor.errors import BackendUnavailableError, ConfigError, MeasurementError
@@ -63,6 +82,142 @@ ORT_ERRORS: tuple[type[BaseException], ...] = (
     ort_state.EPFail, ort_state.NotImplemented, ort_state.EngineError, ort_state.InvalidProtobuf,
 )
 GPU_FIX = "install the GPU build of ONNX Runtime: `bash scripts/install.sh --gpu` (onnxruntime-gpu)"
+NO_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
+"""Session option: fail session creation when any node would run on the CPU."""
+NVINFER = "libnvinfer.so.10"
+"""TensorRT 10's library, which ONNX Runtime's TensorRT provider loads by this name."""
+ProviderList = list[str | tuple[str, dict[str, Any]]]
+
+
+def execution_providers(provider: str, device_id: int, fp16: bool, engine_cache: Path | None) -> ProviderList:
+    """The providers, in precedence order, of a session for ``provider`` (``cpu``, ``cuda``, ``tensorrt``).
+
+    The CPU provider is never registered after a GPU one: with CPU fallback disabled ONNX Runtime
+    refuses that combination, and without it nodes would run on the CPU unnoticed.
+
+    Args:
+        provider: the requested provider.
+        device_id: the GPU of the GPU providers.
+        fp16: TensorRT's FP16 mode.
+        engine_cache: folder of the TensorRT provider's engine cache (None: no cache).
+    """
+    if provider == "cpu":
+        return [PROVIDERS["cpu"]]
+    cuda = (PROVIDERS["cuda"], {"device_id": device_id})
+    if provider == "cuda":
+        return [cuda]
+    trt: dict[str, Any] = {"device_id": device_id, "trt_fp16_enable": fp16}
+    if engine_cache is not None:
+        trt.update(trt_engine_cache_enable=True, trt_engine_cache_path=str(engine_cache))
+    return [(PROVIDERS["tensorrt"], trt), cuda]
+
+
+def without_cpu_fallback(options: ort.SessionOptions) -> ort.SessionOptions:
+    """``options`` set so that a session with any node on the CPU is refused (``session.disable_cpu_ep_fallback``)."""
+    options.add_session_config_entry(NO_CPU_FALLBACK, "1")
+    return options
+
+
+def ort_engine_cache_dir(root: Path, onnx_model: bytes) -> Path:
+    """The TensorRT provider's engine cache folder for ``onnx_model``: one per model hash under ``root``.
+
+    ONNX Runtime names cached engines by a hash of the graph's names and its own versions, not of
+    the weights; a folder per model hash keeps a network from being served another one's engine.
+    """
+    return root / hashlib.sha256(onnx_model).hexdigest()[:20]
+
+
+def open_session(model: bytes, options: ort.SessionOptions, providers: ProviderList,
+                 requested: str) -> ort.InferenceSession:
+    """An inference session of ``model`` that really runs on the first of ``providers``.
+
+    Raises:
+        BackendUnavailableError: a GPU provider was requested and ONNX Runtime could not place
+            every node on GPU providers (a provider failed to load, or would leave nodes to the
+            CPU), or the session came up on other providers.
+        MeasurementError: ONNX Runtime rejected the model on the CPU provider.
+    """
+    names = [p if isinstance(p, str) else p[0] for p in providers]
+    gpu = requested != "cpu"
+    try:
+        # enable_fallback=0: no retry on other providers (ONNX Runtime versions without it ignore it).
+        sess = ort.InferenceSession(model, options, providers=providers, enable_fallback=0)
+    except ORT_ERRORS as err:
+        if not gpu:
+            raise MeasurementError(f"onnxruntime could not create a session: {err}") from err
+        cause = f" (first: {err.__cause__})" if err.__cause__ is not None else ""
+        raise BackendUnavailableError(
+            f"ONNX Runtime could not run the network on {' + '.join(names)} with CPU fallback disabled: "
+            f"{err}{cause}. A provider that fails to load (GPU, CUDA 12, cuDNN 9 or TensorRT 10 libraries "
+            f"missing) leaves every node to the CPU; {GPU_FIX} on a machine with an NVIDIA GPU"
+        ) from err
+    got = sess.get_providers()
+    if not got or got[0] != names[0] or any(n not in got for n in names):
+        raise BackendUnavailableError(
+            f"requested {names} but the session runs on {got} (ONNX Runtime fell back: the GPU, CUDA or "
+            f"cuDNN/TensorRT libraries are missing); {GPU_FIX} on a machine with an NVIDIA GPU and matching "
+            "CUDA libraries"
+        )
+    if gpu:
+        sess.disable_fallback()  # a provider error while running raises instead of moving the session to CPU
+    return sess
+
+
+@functools.cache
+def load_gpu_libraries(provider: str) -> dict[str, str]:
+    """Make the shared libraries of ``provider`` (``cuda`` or ``tensorrt``) loadable in this process.
+
+    * CUDA 12 and cuDNN 9 (what onnxruntime-gpu 1.19+ links): a CUDA build of torch loaded them
+      when it was imported (before ONNX Runtime, as LatNAS does); with a CPU build of torch,
+      ``onnxruntime.preload_dlls()`` (ONNX Runtime 1.21+) loads them from the ``nvidia-*`` wheels.
+    * TensorRT 10 (``tensorrt``): the pip wheel puts ``libnvinfer.so.10`` in the process only
+      when ``tensorrt`` is imported; the provider then finds it by name.
+
+    Returns:
+        What was done, for the environment record.
+
+    Raises:
+        BackendUnavailableError: TensorRT's library cannot be loaded (the message names the extra).
+    """
+    import torch
+
+    done: dict[str, str] = {}
+    if torch.version.cuda:
+        done["cuda_libraries"] = f"torch {torch.__version__} (CUDA {torch.version.cuda})"
+    elif hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+        done["cuda_libraries"] = "onnxruntime.preload_dlls()"
+    else:
+        done["cuda_libraries"] = "system loader path"
+    if provider == "tensorrt":
+        done["tensorrt_library"] = require_tensorrt_library()
+    return done
+
+
+def require_tensorrt_library() -> str:
+    """Load TensorRT 10's ``libnvinfer.so.10`` (importing ``tensorrt`` first when installed); where it came from.
+
+    Raises:
+        BackendUnavailableError: it cannot be loaded (the message names the extra to install).
+    """
+    if platform.system() != "Linux":
+        return "not checked (not Linux)"
+    origin = "system loader path"
+    try:
+        import tensorrt
+
+        origin = f"tensorrt {tensorrt.__version__}"
+    except ImportError:
+        pass  # TensorRT may come from the system instead (LD_LIBRARY_PATH): tried next
+    try:
+        ctypes.CDLL(NVINFER)
+    except OSError as err:
+        raise BackendUnavailableError(
+            f"ONNX Runtime's TensorRT provider needs TensorRT 10 ({NVINFER}) and it cannot be loaded ({err}); "
+            "pip install 'latnas[gpu,tensorrt]' (the tensorrt wheel provides it), or add TensorRT 10's lib "
+            "folder to LD_LIBRARY_PATH"
+        ) from None
+    return origin
 
 
 class OnnxRuntimeBackend(MeasuredBackend):
@@ -77,6 +232,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
         device_id: GPU index for the ``cuda`` and ``tensorrt`` providers.
         opset: ONNX opset of the export.
         graph_optimization: ``disable``, ``basic``, ``extended`` or ``all`` (ONNX Runtime's levels).
+        cache_dir: root of the TensorRT provider's engine caches (default
+            ``$LATNAS_CACHE_DIR/onnxruntime-tensorrt`` or ``~/.cache/latnas/onnxruntime-tensorrt``).
         measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
         slot: take the device's measurement slot while timing.
         slot_dir: directory of the slot lock files.
@@ -85,7 +242,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
 
     Raises:
         ConfigError: an unknown provider, precision or level, or invalid counts or shape.
-        BackendUnavailableError: the provider is not in this ONNX Runtime build.
+        BackendUnavailableError: the provider is not in this ONNX Runtime build, or its libraries
+            (TensorRT's) cannot be loaded.
     """
 
     name = "onnxruntime"
@@ -102,6 +260,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
         device_id: int = 0,
         opset: int = DEFAULT_OPSET,
         graph_optimization: str = "all",
+        cache_dir: str | Path | None = None,
         measure: MeasureConfig | Mapping[str, Any] | None = None,
         slot: bool = True,
         slot_dir: str | Path | None = None,
@@ -124,12 +283,14 @@ class OnnxRuntimeBackend(MeasuredBackend):
         self.graph_optimization = check_choice("graph_optimization", graph_optimization, list(GRAPH_OPTIMIZATION))
         device = "cpu" if provider == "cpu" else f"cuda:{device_id}"
         super().__init__(input_shape, precision, device, measure, slot, slot_dir, num_classes, keep_samples)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "onnxruntime-tensorrt"
         available = ort.get_available_providers()
         if PROVIDERS[provider] not in available:
             raise BackendUnavailableError(
                 f"provider {provider!r} ({PROVIDERS[provider]}) is not in this ONNX Runtime build "
                 f"(available: {available}); {GPU_FIX}"
             )
+        self.gpu_libraries = load_gpu_libraries(provider) if provider != "cpu" else {}
 
     def session_options(self, profile_prefix: str | None = None) -> ort.SessionOptions:
         """The session settings: explicit thread counts, sequential execution, optimisation level."""
@@ -141,38 +302,29 @@ class OnnxRuntimeBackend(MeasuredBackend):
         )
         so.graph_optimization_level = GRAPH_OPTIMIZATION[self.graph_optimization]
         so.log_severity_level = 3
+        if self.provider != "cpu":
+            without_cpu_fallback(so)
         if profile_prefix is not None:
             so.enable_profiling = True
             so.profile_file_prefix = profile_prefix
         return so
 
-    def _providers(self) -> list[Any]:
-        if self.provider == "cpu":
-            return [PROVIDERS["cpu"]]
-        opts: dict[str, Any] = {"device_id": self.device_id}
-        if self.provider == "tensorrt":
-            opts["trt_fp16_enable"] = self.precision == "fp16"
-        return [(PROVIDERS[self.provider], opts), PROVIDERS["cpu"]]
+    def providers(self, model: bytes) -> ProviderList:
+        """The providers a session of ``model`` gets (:func:`execution_providers`)."""
+        cache = ort_engine_cache_dir(self.cache_dir, model) if self.provider == "tensorrt" else None
+        return execution_providers(self.provider, self.device_id, self.precision == "fp16", cache)
 
     def create_session(self, model: bytes, profile_prefix: str | None = None) -> ort.InferenceSession:
-        """An inference session on the requested provider, checked to really run there.
+        """An inference session on the requested provider, checked to really run there (:func:`open_session`).
 
         Raises:
             MeasurementError: ONNX Runtime rejected the model.
-            BackendUnavailableError: the session fell back from the requested provider.
+            BackendUnavailableError: the session would run any of it on another provider.
         """
-        try:
-            sess = ort.InferenceSession(model, self.session_options(profile_prefix), providers=self._providers())
-        except ORT_ERRORS as err:
-            raise MeasurementError(f"onnxruntime could not create a session: {err}") from err
-        got = sess.get_providers()
-        if not got or got[0] != PROVIDERS[self.provider]:
-            raise BackendUnavailableError(
-                f"requested {PROVIDERS[self.provider]} but the session runs on {got} (ONNX Runtime fell back: "
-                f"the GPU, CUDA or cuDNN/TensorRT libraries are missing); {GPU_FIX} on a machine with an "
-                "NVIDIA GPU and matching CUDA libraries"
-            )
-        return sess
+        providers = self.providers(model)
+        if self.provider == "tensorrt":
+            ort_engine_cache_dir(self.cache_dir, model).mkdir(parents=True, exist_ok=True)
+        return open_session(model, self.session_options(profile_prefix), providers, self.provider)
 
     def _prepare(self, arch: Arch, net: nn.Module, input_shape: tuple[int, ...]) -> Prepared:
         t0 = time.perf_counter()
@@ -181,29 +333,47 @@ class OnnxRuntimeBackend(MeasuredBackend):
         sess = self.create_session(model)
         t2 = time.perf_counter()
         x = sample_input(input_shape).numpy()
+        resources: tuple[object, ...] = (sess,)
+        sync = None
         if self.provider == "cpu":
             feed = {INPUT_NAME: x}
 
             def run_once() -> object:
                 return sess.run(None, feed)
         else:
-            binding = sess.io_binding()
-            binding.bind_ortvalue_input(INPUT_NAME, ort.OrtValue.ortvalue_from_numpy(x, "cuda", self.device_id))
-            binding.bind_output(OUTPUT_NAME, "cuda", self.device_id)
+            binding, x_dev, y_dev = self._bind(sess, x)
+            resources = (sess, binding, x_dev, y_dev)
+            sync = binding.synchronize_outputs
 
             def run_once() -> object:
                 sess.run_with_iobinding(binding)
+                # Run may return before the device work ends; a run is over when its output is.
+                binding.synchronize_outputs()
                 return None
         try:
             run_once()
         except ORT_ERRORS as err:
             raise MeasurementError(f"onnxruntime: the prepared network failed to run: {err}") from err
         return Prepared(
-            run_once=run_once,
+            run_once=run_once, sync=sync,
             stage_s={"export_s": t1 - t0, "session_s": t2 - t1},
             extra={"providers": sess.get_providers(), "onnx_bytes": len(model), "opset": self.opset},
             cpu_threads=min(self.intra_op_threads, usable_cpus()) if self.provider == "cpu" else None,
+            resources=resources,
         )
+
+    def _bind(self, sess: ort.InferenceSession, x: np.ndarray) -> tuple[Any, Any, Any]:
+        """I/O binding of ``sess`` to device buffers: the input copied once, the output allocated once."""
+        out = sess.get_outputs()[0]
+        if not all(isinstance(d, int) for d in out.shape):
+            raise MeasurementError(f"onnxruntime: the output {out.name!r} has no fixed shape ({out.shape})")
+        x_dev = ort.OrtValue.ortvalue_from_numpy(x, "cuda", self.device_id)
+        y_dev = ort.OrtValue.ortvalue_from_shape_and_type(list(out.shape), np.float32, "cuda", self.device_id)
+        binding = sess.io_binding()
+        binding.bind_ortvalue_input(INPUT_NAME, x_dev)
+        binding.bind_ortvalue_output(OUTPUT_NAME, y_dev)
+        binding.synchronize_inputs()
+        return binding, x_dev, y_dev
 
     def _backend_environment(self) -> dict[str, str]:
         env = {
@@ -215,6 +385,9 @@ class OnnxRuntimeBackend(MeasuredBackend):
             "graph_optimization": self.graph_optimization,
         }
         env["device_name"] = cpu_model() if self.provider == "cpu" else _gpu_name(self.device_id)
+        if self.provider != "cpu":
+            env["cpu_fallback"] = "disabled"
+            env.update(self.gpu_libraries)
         return env
 
     def run(self, net: nn.Module, x: np.ndarray) -> np.ndarray:
@@ -241,14 +414,13 @@ class OnnxRuntimeBackend(MeasuredBackend):
         net = self.build_net(arch)
         model = export_onnx(net, self.input_shape, self.opset)
         x = sample_input(self.input_shape).numpy()
-        with tempfile.TemporaryDirectory(prefix="latnas-ort-profile-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="latnas-ort-profile-") as tmp, self.held_slot():
             sess = self.create_session(model, profile_prefix=str(Path(tmp) / "profile"))
-            with self.held_slot():
-                try:
-                    for _ in range(warmup_runs + runs):
-                        sess.run(None, {INPUT_NAME: x})
-                except ORT_ERRORS as err:
-                    raise MeasurementError(f"onnxruntime: profiling run failed: {err}") from err
+            try:
+                for _ in range(warmup_runs + runs):
+                    sess.run(None, {INPUT_NAME: x})
+            except ORT_ERRORS as err:
+                raise MeasurementError(f"onnxruntime: profiling run failed: {err}") from err
             path = sess.end_profiling()
             return parse_ort_profile(path, arch.encode(), runs, skip_runs=warmup_runs)
 

@@ -8,12 +8,16 @@ hundred sample inputs (random by default; pass ``calibration_data`` for real ima
 not the speed, depend on it).
 
 Run: ``trt.Runtime.deserialize_cuda_engine`` -> ``create_execution_context`` -> one
-``set_tensor_address`` per I/O tensor -> ``execute_async_v3(stream)``. Buffers are torch CUDA
-tensors and each run is timed with ``torch.cuda.Event`` on the same stream, so no pycuda is needed.
+``set_tensor_address`` per I/O tensor (its result checked) -> ``execute_async_v3(stream)``.
+Buffers are torch CUDA tensors on the backend's device, the stream is created on that device,
+everything runs inside ``torch.cuda.device(index)``, and each run is timed with
+``torch.cuda.Event`` recorded on the execution stream, so no pycuda is needed.
 
 Engines are cached on disk (``cache_dir``, default ``$LATNAS_CACHE_DIR/tensorrt`` or
-``~/.cache/latnas/tensorrt``), keyed by the architecture string, precision, input shape, GPU
-name, TensorRT version and workspace size: an engine is only reused where it is valid.
+``~/.cache/latnas/tensorrt``), keyed by a hash of the exported ONNX model (so the weights count:
+a trained, a Conv+BN-fused and a freshly initialised network of one architecture get different
+engines), the calibration images for INT8, precision, input shape, GPU name, TensorRT version
+and workspace size: an engine is only reused where it is the engine of that very network.
 
 ``tensorrt`` is imported lazily: without it, constructing the backend raises
 :class:`BackendUnavailableError` naming the extra to install. TensorRT 11 removed the weakly
@@ -27,6 +31,8 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,7 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
+from latency_predictor.backends import gpu
+from latency_predictor.backends.base import MeasuredBackend, Prepared, cache_root, check_choice, check_positive_int
 from latency_predictor.errors import BackendUnavailableError, ConfigError, EngineBuildError, MeasurementError
 from latency_predictor.export import DEFAULT_INPUT_SHAPE, DEFAULT_OPSET, export_onnx, sample_input
 from latency_predictor.slot import normalise_device
@@ -84,20 +91,53 @@ def check_tensorrt_version(version: str, precision: str) -> None:
 
 def default_cache_dir() -> Path:
     """``$LATNAS_CACHE_DIR/tensorrt`` if set, else ``~/.cache/latnas/tensorrt``."""
-    root = os.environ.get("LATNAS_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "latnas") / "tensorrt"
+    return cache_root() / "tensorrt"
+
+
+def sha256_hex(data: bytes) -> str:
+    """The SHA-256 of ``data`` in hex (what engine cache keys hash the ONNX model and calibration set with)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def engine_cache_key(
     arch: str, precision: str, input_shape: Sequence[int], gpu_name: str, trt_version: str, workspace_mb: int,
-    num_classes: int = 1000,
+    onnx_sha256: str, calibration_sha256: str | None = None,
 ) -> str:
-    """File name of a cached engine: readable prefix plus a hash of everything the engine depends on."""
+    """File name of a cached engine: readable prefix plus a hash of everything the engine depends on.
+
+    Args:
+        arch: the architecture string (for the readable prefix; the ONNX hash covers it too).
+        precision: ``fp32``, ``fp16`` or ``int8``.
+        input_shape: the engine's input shape.
+        gpu_name: the GPU the engine is built for.
+        trt_version: the TensorRT version building it.
+        workspace_mb: the builder's workspace limit.
+        onnx_sha256: hash of the exported ONNX model: architecture, weights, classifier width,
+            shape and opset, so networks that differ only in their weights get their own engines.
+        calibration_sha256: hash of the INT8 calibration images (None for fp32/fp16).
+    """
     shape = "x".join(map(str, input_shape))
-    material = "|".join([arch, precision, shape, gpu_name, trt_version, str(workspace_mb), str(num_classes)])
+    material = "|".join([arch, precision, shape, gpu_name, trt_version, str(workspace_mb), onnx_sha256,
+                         calibration_sha256 or "-"])
     digest = hashlib.sha256(material.encode()).hexdigest()[:16]
     arch_id = hashlib.sha1(arch.encode()).hexdigest()[:12]
     return f"{arch_id}-{precision}-{shape}-trt{trt_version}-{digest}.engine"
+
+
+def load_or_build_engine(path: Path, build: Callable[[], bytes]) -> tuple[bytes, bool]:
+    """The engine cached at ``path`` and True, or ``build()``'s engine, written to ``path``, and False.
+
+    The file is written atomically (a temporary file renamed), so concurrent builders of the same
+    engine never read half of one.
+    """
+    if path.exists():
+        return path.read_bytes(), True
+    engine = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(engine)
+    os.replace(tmp, path)
+    return engine, False
 
 
 def random_calibration_data(count: int, input_shape: tuple[int, ...]) -> np.ndarray:
@@ -115,7 +155,8 @@ class TensorRTBackend(MeasuredBackend):
         precision: ``fp32``, ``fp16`` or ``int8`` (INT8 with FP16 fallback for layers without INT8).
         workspace_mb: builder workspace memory pool limit.
         calibration_samples: images used for INT8 calibration.
-        calibration_data: source of calibration images (default: random normal images).
+        calibration_data: source of calibration images (default: random normal images, enough for
+            timing; an engine to deploy needs real ones: ``python -m nas.export`` passes training images).
         cache_dir: engine cache directory (default :func:`default_cache_dir`).
         opset: ONNX opset of the export.
         measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
@@ -168,18 +209,40 @@ class TensorRTBackend(MeasuredBackend):
             raise BackendUnavailableError(f"device {dev!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
         self.gpu_name = torch.cuda.get_device_name(self.device_index)
         self._logger = _make_logger(self._trt)
+        self._calibration: dict[tuple[int, ...], np.ndarray] = {}
 
     @property
     def trt_version(self) -> str:
         """The installed TensorRT version."""
         return str(self._trt.__version__)
 
-    def engine_path(self, arch: str, input_shape: Sequence[int]) -> Path:
-        """Where the engine of ``arch`` at ``input_shape`` is cached."""
+    def engine_path(self, arch: str, input_shape: Sequence[int], onnx_model: bytes) -> Path:
+        """Where the engine of ``onnx_model`` (the network of ``arch``) at ``input_shape`` is cached."""
+        calibration = None
+        if self.precision == "int8":
+            calibration = sha256_hex(self.calibration_images(tuple(input_shape)).tobytes())
         key = engine_cache_key(
-            arch, self.precision, input_shape, self.gpu_name, self.trt_version, self.workspace_mb, self.num_classes
+            arch, self.precision, input_shape, self.gpu_name, self.trt_version, self.workspace_mb,
+            sha256_hex(onnx_model), calibration,
         )
         return self.cache_dir / key
+
+    def calibration_images(self, input_shape: tuple[int, ...]) -> np.ndarray:
+        """The INT8 calibration set at ``input_shape``: ``calibration_samples`` rounded up to whole batches.
+
+        Raises:
+            ConfigError: ``calibration_data`` returned the wrong shape.
+        """
+        if input_shape not in self._calibration:
+            batch = input_shape[0]
+            count = -(-self.calibration_samples // batch) * batch
+            data = np.ascontiguousarray(self.calibration_data(count, input_shape), dtype=np.float32)
+            if data.shape != (count, *input_shape[1:]):
+                raise ConfigError(
+                    f"calibration_data returned shape {data.shape}; expected {(count, *input_shape[1:])}"
+                )
+            self._calibration[input_shape] = data
+        return self._calibration[input_shape]
 
     def build_engine(self, onnx_model: bytes, input_shape: tuple[int, ...]) -> bytes:
         """Build a serialised engine from an ONNX model.
@@ -201,56 +264,51 @@ class TensorRTBackend(MeasuredBackend):
         calibrator = None
         if self.precision in ("fp16", "int8"):
             config.set_flag(trt.BuilderFlag.FP16)
-        if self.precision == "int8":
-            config.set_flag(trt.BuilderFlag.INT8)
-            calibrator = _make_calibrator(trt, self._calibration_batches(input_shape))
-            config.int8_calibrator = calibrator
-        serialized = builder.build_serialized_network(network, config)
+        with gpu.device_scope(self.device_index):
+            if self.precision == "int8":
+                config.set_flag(trt.BuilderFlag.INT8)
+                calibrator = _make_calibrator(trt, self._calibration_batches(input_shape))
+                config.int8_calibrator = calibrator
+            serialized = builder.build_serialized_network(network, config)
         if serialized is None:
             log = "\n".join(self._logger.messages) or "(TensorRT logged no error)"
             raise EngineBuildError(f"TensorRT could not build the engine ({self.precision}):\n{log}")
         return bytes(serialized)
 
     def _calibration_batches(self, input_shape: tuple[int, ...]) -> list[torch.Tensor]:
+        data = self.calibration_images(input_shape)
         batch = input_shape[0]
-        count = -(-self.calibration_samples // batch) * batch
-        data = np.asarray(self.calibration_data(count, input_shape), dtype=np.float32)
-        if data.shape != (count, *input_shape[1:]):
-            raise ConfigError(
-                f"calibration_data returned shape {data.shape}; expected {(count, *input_shape[1:])}"
-            )
         dev = torch.device(self.device)
-        return [torch.from_numpy(data[i:i + batch]).to(dev).contiguous() for i in range(0, count, batch)]
+        return [torch.from_numpy(data[i:i + batch]).to(dev).contiguous() for i in range(0, len(data), batch)]
 
     def _engine_bytes(self, net: nn.Module, arch: str, input_shape: tuple[int, ...]) -> tuple[bytes, dict[str, Any]]:
-        path = self.engine_path(arch, input_shape)
-        if path.exists():
-            return path.read_bytes(), {"engine_path": str(path), "engine_cached": True}
         t0 = time.perf_counter()
         onnx_model = export_onnx(net, input_shape, self.opset)
         t1 = time.perf_counter()
-        engine = self.build_engine(onnx_model, input_shape)
-        t2 = time.perf_counter()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(engine)
-        os.replace(tmp, path)  # atomic: concurrent builders never see half an engine
-        info = {"engine_path": str(path), "engine_cached": False, "export_s": t1 - t0, "engine_build_s": t2 - t1}
+        path = self.engine_path(arch, input_shape, onnx_model)
+        engine, cached = load_or_build_engine(path, lambda: self.build_engine(onnx_model, input_shape))
+        info: dict[str, Any] = {"engine_path": str(path), "engine_cached": cached, "export_s": t1 - t0}
+        if not cached:
+            info["engine_build_s"] = time.perf_counter() - t1
         return engine, info
 
-    def _prepare(self, arch: Arch, net: nn.Module, input_shape: tuple[int, ...]) -> Prepared:
+    def _run_scope(self) -> AbstractContextManager[object]:
+        return gpu.device_scope(self.device_index)
+
+    def _open(self, engine_bytes: bytes, where: str) -> _OpenEngine:
+        """Deserialise an engine on this backend's device, with its buffers bound and a stream of its own."""
         trt = self._trt
-        with torch.cuda.device(self.device_index):
-            engine_bytes, info = self._engine_bytes(net, arch.encode(), input_shape)
-            t0 = time.perf_counter()
+        with gpu.device_scope(self.device_index):
             runtime = trt.Runtime(self._logger)
             engine = runtime.deserialize_cuda_engine(engine_bytes)
             if engine is None:
-                raise EngineBuildError(f"TensorRT could not deserialise {info['engine_path']}; delete it to rebuild")
+                raise EngineBuildError(f"TensorRT could not deserialise {where}; delete it to rebuild")
             context = engine.create_execution_context()
             if context is None:
                 raise MeasurementError("TensorRT could not create an execution context (out of GPU memory?)")
             buffers: dict[str, torch.Tensor] = {}
+            inputs: list[str] = []
+            outputs: list[str] = []
             dev = torch.device(self.device)
             for i in range(engine.num_io_tensors):
                 name = engine.get_tensor_name(i)
@@ -258,36 +316,54 @@ class TensorRTBackend(MeasuredBackend):
                 dtype = torch.from_numpy(np.empty(0, dtype=trt.nptype(engine.get_tensor_dtype(name)))).dtype
                 if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
                     buffers[name] = sample_input(shape, dtype).to(dev)
+                    inputs.append(name)
                 else:
                     buffers[name] = torch.empty(shape, dtype=dtype, device=dev)
-                context.set_tensor_address(name, buffers[name].data_ptr())
-            stream = torch.cuda.Stream(dev)
-            session_s = time.perf_counter() - t0
+                    outputs.append(name)
+                bind_tensor(context, name, buffers[name].data_ptr())
+            stream = gpu.new_stream(self.device_index)
+        return _OpenEngine(runtime, engine, context, buffers, inputs, outputs, stream, self.device_index)
 
-        def run_once() -> object:
-            if not context.execute_async_v3(stream.cuda_stream):
-                raise MeasurementError("TensorRT execute_async_v3 reported failure")
-            return None
-
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-
-        def time_once() -> float:
-            start.record(stream)
-            run_once()
-            end.record(stream)
-            end.synchronize()
-            return float(start.elapsed_time(end))
-
-        run_once()
-        stream.synchronize()
+    def _prepare(self, arch: Arch, net: nn.Module, input_shape: tuple[int, ...]) -> Prepared:
+        engine_bytes, info = self._engine_bytes(net, arch.encode(), input_shape)
+        t0 = time.perf_counter()
+        opened = self._open(engine_bytes, info["engine_path"])
+        session_s = time.perf_counter() - t0
+        opened.run_once()
+        opened.stream.synchronize()
         stage_s = {k: float(v) for k, v in info.items() if k.endswith("_s")}
         stage_s["session_s"] = session_s
         return Prepared(
-            run_once=run_once, time_once=time_once, sync=stream.synchronize, stage_s=stage_s,
+            run_once=opened.run_once, time_once=gpu.event_timer(opened.run_once, opened.stream),
+            sync=opened.stream.synchronize, stage_s=stage_s,
             extra={"engine_path": info["engine_path"], "engine_cached": info["engine_cached"]},
-            resources=(runtime, engine, context, buffers, stream),
+            resources=(opened,),
         )
+
+    def infer(self, engine_bytes: bytes, batches: Sequence[np.ndarray]) -> np.ndarray:
+        """Run a serialised engine on ``batches`` (each of the engine's input shape); the outputs, concatenated.
+
+        Not timed: for checking an engine's outputs against PyTorch's.
+
+        Raises:
+            EngineBuildError: the engine cannot be deserialised here.
+            MeasurementError: a batch of the wrong shape, or the engine failed to run.
+        """
+        opened = self._open(engine_bytes, "the engine")
+        if len(opened.inputs) != 1 or len(opened.outputs) != 1:
+            raise MeasurementError(f"expected one input and one output, the engine has {opened.inputs} "
+                                   f"and {opened.outputs}")
+        x_buf, y_buf = opened.buffers[opened.inputs[0]], opened.buffers[opened.outputs[0]]
+        out = []
+        with gpu.device_scope(self.device_index):
+            for x in batches:
+                if tuple(x.shape) != tuple(x_buf.shape):
+                    raise MeasurementError(f"batch of shape {tuple(x.shape)}; the engine takes {tuple(x_buf.shape)}")
+                x_buf.copy_(torch.from_numpy(np.ascontiguousarray(x)).to(x_buf.dtype))
+                opened.run_once()
+                opened.stream.synchronize()
+                out.append(y_buf.float().cpu().numpy())
+        return np.concatenate(out)
 
     def _backend_environment(self) -> dict[str, str]:
         return {
@@ -296,6 +372,35 @@ class TensorRTBackend(MeasuredBackend):
             "cuda": str(torch.version.cuda),
             "workspace_mb": str(self.workspace_mb),
         }
+
+
+def bind_tensor(context: Any, name: str, address: int) -> None:
+    """``context.set_tensor_address(name, address)``, whose False (a refused binding) becomes an error.
+
+    Raises:
+        MeasurementError: TensorRT refused the address (wrong name, misaligned or null pointer).
+    """
+    if not context.set_tensor_address(name, address):
+        raise MeasurementError(f"TensorRT refused the device address of tensor {name!r} (set_tensor_address)")
+
+
+@dataclass
+class _OpenEngine:
+    """A deserialised engine ready to run: everything here must stay alive while it runs."""
+
+    runtime: Any
+    engine: Any
+    context: Any
+    buffers: dict[str, torch.Tensor]
+    inputs: list[str]
+    outputs: list[str]
+    stream: Any
+    device_index: int
+
+    def run_once(self) -> object:
+        if not self.context.execute_async_v3(self.stream.cuda_stream):
+            raise MeasurementError("TensorRT execute_async_v3 reported failure")
+        return None
 
 
 def _make_logger(trt: ModuleType) -> Any:

@@ -2,10 +2,13 @@
 
 * CPU: each run is timed with :func:`time.perf_counter`; ``torch.set_num_threads(threads)`` is set
   for the measurement and restored afterwards (explicit, like ONNX Runtime's thread counts).
-* CUDA: each run is timed with a pair of ``torch.cuda.Event`` recorded around it on the current
-  stream and synchronised on the end event, so the time is the device's, not the launch's.
-  ``cuda_graphs=True`` captures the forward pass once in a CUDA graph and times its replay,
-  which removes the per-kernel launch cost that eager mode pays.
+* CUDA: preparation and timing run inside ``torch.cuda.device(index)``, and each run is timed
+  with a pair of ``torch.cuda.Event`` recorded around it on the stream of the network's device
+  and synchronised on the end event, so the time is the device's, not the launch's.
+  ``cuda_graphs=True`` captures the forward pass once in a CUDA graph on that device and times its
+  replay, which removes the per-kernel launch cost that eager mode pays; the placed network and its
+  static input are kept with the prepared run, because the graph reads their memory
+  (:mod:`latency_predictor.backends.gpu`).
 * Precision: ``fp32``; ``bf16`` (CPU or CUDA, weights and input cast); ``fp16`` (CUDA only).
 """
 
@@ -13,13 +16,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from latency_predictor.backends import gpu
 from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
 from latency_predictor.breakdown import Breakdown, make_breakdown, torch_block_times
 from latency_predictor.environment import cpu_model
@@ -97,8 +101,11 @@ class TorchBackend(MeasuredBackend):
                 raise BackendUnavailableError(
                     f"device {dev!r}: only {torch.cuda.device_count()} CUDA device(s) visible"
                 )
-            if precision == "bf16" and not torch.cuda.is_bf16_supported():
-                raise BackendUnavailableError(f"{torch.cuda.get_device_name(index)} does not support bf16")
+            if precision == "bf16":
+                with gpu.device_scope(index):  # is_bf16_supported asks the current device
+                    if not torch.cuda.is_bf16_supported():
+                        raise BackendUnavailableError(f"{torch.cuda.get_device_name(index)} does not support bf16")
+        self.device_index: int | None = None if dev == "cpu" else int(dev.split(":")[1])
 
     @property
     def dtype(self) -> torch.dtype:
@@ -114,7 +121,10 @@ class TorchBackend(MeasuredBackend):
         torch.set_num_threads(self.threads)
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         try:
-            with torch.inference_mode():
+            with ExitStack() as stack:
+                if self.device_index is not None:
+                    stack.enter_context(gpu.device_scope(self.device_index))
+                stack.enter_context(torch.inference_mode())
                 yield
         finally:
             torch.set_num_threads(threads)
@@ -134,18 +144,24 @@ class TorchBackend(MeasuredBackend):
             model(x)
         except RuntimeError as err:
             raise MeasurementError(f"torch: the network failed to run on {self.device}: {err}") from err
-        if self.device == "cpu":
+        index = self.device_index
+        if index is None:
             return Prepared(
                 run_once=lambda: model(x), extra={"cuda_graphs": False},
                 # OpenMP workers sleep between small ops, so only the calling thread is surely busy.
                 cpu_threads=1,
             )
-        run_once: Callable[[], object] = lambda: model(x)  # noqa: E731
+        forward: Callable[[], object] = lambda: model(x)  # noqa: E731
+        run_once = forward
+        captured = None
         if self.cuda_graphs:
-            run_once = _capture_graph(model, x)
+            captured = gpu.capture_graph(forward, index, keep=(model, x))
+            run_once = captured.replay
         return Prepared(
-            run_once=run_once, time_once=_cuda_event_timer(run_once), sync=torch.cuda.synchronize,
-            extra={"cuda_graphs": self.cuda_graphs},
+            run_once=run_once, time_once=gpu.event_timer(run_once, gpu.device_stream(index)),
+            sync=gpu.synchronizer(index), extra={"cuda_graphs": self.cuda_graphs},
+            # The graph reads the weights and the input by address: they live as long as the run.
+            resources=(model, x, captured),
         )
 
     def _backend_environment(self) -> dict[str, str]:
@@ -157,7 +173,7 @@ class TorchBackend(MeasuredBackend):
         if self.device == "cpu":
             env["device_name"] = cpu_model()
         else:
-            env["device_name"] = torch.cuda.get_device_name(int(self.device.split(":")[1]))
+            env["device_name"] = torch.cuda.get_device_name(self.device_index)
             env["cuda"] = str(torch.version.cuda)
             env["cudnn"] = str(torch.backends.cudnn.version())
             env["cudnn_benchmark"] = str(self.cudnn_benchmark)
@@ -174,37 +190,10 @@ class TorchBackend(MeasuredBackend):
         check_positive_int("runs", runs)
         with self._settings():
             model, x = self._place(self.build_net(arch), self.input_shape)
-            sync = torch.cuda.synchronize if self.device != "cpu" else None
+            sync = gpu.synchronizer(self.device_index) if self.device_index is not None else None
             with self.held_slot():
                 for _ in range(warmup_runs):
                     model(x)
                 totals = torch_block_times(model, lambda: model(x), runs, sync)
         return make_breakdown(arch.encode(), "torch-hooks", runs, totals)
 
-
-def _cuda_event_timer(run_once: Callable[[], object]) -> Callable[[], float]:
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-
-    def time_once() -> float:
-        start.record()
-        run_once()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end))
-
-    return time_once
-
-
-def _capture_graph(model: nn.Module, x: torch.Tensor) -> Callable[[], object]:
-    """Capture ``model(x)`` in a CUDA graph (after warm-up on a side stream, as torch's docs do)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            model(x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        model(x)
-    return graph.replay

@@ -493,12 +493,14 @@ class CheckConfig:
     """Tolerance of the output checks (the ``check`` key).
 
     Outputs match when ``|a - b| <= atol + rtol * |b|`` for every logit (``numpy.allclose``),
-    with ``b`` the unfused PyTorch network's output.
+    with ``b`` the unfused PyTorch network's output. A TensorRT engine's logits must be within
+    ``engine_rtol`` of the largest logit (None: by precision, 1e-2 fp32, 5e-2 fp16, 0.25 int8).
     """
 
     atol: float = 1e-4
     rtol: float = 1e-3
     batches: int = 2
+    engine_rtol: float | None = None
 
 
 @dataclass
@@ -554,6 +556,8 @@ def validate_export(cfg: ExportConfig) -> None:
     _int_at_least("check.batches", cfg.check.batches, 1)
     for key in ("atol", "rtol"):
         _in_range(f"check.{key}", getattr(cfg.check, key), 0.0, math.inf, "[0, inf)")
+    if cfg.check.engine_rtol is not None:
+        _in_range("check.engine_rtol", cfg.check.engine_rtol, 0.0, math.inf, "[0, inf)")
     _int_at_least("train.epochs", cfg.train.epochs, 0)
     if cfg.num_classes is not None:
         _int_at_least("num_classes", cfg.num_classes, 1)

@@ -9,7 +9,9 @@ reference network name or an architecture string. The folder ``<output_dir>/<arc
   (TorchScript of the Conv+BN-fused network);
 * ``model.onnx``: the fused network, checked by ``onnx.checker`` and run in a fresh ONNX Runtime
   session against PyTorch within a stated tolerance;
-* ``model.engine`` when TensorRT is there (else a note of the ``trtexec`` command that builds it);
+* ``model.engine`` when TensorRT is there (else a note of the ``trtexec`` command that builds it),
+  INT8 engines calibrated on the training images (normalised as training normalises them), and
+  the engine run on the check inputs against PyTorch like the ONNX model;
 * ``report.json`` / ``report.md``: latency re-measured now next to the search's figure, before
   and after Conv+BN fusion, accuracy, parameters, MACs, the checks and their results.
 
@@ -20,11 +22,13 @@ a run nested under the search (registered under a name with ``register=<name>``)
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,19 +36,20 @@ from typing import Any
 import numpy as np
 import onnx
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from latency_predictor import LatencyError, LatencyResult
 from latency_predictor.backends import DEFAULT_BACKEND, make_estimator
 from latency_predictor.backends.ort_backend import ORT_ERRORS, OnnxRuntimeBackend
-from latency_predictor.backends.tensorrt_backend import TensorRTBackend
+from latency_predictor.backends.tensorrt_backend import CalibrationData, TensorRTBackend
 from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx, sample_input, validate_input_shape
 from nas.adapters.mlflow_reader import RUN_ID_RE, StoreReader, default_tracking_uri
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import CheckConfig, DataConfig, ExportConfig, validate_export
 from nas.core.errors import ExportError
 from nas.core.record import COMPLETED, Candidate, SearchRecord
-from nas.data import load_dataset
+from nas.data import Dataset, load_dataset
 from nas.review.export_report import fmt_num, render_report
 from nas.review.fuse import count_batchnorms, fuse_conv_bn
 from nas.trial.training import resolve_device, train_briefly
@@ -206,8 +211,7 @@ def latency_settings(
     return backend, validate_input_shape([int(d) for d in shape]), options, measure
 
 
-def _train(net: nn.Module, cfg: ExportConfig, data_cfg: DataConfig) -> dict[str, Any]:
-    data = load_dataset(data_cfg)
+def _train(net: nn.Module, cfg: ExportConfig, data: Dataset) -> dict[str, Any]:
     device = resolve_device(cfg.train.device)
     t0 = time.perf_counter()
     epochs = train_briefly(net, data, cfg.train, device)
@@ -233,11 +237,11 @@ def _data_config(cand: ExportTarget, cfg: ExportConfig) -> DataConfig:
     return DataConfig(**searched) if searched else DataConfig()
 
 
-def _num_classes(cand: ExportTarget, cfg: ExportConfig, data_cfg: DataConfig) -> int:
+def _num_classes(cand: ExportTarget, cfg: ExportConfig, data: Callable[[], Dataset]) -> int:
     if cfg.num_classes is not None:
         return cfg.num_classes
     if cfg.train.epochs > 0:
-        return load_dataset(data_cfg).num_classes
+        return data().num_classes
     searched = cand.search.num_classes if cand.search else None
     return int(searched) if searched else 1000
 
@@ -277,13 +281,64 @@ def _check_onnx(path: Path, xs: list[torch.Tensor], want: np.ndarray, shape: tup
     return check, info
 
 
+ENGINE_RTOL = {"fp32": 1e-2, "fp16": 5e-2, "int8": 0.25}
+"""Default largest difference of an engine's logits from PyTorch's, relative to the largest logit.
+
+fp32 engines may use TF32 (TensorRT's default on Ampere and newer); fp16 and int8 round more.
+Loose enough for rounding, tight enough to catch an engine that computes something else (wrong
+bindings, scales calibrated on the wrong data)."""
+
+
+def training_calibration(data: Callable[[], Dataset], seed: int = 0) -> CalibrationData:
+    """INT8 calibration images from the training split of ``data()`` (loaded at the first call).
+
+    The images are normalised as training normalises them (:meth:`Dataset.batch`) and resized to
+    the engine's input, so the calibrated scales fit the inputs the network will see.
+
+    Raises (when called):
+        ExportError: an input with other than 3 channels.
+    """
+
+    def images(count: int, input_shape: tuple[int, ...]) -> np.ndarray:
+        if input_shape[1] != 3:
+            raise ExportError(f"INT8 calibration on training images needs 3-channel input, got {input_shape}")
+        ds = data()
+        rng = np.random.default_rng(seed)
+        n = len(ds.y_train)
+        idx = rng.choice(n, size=count, replace=count > n)
+        x = ds.batch(ds.x_train[idx])
+        if tuple(x.shape[-2:]) != tuple(input_shape[-2:]):
+            x = F.interpolate(x, size=tuple(input_shape[-2:]), mode="bilinear", align_corners=False)
+        return x.numpy()
+
+    return images
+
+
+def engine_options(cfg: ExportConfig, num_classes: int, calibration: CalibrationData) -> dict[str, Any]:
+    """The TensorRT builder's options for the export's engine (INT8: calibrated on ``calibration``)."""
+    options: dict[str, Any] = {"precision": cfg.engine_precision, "slot": False, "num_classes": num_classes}
+    if cfg.engine_precision == "int8":
+        options["calibration_data"] = calibration
+    return options
+
+
+def _check_engine(trt: TensorRTBackend, engine: bytes, xs: list[torch.Tensor], want: np.ndarray,
+                  cfg: CheckConfig) -> OutputCheck:
+    got = trt.infer(engine, [x.numpy() for x in xs])
+    rtol = cfg.engine_rtol if cfg.engine_rtol is not None else ENGINE_RTOL[trt.precision]
+    scale = float(np.abs(want).max())
+    # Rounding of fp16/int8 is relative to the logits' size, not to each logit: the largest logit sets it.
+    return compare_outputs(f"tensorrt {trt.precision} vs pytorch", got, want, rtol * scale, rtol,
+                           f"model.engine run by TensorRT on {len(xs)} random batches")
+
+
 def _trtexec_command(precision: str) -> str:
     flag = {"fp16": " --fp16", "int8": " --int8"}.get(precision, "")
     return f"trtexec --onnx=model.onnx --saveEngine=model.engine{flag}"
 
 
 def _engine_builder(
-    cfg: ExportConfig, shape: tuple[int, ...], num_classes: int
+    cfg: ExportConfig, shape: tuple[int, ...], num_classes: int, calibration: CalibrationData
 ) -> tuple[TensorRTBackend | None, dict[str, Any]]:
     """The TensorRT builder to use, or None and the note saying why there is none.
 
@@ -294,20 +349,26 @@ def _engine_builder(
     if cfg.engine is False:
         return None, {"built": False, "reason": "not requested (engine=false)", "how_to_build": cmd}
     try:
-        return TensorRTBackend(shape, precision=cfg.engine_precision, slot=False, num_classes=num_classes), {}
+        return TensorRTBackend(shape, **engine_options(cfg, num_classes, calibration)), {}
     except LatencyError as err:
         if cfg.engine is True:
             raise ExportError(f"engine=true but no TensorRT engine can be built here: {err}") from None
         return None, {"built": False, "reason": str(err), "how_to_build": cmd}
 
 
-def _build_engine(trt: TensorRTBackend, onnx_bytes: bytes, shape: tuple[int, ...], out: Path) -> dict[str, Any]:
+def _build_engine(trt: TensorRTBackend, onnx_bytes: bytes, shape: tuple[int, ...], out: Path,
+                  data_cfg: DataConfig) -> tuple[bytes, dict[str, Any]]:
     t0 = time.perf_counter()
     engine = trt.build_engine(onnx_bytes, shape)
     (out / "model.engine").write_bytes(engine)
-    return {
+    calibration = None
+    if trt.precision == "int8":
+        calibration = (f"{len(trt.calibration_images(shape))} training images of {data_cfg.name}, "
+                       f"normalised and resized to {shape[2]}x{shape[3]}")
+    return engine, {
         "built": True, "file": "model.engine", "precision": trt.precision, "tensorrt": trt.trt_version,
         "gpu": trt.gpu_name, "build_s": time.perf_counter() - t0, "bytes": len(engine),
+        "calibration": calibration,
         "note": "an engine runs only on the GPU model and TensorRT version it was built with",
         "how_to_build": _trtexec_command(trt.precision),
     }
@@ -360,8 +421,9 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
     space = _space_for(cand, cfg)
     backend, shape, options, measure = latency_settings(cand, cfg)
     data_cfg = _data_config(cand, cfg)
-    num_classes = _num_classes(cand, cfg, data_cfg)
-    trt, engine = _engine_builder(cfg, shape, num_classes)
+    data = functools.cache(lambda: load_dataset(data_cfg))  # loaded when training or calibrating
+    num_classes = _num_classes(cand, cfg, data)
+    trt, engine = _engine_builder(cfg, shape, num_classes, training_calibration(data, cfg.seed))
     out = Path(cfg.output_dir).expanduser().resolve() / arch.arch_id
     out.mkdir(parents=True, exist_ok=True)
     for name in ARTIFACTS:
@@ -369,7 +431,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
 
     torch.manual_seed(cfg.seed)
     net = build(arch, num_classes=num_classes, in_chans=shape[1], dropout=cfg.train.dropout)
-    training = _train(net, cfg, data_cfg) if cfg.train.epochs > 0 else None
+    training = _train(net, cfg, data()) if cfg.train.epochs > 0 else None
     net.eval()
     fused = fuse_conv_bn(net)
 
@@ -387,7 +449,8 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
     onnx_check, onnx_info = _check_onnx(out / "model.onnx", xs, want, shape, num_classes, cfg.check)
     checks.append(onnx_check)
     if trt is not None:
-        engine = _build_engine(trt, onnx_bytes, shape, out)
+        engine_bytes, engine = _build_engine(trt, onnx_bytes, shape, out, data_cfg)
+        checks.append(_check_engine(trt, engine_bytes, xs, want, cfg.check))
 
     nets = {"unfused": net, "fused": fused}
     latency = _measure(backend, shape, options, measure, num_classes, arch, nets, cfg.latency.rounds)

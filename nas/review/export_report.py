@@ -88,6 +88,8 @@ def render_report(r: dict[str, Any]) -> str:
     lines += ["", "## TensorRT", ""]
     if e["built"]:
         lines.append(f"`model.engine`: {e['precision']}, TensorRT {e['tensorrt']}, {e['gpu']} ({e['note']}).")
+        if e.get("calibration"):
+            lines.append(f"INT8 calibration: {e['calibration']}.")
     else:
         lines += [f"No engine built: {e['reason']}", "", "Build one on the target machine with:", "",
                   f"    {e['how_to_build']}"]

@@ -18,6 +18,7 @@ import torch
 
 from latency_predictor import BackendUnavailableError, ConfigError, LatencyEstimator, LatencyResult
 from latency_predictor.backends import BACKENDS, OnnxRuntimeBackend, TorchBackend, backend_options, make_estimator
+from latency_predictor.backends.ort_backend import PROVIDERS
 from latency_predictor.export import build_eval_net, sample_input
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE
@@ -35,6 +36,10 @@ CASES = [
     pytest.param("onnxruntime", {"provider": "cuda"}, id="onnxruntime-cuda", marks=[
         pytest.mark.gpu, needs_cuda,
         pytest.mark.skipif("CUDAExecutionProvider" not in ORT_GPU, reason="onnxruntime-gpu not installed")]),
+    *[pytest.param("onnxruntime", {"provider": "tensorrt", "precision": p}, id=f"onnxruntime-tensorrt-{p}", marks=[
+        pytest.mark.tensorrt, needs_cuda, pytest.mark.skipif(not HAS_TRT, reason="TensorRT not installed"),
+        pytest.mark.skipif("TensorrtExecutionProvider" not in ORT_GPU, reason="onnxruntime-gpu not installed")])
+      for p in ("fp32", "fp16")],
     pytest.param("torch", {"device": "cuda:0"}, id="torch-cuda", marks=[pytest.mark.gpu, needs_cuda]),
     pytest.param("torch", {"device": "cuda:0", "precision": "fp16"}, id="torch-cuda-fp16",
                  marks=[pytest.mark.gpu, needs_cuda]),
@@ -50,6 +55,8 @@ CASES = [
 def _make(backend: str, opts: dict[str, Any], slot_dir: Path, tmp_path: Path) -> LatencyEstimator:
     if backend == "tensorrt":
         opts = {**opts, "cache_dir": tmp_path / "engines", "calibration_samples": 16}
+    if opts.get("provider") == "tensorrt":
+        opts = {**opts, "cache_dir": tmp_path / "engines"}
     measure = dataclasses.replace(FAST, throughput_batch_sizes=(1, 2))
     return make_estimator(backend, input_shape=TINY_SHAPE, measure=measure, slot_dir=slot_dir, **opts)
 
@@ -77,6 +84,9 @@ def test_contract(backend: str, opts: dict[str, Any], tiny_arch: Arch, slot_dir:
     for key in ("device_name", "cpu_model", "torch", "python", "cpus_usable"):
         assert env[key], key
     assert r.extra["slot_wait_s"] is not None and r.extra["build_s"] >= 0 and r.extra["measure_s"] > 0
+    assert r.extra["slot_held_for"] == ("timing" if r.device == "cpu" else "preparation and timing")
+    if backend == "onnxruntime" and r.device != "cpu":  # on the provider asked for, and nothing on the CPU
+        assert r.extra["providers"][0] == PROVIDERS[opts["provider"]] and env["cpu_fallback"] == "disabled"
     assert LatencyResult.from_dict(r.to_dict()) == r
 
 

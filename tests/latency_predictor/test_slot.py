@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from latency_predictor import ConfigError, MeasurementError
-from latency_predictor.backends import OnnxRuntimeBackend
-from latency_predictor.slot import measurement_slot, normalise_device, slot_key, slot_path
+from latency_predictor.backends import MeasuredBackend, OnnxRuntimeBackend, Prepared
+from latency_predictor.slot import cuda_uuid, measurement_slot, normalise_device, slot_key, slot_path
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE, run_forked
 
@@ -134,3 +135,65 @@ def test_slot_key_names_the_physical_gpu(monkeypatch: pytest.MonkeyPatch, slot_d
     assert slot_path("cuda:0", slot_dir).name == "cuda-6.lock"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert slot_path("cuda:2", slot_dir).name == "cuda-2.lock"
+
+
+def test_a_gpu_is_keyed_by_its_uuid_whatever_index_a_process_gives_it() -> None:
+    # One GPU as two processes see it: index 1 of "0,1" in one, index 0 of "1" in the other,
+    # and index 0 in a third whose CUDA orders devices differently. Its UUID names it in all three.
+    uuid = "GPU-8f0e1c2a-77b4-4d0e-9a51-0c2d7e1f3b6a"
+    keys = {slot_key("cuda:1", "0,1", uuid=uuid), slot_key("cuda:0", "1", uuid=uuid), slot_key("cuda:0", uuid=uuid)}
+    assert keys == {"cuda-GPU-8f0e1c2a-77b4-4d0e-9a51-0c2d7e1f3b6a"}
+    with pytest.raises(ConfigError, match="not visible"):  # the variable still bounds the index
+        slot_key("cuda:2", "0,1", uuid=uuid)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the key is its UUID")
+def test_without_cuda_in_torch_the_key_falls_back_to_the_visible_entry(
+    monkeypatch: pytest.MonkeyPatch, slot_dir: Path
+) -> None:
+    assert cuda_uuid(0) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f0e1c2a")
+    assert slot_path("cuda:0", slot_dir).name == "cuda-GPU-8f0e1c2a.lock"
+
+
+class _SlotProbe(MeasuredBackend):
+    """A backend whose preparation only looks whether its device's slot is held (from another thread)."""
+
+    name = "probe"
+
+    def __init__(self, device: str, slot_dir: Path) -> None:
+        super().__init__(TINY_SHAPE, "fp32", device, FAST, True, slot_dir, 10, False)
+        self.slot_held_while_preparing: bool | None = None
+
+    def _prepare(self, arch: Arch, net: Any, input_shape: tuple[int, ...]) -> Prepared:
+        self.slot_held_while_preparing = _held_elsewhere(self.device, self.slot_dir)
+        return Prepared(run_once=lambda: sum(range(100)))
+
+    def _backend_environment(self) -> dict[str, str]:
+        return {}
+
+
+def _held_elsewhere(device: str, slot_dir: Any) -> bool:
+    busy: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with measurement_slot(device, slot_dir, timeout_s=0.05):
+                busy.append(False)
+        except MeasurementError:
+            busy.append(True)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    return busy[0]
+
+
+def test_gpu_backends_hold_the_slot_while_preparing_and_cpu_backends_do_not(tiny_arch: Arch, slot_dir: Path) -> None:
+    # Preparing on a GPU autotunes (TensorRT tactics, cuDNN benchmark): other work on the GPU would skew it.
+    on_gpu = _SlotProbe("cuda:0", slot_dir)
+    r = on_gpu.measure(tiny_arch)
+    assert on_gpu.slot_held_while_preparing is True and r.extra["slot_held_for"] == "preparation and timing"
+    on_cpu = _SlotProbe("cpu", slot_dir)
+    r = on_cpu.measure(tiny_arch)
+    assert on_cpu.slot_held_while_preparing is False and r.extra["slot_held_for"] == "timing"

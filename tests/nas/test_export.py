@@ -17,7 +17,16 @@ from mlflow import MlflowClient
 
 from nas.core.config import DataConfig, ExportConfig, TrackingConfig
 from nas.core.errors import ExportError, TrackingError
-from nas.review.export import ExportResult, ExportTarget, compare_outputs, export_candidate, run_export
+from nas.data import Dataset, load_dataset
+from nas.review.export import (
+    ExportResult,
+    ExportTarget,
+    compare_outputs,
+    engine_options,
+    export_candidate,
+    run_export,
+    training_calibration,
+)
 from nas.review.fuse import fuse_conv_bn
 from search_spaces import Arch, build
 from tests.nas.review_search import SmallSearch, small_search_once
@@ -129,6 +138,48 @@ def test_required_engine_without_tensorrt_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="engine=true but no TensorRT engine"):
         export_candidate(ExportTarget(Arch.decode(ARCH), "arch_string"), cfg)
     assert not any(tmp_path.iterdir()), "a failed precondition must not leave a half-written export"
+
+
+def test_int8_engine_is_calibrated_on_the_training_images(tmp_path: Path) -> None:
+    data = load_dataset(DataConfig(max_train_samples=64))
+    loads: list[int] = []
+
+    def load() -> Dataset:
+        loads.append(1)
+        return data
+
+    calibration = training_calibration(load)
+    cfg = fast_config(tmp_path, engine_precision="int8")
+    options = engine_options(cfg, 10, calibration)
+    assert options["precision"] == "int8" and options["calibration_data"] is calibration
+    assert "calibration_data" not in engine_options(fast_config(tmp_path, engine_precision="fp16"), 10, calibration)
+    assert not loads, "the data is loaded only when an engine is calibrated"
+    # What the builder asks for: whole batches at the engine's input shape.
+    images = calibration(16, (2, 3, 32, 32))
+    assert images.shape == (16, 3, 32, 32) and images.dtype == np.float32
+    train = data.batch(data.x_train).numpy()  # every training image, normalised as training does
+    for img in images:
+        assert np.isclose(train, img, atol=1e-6).all(axis=(1, 2, 3)).any(), "not a training image"
+    # at another resolution, the same images resized
+    bigger = calibration(16, (2, 3, 64, 64))
+    assert bigger.shape == (16, 3, 64, 64)
+    resized = torch.nn.functional.interpolate(torch.from_numpy(images), size=(64, 64), mode="bilinear",
+                                              align_corners=False).numpy()
+    np.testing.assert_allclose(bigger, resized, atol=1e-5)
+
+
+@pytest.mark.tensorrt
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is None or not torch.cuda.is_available(),
+                    reason="needs TensorRT and a GPU")
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_engine_outputs_are_checked_against_pytorch(precision: str, tmp_path: Path) -> None:
+    cfg = fast_config(tmp_path, engine=True, engine_precision=precision, num_classes=10)
+    cfg.train.epochs = 1
+    cfg.data = DataConfig(max_train_samples=256, max_val_samples=128)
+    res = export_candidate(ExportTarget(Arch.decode(ARCH), "arch_string"), cfg)
+    engine_check = next(c for c in res.report["checks"] if c["name"].startswith("tensorrt"))
+    assert engine_check["passed"] and (res.folder / "model.engine").is_file()
+    assert (res.report["engine"]["calibration"] is not None) == (precision == "int8")
 
 
 # ---------------------------------------------------------------------- the best of a real search
