@@ -144,7 +144,7 @@ def run(seeds: int, epochs: int, search_n: int, quick: bool, log: Callable[[str]
             log(f"  target {t:g} ms: {c['name']:<24} {c['latency_ms']:6.2f} ms  accuracy median "
                 f"{np.median(accs):.4f} (min {min(accs):.4f}, max {max(accs):.4f})")
         targets.append({"target_ms": t, "candidates": cands})
-    summary = _summary(targets)
+    summary = summary_lines(targets)
     for line in summary:
         log(f"  {line}")
     return {
@@ -157,7 +157,7 @@ def run(seeds: int, epochs: int, search_n: int, quick: bool, log: Callable[[str]
     }
 
 
-def _summary(targets: list[dict[str, Any]]) -> list[str]:
+def summary_lines(targets: list[dict[str, Any]]) -> list[str]:
     lines = []
     searched_all = [c for t in targets for c in t["candidates"] if c["name"] == "searched"]
     for t in targets:

@@ -73,6 +73,18 @@ def _references(args: argparse.Namespace, quick: bool, log: Callable[[str], None
                           quick=quick, log=log)
 
 
+def _fidelity(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from benchmarks import fidelity
+
+    return fidelity.run(fidelity.cifar10_archive(args.cifar10), quick, workers=args.workers, log=log)
+
+
+def _references_cifar10(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from benchmarks import fidelity, references_cifar10
+
+    return references_cifar10.run(fidelity.cifar10_archive(args.cifar10), quick, workers=args.workers, log=log)
+
+
 def _external(name: str) -> Runner:
     def runner(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         from benchmarks import external
@@ -95,6 +107,10 @@ def registry() -> dict[str, Benchmark]:
                   (1, 5)),
         Benchmark("references", "searched vs hand-designed networks at two latency targets", _references,
                   (3, 25)),
+        Benchmark("fidelity", "proxy fidelity on CIFAR-10: cheap accuracy estimates against reference training",
+                  _fidelity, (4, 75), in_quick=False),
+        Benchmark("references_cifar10", "searched vs hand-designed networks on CIFAR-10 at two latency targets",
+                  _references_cifar10, (6, 85), in_quick=False),
     ]
     for name, ext in external.SCRIPTS.items():
         if (common.ROOT / (ext.module.replace(".", "/") + ".py")).exists():
@@ -119,6 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", help="sampler: comma-separated budgets (quick 10,25; full 50,150,500)")
     p.add_argument("--candidates", type=int, help="screening: candidates scored (quick 200; full 1000)")
     p.add_argument("--trials", type=int, help="scale: trials per search (quick 6; full 16)")
+    p.add_argument("--cifar10", help="the CIFAR-10 JPEG archive (default: $LATNAS_CIFAR10_JPEG)")
+    p.add_argument("--workers", type=int, default=2, help="fidelity, CIFAR-10 references: trainings at once")
     return p
 
 

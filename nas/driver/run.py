@@ -60,6 +60,13 @@ from nas.trial.faults import FaultPlan
 from search_spaces import SearchSpace
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEMO_NOTE = (
+    "Note: the accuracies above are on scikit-learn's digits, a demonstration proxy: 360 validation images "
+    "cannot rank networks. For accuracy you can trust, search on real images, e.g. CIFAR-10:\n"
+    "  python -m nas.search +space=mobile_cifar target_ms=1 latency.input_shape=[1,3,32,32] data=cifar10_jpeg "
+    "data.path=/path/to/cifar10-train-jpeg.tar.gz"
+)
+"""Printed after a search on the default digits data."""
 
 
 @dataclass
@@ -479,6 +486,8 @@ def _print_summary(
         table = rank(result.candidates, top_k=cfg.top_k, include_unfinished=True)[: cfg.top_k]
         lines += ["", format_table(table, accuracy_label=label), ""]
     lines.append(format_best(result.candidates, target_ms, label))
+    if cfg.data.name == "digits":
+        lines += ["", DEMO_NOTE]
     sources = latency_sources(result.candidates)
     if "predicted" in sources:
         confirmed = {k.removeprefix("confirmed_"): v for k, v in sources.items() if k.startswith("confirmed_")}

@@ -49,7 +49,7 @@ from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import CheckConfig, DataConfig, ExportConfig, validate_export
 from nas.core.errors import ExportError
 from nas.core.record import COMPLETED, Candidate, SearchRecord
-from nas.data import Dataset, load_dataset
+from nas.data import ProxyData, load_dataset
 from nas.review.export_report import fmt_num, render_report
 from nas.review.fuse import count_batchnorms, fuse_conv_bn
 from nas.trial.training import resolve_device, train_briefly
@@ -211,7 +211,7 @@ def latency_settings(
     return backend, validate_input_shape([int(d) for d in shape]), options, measure
 
 
-def _train(net: nn.Module, cfg: ExportConfig, data: Dataset) -> dict[str, Any]:
+def _train(net: nn.Module, cfg: ExportConfig, data: ProxyData) -> dict[str, Any]:
     device = resolve_device(cfg.train.device)
     t0 = time.perf_counter()
     epochs = train_briefly(net, data, cfg.train, device)
@@ -237,7 +237,7 @@ def _data_config(cand: ExportTarget, cfg: ExportConfig) -> DataConfig:
     return DataConfig(**searched) if searched else DataConfig()
 
 
-def _num_classes(cand: ExportTarget, cfg: ExportConfig, data: Callable[[], Dataset]) -> int:
+def _num_classes(cand: ExportTarget, cfg: ExportConfig, data: Callable[[], ProxyData]) -> int:
     if cfg.num_classes is not None:
         return cfg.num_classes
     if cfg.train.epochs > 0:
@@ -289,11 +289,11 @@ Loose enough for rounding, tight enough to catch an engine that computes somethi
 bindings, scales calibrated on the wrong data)."""
 
 
-def training_calibration(data: Callable[[], Dataset], seed: int = 0) -> CalibrationData:
+def training_calibration(data: Callable[[], ProxyData], seed: int = 0) -> CalibrationData:
     """INT8 calibration images from the training split of ``data()`` (loaded at the first call).
 
-    The images are normalised as training normalises them (:meth:`Dataset.batch`) and resized to
-    the engine's input, so the calibrated scales fit the inputs the network will see.
+    The images are normalised as training normalises them (``normalise``) and resized to the
+    engine's input, so the calibrated scales fit the inputs the network will see.
 
     Raises (when called):
         ExportError: an input with other than 3 channels.
@@ -303,10 +303,10 @@ def training_calibration(data: Callable[[], Dataset], seed: int = 0) -> Calibrat
         if input_shape[1] != 3:
             raise ExportError(f"INT8 calibration on training images needs 3-channel input, got {input_shape}")
         ds = data()
-        rng = np.random.default_rng(seed)
-        n = len(ds.y_train)
-        idx = rng.choice(n, size=count, replace=count > n)
-        x = ds.batch(ds.x_train[idx])
+        xb, _ = ds.sample_train(count, seed)
+        if len(xb) < count:  # fewer training images than asked for: repeat them
+            xb = xb[torch.arange(count) % len(xb)]
+        x = ds.normalise(xb)
         if tuple(x.shape[-2:]) != tuple(input_shape[-2:]):
             x = F.interpolate(x, size=tuple(input_shape[-2:]), mode="bilinear", align_corners=False)
         return x.numpy()

@@ -157,7 +157,7 @@ def test_int8_engine_is_calibrated_on_the_training_images(tmp_path: Path) -> Non
     # What the builder asks for: whole batches at the engine's input shape.
     images = calibration(16, (2, 3, 32, 32))
     assert images.shape == (16, 3, 32, 32) and images.dtype == np.float32
-    train = data.batch(data.x_train).numpy()  # every training image, normalised as training does
+    train = data.normalise(torch.from_numpy(data.x_train)).numpy()  # every training image, normalised as training does
     for img in images:
         assert np.isclose(train, img, atol=1e-6).all(axis=(1, 2, 3)).any(), "not a training image"
     # at another resolution, the same images resized

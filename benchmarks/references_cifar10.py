@@ -1,0 +1,215 @@
+"""Searched vs hand-designed networks on CIFAR-10, at two latency targets on this machine.
+
+Latency: ONNX Runtime on the CPU, one thread, at CIFAR's deployment shape 1x3x32x32, every
+network measured in this run with the same protocol. The targets are the measured latencies of
+MobileNetV2 (in its 32x32 layout: :func:`search_spaces.references.small_input_variant`) at width
+0.5 and 0.75, so they follow this machine's speed.
+
+* **searched**: LatNAS itself at each target: ``python -m nas.search +space=mobile_cifar
+  target_ms=<t> latency.input_shape=[1,3,32,32] data=cifar10_jpeg ...`` with its default cheap
+  accuracy estimate on CIFAR-10 (brief training on a subset), ``search_n`` candidates; the
+  best-rewarded candidate is kept.
+* **hand-designed**: MobileNetV2, EfficientNet-B0 and MnasNet-B1 in their 32x32 layouts, each
+  width-scaled to the largest multiplier whose measured latency meets the target (the smallest
+  tried when none does, which the section says).
+
+Every network is then trained with the same recipe and budget (``train_samples`` images for
+``epochs`` epochs, the ``train`` group's defaults) with several weight seeds, and validated on
+the same images carved from the training split. One seed of each is exported to
+``benchmarks/cifar10/<target>-<network>/`` (``model.onnx``, Conv+BN fused and checked against
+PyTorch, and ``arch.json`` with the preprocessing), so anyone can evaluate and time them on the
+real CIFAR-10 test split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.common import ROOT, spread
+from benchmarks.references import MULTIPLIERS, scale_width, summary_lines
+from latency_predictor.backends import make_estimator
+from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx
+from latency_predictor.timing import MeasureConfig
+from nas.core.config import DataConfig, TrainConfig
+from nas.data import load_dataset
+from nas.review.fuse import fuse_conv_bn
+from nas.trial.training import train_briefly
+from search_spaces import REFERENCES, Arch, build, count_macs, count_params, reference
+from search_spaces.references import small_input_variant
+
+SHAPE = (1, 3, 32, 32)
+EXPORT_DIR = ROOT / "benchmarks" / "cifar10"
+FULL = {"search_n": 24, "train_samples": 10000, "epochs": 5, "seeds": 3, "val": 2000}
+QUICK = {"search_n": 4, "train_samples": 500, "epochs": 1, "seeds": 1, "val": 300}
+TARGET_WIDTHS = (0.5, 0.75)
+
+
+def _estimator() -> Any:
+    return make_estimator("onnxruntime", input_shape=SHAPE, num_classes=10, intra_op_threads=1,
+                          measure=MeasureConfig(min_runs=200, min_time_s=1.0, max_time_s=4.0))
+
+
+def _data_config(archive: Path, size: dict[str, int]) -> DataConfig:
+    return DataConfig(name="image_folder", path=str(archive), resolution=32, val_fraction=0.1,
+                      max_val_samples=size["val"])
+
+
+def search(archive: Path, target_ms: float, n: int, workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """LatNAS's search at ``target_ms`` on CIFAR-10 (its CIFAR-10 defaults), in a store of its own."""
+    from nas.cli import compose_search_config
+    from nas.driver import run_search
+
+    cfg = compose_search_config(
+        "+space=mobile_cifar", f"target_ms={target_ms}", "latency.input_shape=[1,3,32,32]", "data=cifar10_jpeg",
+        f"data.path={archive}", f"search.n_trials={n}", f"tracking.uri=sqlite:///{workdir / 'mlflow.db'}",
+        f"output_dir={workdir / f'search-{target_ms:g}'}", "progress=false", f"name=cifar10-{target_ms:g}ms",
+    )
+    result = run_search(cfg)
+    if result.best is None:
+        raise RuntimeError(f"the search at {target_ms:g} ms completed no candidate")
+    best = result.best
+    log(f"  search at {target_ms:.3f} ms: {len(result.candidates)} candidates in {result.wall_seconds:.0f} s; best "
+        f"{best.arch_id}, proxy accuracy {best.accuracy:.3f}, {best.latency_p50:.3f} ms in the search")
+    return {"arch": best.arch, "arch_id": best.arch_id, "proxy_accuracy": best.accuracy,
+            "search_latency_ms": best.latency_p50, "candidates": len(result.candidates),
+            "wall_seconds": result.wall_seconds,
+            "settings": {"data.max_train_samples": cfg.data.max_train_samples, "train.epochs": cfg.train.epochs,
+                         "accuracy": cfg.accuracy.estimator, "sampler": cfg.search.sampler}}
+
+
+def scaled(name: str, target_ms: float, measure: Callable[[Arch], float]) -> tuple[Arch, float]:
+    """The widest 32x32-layout ``name`` whose measured latency meets ``target_ms``, and its width."""
+    base = small_input_variant(reference(name))
+    best: tuple[Arch, float] | None = None
+    for m in (0.25, *MULTIPLIERS):
+        arch = scale_width(base, m)
+        if measure(arch) <= target_ms:
+            best = (arch, m)
+        else:
+            break
+    return best if best is not None else (scale_width(base, 0.25), 0.25)
+
+
+def _train(job: tuple[str, int, DataConfig, int, int]) -> dict[str, Any]:
+    arch_text, seed, data_cfg, samples, epochs = job
+    torch.set_num_threads(1)
+    data = load_dataset(data_cfg).take_train(samples, 0)
+    torch.manual_seed(seed)
+    net = build(Arch.decode(arch_text), num_classes=10)
+    history = train_briefly(net, data, TrainConfig(epochs=epochs, seed=seed, device="cpu"), torch.device("cpu"))
+    state = {k: v.detach().clone() for k, v in net.state_dict().items()} if seed == 0 else None
+    return {"arch": arch_text, "seed": seed, "accuracy": history[-1].accuracy, "val_loss": history[-1].val_loss,
+            "seconds": sum(h.seconds for h in history), "state": state, "mean": list(data.mean),
+            "std": list(data.std), "classes": list(data.classes)}
+
+
+def export(name: str, arch: Arch, trained: dict[str, Any], latency_ms: float, folder: Path) -> dict[str, Any]:
+    """``model.onnx`` (Conv+BN fused, checked against PyTorch) and ``arch.json`` of one trained network."""
+    import onnxruntime as ort
+
+    net = build(arch, num_classes=10)
+    net.load_state_dict(trained["state"])
+    net.eval()
+    fused = fuse_conv_bn(net)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_bytes = export_onnx(fused, SHAPE)
+    (folder / "model.onnx").write_bytes(onnx_bytes)
+    x = torch.randn(8, *SHAPE[1:])
+    with torch.no_grad():
+        want = net(x).numpy()
+    session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+    got = np.concatenate([session.run([OUTPUT_NAME], {INPUT_NAME: x[i : i + 1].numpy()})[0] for i in range(8)])
+    max_diff = float(np.abs(got - want).max())
+    if max_diff > 1e-3 * max(1.0, float(np.abs(want).max())):
+        raise RuntimeError(f"{name}: the exported ONNX model differs from PyTorch by {max_diff}")
+    with torch.device("meta"):
+        meta = build(arch, num_classes=10)
+    info = {
+        "network": name, "arch": arch.encode(), "arch_id": arch.arch_id, "input_shape": list(SHAPE),
+        "input_name": INPUT_NAME, "output_name": OUTPUT_NAME, "layout": "NCHW", "dtype": "float32",
+        "classes": trained["classes"], "preprocessing": {"scale": 1 / 255, "mean": trained["mean"],
+                                                         "std": trained["std"], "resolution": 32,
+                                                         "formula": "(rgb_uint8 / 255 - mean) / std, per channel"},
+        "params": count_params(meta), "macs": count_macs(meta, SHAPE),
+        "validation_accuracy": trained["accuracy"], "latency_p50_ms": latency_ms, "seed": trained["seed"],
+        "onnx_vs_pytorch_max_abs_diff": max_diff,
+        "load": "onnxruntime.InferenceSession('model.onnx'); or search_spaces.build(Arch.decode(arch), num_classes=10)",
+    }
+    (folder / "arch.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def run(archive: Path, quick: bool, workers: int = 2, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Targets, searches, scaled references, training with seeds, exports; the comparison."""
+    size = QUICK if quick else FULL
+    data_cfg = _data_config(archive, size)
+    est = _estimator()
+    measured: dict[Arch, float] = {}
+
+    def measure(arch: Arch) -> float:
+        if arch not in measured:
+            measured[arch] = est.measure(arch).latency_ms
+        return measured[arch]
+
+    mnv2 = small_input_variant(reference("mobilenetv2_100"))
+    targets = [round(measure(scale_width(mnv2, w)), 3) for w in TARGET_WIDTHS]
+    log(f"  targets: MobileNetV2 (32x32 layout) at width {TARGET_WIDTHS} measures {targets} ms")
+    out_targets: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="latnas-cifar-refs-") as tmp:
+        for t in targets:
+            found = search(archive, t, size["search_n"], Path(tmp), log)
+            cands: list[dict[str, Any]] = [{"name": "searched", "arch": found["arch"], "multiplier": None,
+                                            "search": found}]
+            for name in sorted(REFERENCES):
+                arch, m = scaled(name, t, measure)
+                cands.append({"name": f"{name} x{m:g}", "arch": arch.encode(), "multiplier": m})
+            out_targets.append({"target_ms": t, "candidates": cands})
+    keys = list(dict.fromkeys((c["arch"], s) for t in out_targets for c in t["candidates"]
+                              for s in range(size["seeds"])))
+    unique = [(arch, s, data_cfg, size["train_samples"], size["epochs"]) for arch, s in keys]
+    log(f"  training {len(unique)} networks x seeds ({size['train_samples']} images x {size['epochs']} epochs), "
+        f"{workers} at a time")
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        trained = {(r["arch"], r["seed"]): r for r in pool.map(_train, unique)}
+    if not quick:
+        for p in EXPORT_DIR.glob("*/"):
+            for f in p.glob("*"):
+                f.unlink()
+    for t in out_targets:
+        for c in t["candidates"]:
+            a = Arch.decode(c["arch"])
+            c["latency_ms"] = measure(a)
+            c["meets_target"] = c["latency_ms"] <= t["target_ms"]
+            with torch.device("meta"):
+                c["params_m"] = count_params(build(a, num_classes=10)) / 1e6
+            accs = [trained[(c["arch"], s)]["accuracy"] for s in range(size["seeds"])]
+            c["accuracy"] = {**spread(accs), "values": accs}
+            c["train_seconds"] = float(np.median([trained[(c["arch"], s)]["seconds"] for s in range(size["seeds"])]))
+            label = c["name"].split(" ")[0] + ("" if c["multiplier"] is None else f"-x{c['multiplier']:g}")
+            folder = (EXPORT_DIR if not quick else Path(tempfile.gettempdir()) / "latnas-cifar10-exports") / (
+                f"{t['target_ms']:g}ms-{label}")
+            c["export"] = export(c["name"], a, trained[(c["arch"], 0)], c["latency_ms"], folder)["arch_id"]
+            c["export_folder"] = os.path.relpath(folder, ROOT) if not quick else None
+            log(f"  target {t['target_ms']:.3f} ms: {c['name']:<22} {c['latency_ms']:.3f} ms, accuracy median "
+                f"{np.median(accs):.4f} ({min(accs):.4f}-{max(accs):.4f})")
+    summary = summary_lines(out_targets)
+    for line in summary:
+        log(f"  {line}")
+    return {
+        "dataset": "cifar10", "targets": out_targets, "summary": summary, "seeds": size["seeds"],
+        "train_samples": size["train_samples"],
+        "epochs": size["epochs"], "search_n": size["search_n"], "val_images": size["val"],
+        "latency": "ONNX Runtime CPU, 1 intra-op thread, 1x3x32x32, p50 measured in this run",
+        "training": dataclasses.asdict(TrainConfig(epochs=size["epochs"], device="cpu")),
+    }
