@@ -187,8 +187,25 @@ class MeasuredBackend(ABC):
                 prepared[b] = p = self._prepare(arch, net, shape)
                 for k, v in p.stage_s.items():
                     stage_s[k] = stage_s.get(k, 0.0) + v
-            with self.held_slot() as ticket:
-                measured = {b: self._time(p) for b, p in prepared.items()}
+            return self.measure_prepared(arch.encode(), prepared, stage_s)
+
+    def measure_prepared(
+        self, name: str, prepared: Mapping[int, Prepared], stage_s: Mapping[str, float]
+    ) -> LatencyResult:
+        """Take the slot, time networks already prepared (one per batch size), build the record.
+
+        Args:
+            name: what the record is of (an architecture string, or a label for a model file).
+            prepared: the network prepared at :attr:`input_shape` (key: its batch size) and at
+                each other throughput batch size.
+            stage_s: seconds the preparation stages took (``build_s``, ``export_s``, ...).
+
+        Raises:
+            MeasurementError: running the network failed or gave an invalid time.
+        """
+        cfg = self.measure_config
+        with self._run_scope(), self.held_slot() as ticket:
+            measured = {b: self._time(p) for b, p in prepared.items()}
         main = measured[self.input_shape[0]]
         extra: dict[str, Any] = {
             **prepared[self.input_shape[0]].extra,
@@ -208,7 +225,7 @@ class MeasuredBackend(ABC):
         if self.keep_samples:
             extra["samples_ms"] = list(main.samples_ms)
         return LatencyResult(
-            arch=arch.encode(), backend=self.name, source="measured", device=self.device,
+            arch=name, backend=self.name, source="measured", device=self.device,
             precision=self.precision, input_shape=self.input_shape, stats=main.stats, stable=main.stable,
             attempts=main.attempts,
             throughput={b: throughput_per_s(b, measured[b].stats) for b in cfg.throughput_batch_sizes},

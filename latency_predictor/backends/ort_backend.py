@@ -13,6 +13,7 @@ providers input and output stay on the device (I/O binding), so host copies are 
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -35,7 +36,7 @@ except ImportError as _missing:  # neither build installed: say which extra brin
 from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
 from latency_predictor.breakdown import Breakdown, parse_ort_profile
 from latency_predictor.environment import cpu_model, package_version, usable_cpus
-from latency_predictor.errors import BackendUnavailableError, ConfigError, MeasurementError
+from latency_predictor.errors import BackendUnavailableError, ConfigError, InvalidModelError, MeasurementError
 from latency_predictor.export import (
     DEFAULT_INPUT_SHAPE,
     DEFAULT_OPSET,
@@ -44,6 +45,7 @@ from latency_predictor.export import (
     export_onnx,
     sample_input,
 )
+from latency_predictor.protocol import LatencyResult
 from latency_predictor.timing import MeasureConfig
 from search_spaces import Arch
 
@@ -165,6 +167,10 @@ class OnnxRuntimeBackend(MeasuredBackend):
             sess = ort.InferenceSession(model, self.session_options(profile_prefix), providers=self._providers())
         except ORT_ERRORS as err:
             raise MeasurementError(f"onnxruntime could not create a session: {err}") from err
+        self._check_providers(sess)
+        return sess
+
+    def _check_providers(self, sess: ort.InferenceSession) -> None:
         got = sess.get_providers()
         if not got or got[0] != PROVIDERS[self.provider]:
             raise BackendUnavailableError(
@@ -172,7 +178,6 @@ class OnnxRuntimeBackend(MeasuredBackend):
                 f"the GPU, CUDA or cuDNN/TensorRT libraries are missing); {GPU_FIX} on a machine with an "
                 "NVIDIA GPU and matching CUDA libraries"
             )
-        return sess
 
     def _prepare(self, arch: Arch, net: nn.Module, input_shape: tuple[int, ...]) -> Prepared:
         t0 = time.perf_counter()
@@ -180,16 +185,24 @@ class OnnxRuntimeBackend(MeasuredBackend):
         t1 = time.perf_counter()
         sess = self.create_session(model)
         t2 = time.perf_counter()
+        prepared = self._ready(sess, INPUT_NAME, OUTPUT_NAME, input_shape)
+        prepared.stage_s.update(export_s=t1 - t0, session_s=t2 - t1)
+        prepared.extra.update(onnx_bytes=len(model), opset=self.opset)
+        return prepared
+
+    def _ready(self, sess: ort.InferenceSession, input_name: str, output_name: str,
+               input_shape: tuple[int, ...]) -> Prepared:
+        """A session bound to a sample input of ``input_shape``, run once."""
         x = sample_input(input_shape).numpy()
         if self.provider == "cpu":
-            feed = {INPUT_NAME: x}
+            feed = {input_name: x}
 
             def run_once() -> object:
                 return sess.run(None, feed)
         else:
             binding = sess.io_binding()
-            binding.bind_ortvalue_input(INPUT_NAME, ort.OrtValue.ortvalue_from_numpy(x, "cuda", self.device_id))
-            binding.bind_output(OUTPUT_NAME, "cuda", self.device_id)
+            binding.bind_ortvalue_input(input_name, ort.OrtValue.ortvalue_from_numpy(x, "cuda", self.device_id))
+            binding.bind_output(output_name, "cuda", self.device_id)
 
             def run_once() -> object:
                 sess.run_with_iobinding(binding)
@@ -199,11 +212,53 @@ class OnnxRuntimeBackend(MeasuredBackend):
         except ORT_ERRORS as err:
             raise MeasurementError(f"onnxruntime: the prepared network failed to run: {err}") from err
         return Prepared(
-            run_once=run_once,
-            stage_s={"export_s": t1 - t0, "session_s": t2 - t1},
-            extra={"providers": sess.get_providers(), "onnx_bytes": len(model), "opset": self.opset},
+            run_once=run_once, extra={"providers": sess.get_providers()},
             cpu_threads=min(self.intra_op_threads, usable_cpus()) if self.provider == "cpu" else None,
         )
+
+    def measure_onnx(self, model: bytes, name: str | None = None) -> LatencyResult:
+        """Measure an ONNX model as it is, with this estimator's settings and protocol.
+
+        The model must take one float32 input of exactly :attr:`input_shape` (static shape) and is
+        timed at that shape only, so ``throughput_batch_sizes`` may list only its batch size.
+        ONNX Runtime parses the bytes; nothing else reads them.
+
+        Args:
+            model: the serialised ONNX model.
+            name: what the record is of (default ``onnx-<first 16 hex digits of its SHA-256>``).
+
+        Raises:
+            InvalidModelError: ONNX Runtime cannot read the model, or it takes another input.
+            ConfigError: throughput batch sizes other than the model's own.
+            MeasurementError: running the model failed or gave an invalid time.
+        """
+        batch = self.input_shape[0]
+        if tuple(self.measure_config.throughput_batch_sizes) != (batch,):
+            raise ConfigError(
+                f"an ONNX model is timed at its own batch size {batch} only: throughput_batch_sizes must be "
+                f"[{batch}], got {list(self.measure_config.throughput_batch_sizes)}"
+            )
+        t0 = time.perf_counter()
+        try:
+            sess = ort.InferenceSession(model, self.session_options(), providers=self._providers())
+        except ORT_ERRORS as err:
+            raise InvalidModelError(f"not a valid ONNX model: onnxruntime could not read it: {err}") from err
+        session_s = time.perf_counter() - t0
+        self._check_providers(sess)
+        inputs, outputs = sess.get_inputs(), sess.get_outputs()
+        if len(inputs) != 1 or not outputs:
+            raise InvalidModelError(f"the ONNX model must take exactly one input, it takes {len(inputs)}")
+        shape, dtype = inputs[0].shape, inputs[0].type
+        if list(shape) != list(self.input_shape) or dtype != "tensor(float)":
+            raise InvalidModelError(
+                f"the ONNX model takes {dtype} of shape {shape}; the settings say tensor(float) of shape "
+                f"{list(self.input_shape)} (static dimensions)"
+            )
+        with self._run_scope():
+            prepared = self._ready(sess, inputs[0].name, outputs[0].name, self.input_shape)
+        prepared.extra["onnx_bytes"] = len(model)
+        label = name or "onnx-" + hashlib.sha256(model).hexdigest()[:16]
+        return self.measure_prepared(label, {batch: prepared}, {"session_s": session_s})
 
     def _backend_environment(self) -> dict[str, str]:
         env = {
