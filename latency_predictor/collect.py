@@ -4,6 +4,11 @@ Usage::
 
     python -m latency_predictor.collect --space mobile --backend onnxruntime --n 300 --out DIR
     python -m latency_predictor.collect +space=mobile latency=onnxruntime n=300     # key=value form
+    python -m latency_predictor.collect +space=mobile latency=remote url=http://127.0.0.1:8765 n=300
+
+``latency=remote`` (``--backend remote --url URL``) measures on another device, through the
+measurement agents running there (:mod:`latency_predictor.agent`; the token in
+``$LATNAS_AGENT_TOKEN``); the dataset is then that device's, fingerprint included.
 
 Which architectures (:func:`coverage_plan`): first the space's corner networks
 (:meth:`~search_spaces.SearchSpace.extremes`); then a stream in which, out of every ten, two
@@ -22,6 +27,7 @@ session, so the training report can estimate the session-to-session noise.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,8 +37,10 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from latency_predictor.agent.wire import TOKEN_ENV
 from latency_predictor.backends import BACKENDS, DEFAULT_BACKEND, make_estimator
 from latency_predictor.cliargs import add_protocol_arguments, key_value_args, protocol_from_args
+from latency_predictor.configure import make_remote_estimator
 from latency_predictor.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.errors import ConfigError, LatencyError
 from latency_predictor.export import DEFAULT_INPUT_SHAPE, parse_shape
@@ -141,18 +149,7 @@ def collect(
     dataset = Dataset.open_or_create(out, PredictorTarget.create(space, estimator))
     extractor = FeatureExtractor(dataset.target.input_shape, dataset.target.num_classes)
     known = dataset.measured_archs()
-    plan: list[tuple[Arch, str]] = []
-    duplicates = 0
-    stream = coverage_plan(space, seed)
-    while len(plan) < n and duplicates < _MAX_DUPLICATES:
-        arch, origin = next(stream)
-        key = arch.encode()
-        if key in known:
-            duplicates += 1
-            continue
-        known.add(key)
-        duplicates = 0
-        plan.append((arch, origin))
+    plan = _new_archs(coverage_plan(space, seed), n, known)
     bar = tqdm(total=len(plan) + repeats, desc=f"collect {space.name}", unit="arch", disable=not progress,
                file=sys.stderr)
 
@@ -191,6 +188,23 @@ def collect(
     )
 
 
+def _new_archs(stream: Iterator[tuple[Arch, str]], n: int, known: set[str]) -> list[tuple[Arch, str]]:
+    """The first ``n`` architectures of ``stream`` not in ``known`` (fewer if the space runs out)."""
+    plan: list[tuple[Arch, str]] = []
+    seen = set(known)
+    duplicates = 0
+    while len(plan) < n and duplicates < _MAX_DUPLICATES:
+        arch, origin = next(stream)
+        key = arch.encode()
+        if key in seen:
+            duplicates += 1
+            continue
+        seen.add(key)
+        duplicates = 0
+        plan.append((arch, origin))
+    return plan
+
+
 def default_out(space: SearchSpace, target: PredictorTarget) -> Path:
     """``.latnas/datasets/<space>-<backend>-<shape>-<fingerprint>``: one folder per setting."""
     shape = "x".join(map(str, target.input_shape))
@@ -207,7 +221,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--space", required=True, help="search space name (conf/space/) or YAML path")
     p.add_argument("--backend", "--latency", dest="backend", default=DEFAULT_BACKEND,
-                   help=f"one of {sorted(BACKENDS)} (default {DEFAULT_BACKEND})")
+                   help=f"one of {sorted(BACKENDS)}, or remote: measured by agents on another device "
+                        f"(default {DEFAULT_BACKEND})")
+    p.add_argument("--url", action="append", default=[],
+                   help="remote: an agent's http://HOST:PORT (repeat, or separate with commas, for a pool)")
+    p.add_argument("--agent-backend", default=DEFAULT_BACKEND,
+                   help=f"remote: the backend the agents measure with (default {DEFAULT_BACKEND})")
+    p.add_argument("--token-env", default=TOKEN_ENV, help=f"remote: variable holding the agents' token ({TOKEN_ENV})")
+    p.add_argument("--token-file", help="remote: file holding the agents' token")
     p.add_argument("--n", type=int, default=300, help="new architectures to measure (default 300)")
     p.add_argument("--out", help="dataset folder (default .latnas/datasets/<space>-<backend>-<shape>-<device>)")
     p.add_argument("--seed", type=int, default=0, help="coverage stream seed (default 0)")
@@ -230,9 +251,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The measuring backend's options from parsed arguments."""
+    """The measuring backend's options from parsed arguments (with ``--backend remote``: the agents' backend's)."""
     measure = protocol_from_args(args)
-    threads_key = {"onnxruntime": "intra_op_threads", "torch": "threads"}.get(args.backend)
+    backend = args.agent_backend if args.backend == "remote" else args.backend
+    threads_key = {"onnxruntime": "intra_op_threads", "torch": "threads"}.get(backend)
     opts: dict[str, Any] = {"input_shape": parse_shape(args.input_shape), "measure": measure,
                             "num_classes": args.num_classes}
     if threads_key:
@@ -242,13 +264,35 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+def make_collect_estimator(args: argparse.Namespace) -> LatencyEstimator:
+    """The measuring backend the arguments describe: a local one, or agents with ``--backend remote``.
+
+    Raises:
+        ConfigError: bad options; ``--url`` without ``--backend remote`` or the reverse.
+        BackendUnavailableError: a local backend that cannot run here.
+    """
+    opts = backend_options(args)
+    if args.backend != "remote":
+        if args.url:
+            raise ConfigError("--url is for --backend remote (measuring through agents)")
+        return make_estimator(args.backend, **opts)
+    urls = [u for given in args.url for u in given.split(",") if u]
+    if not urls:
+        raise ConfigError("--backend remote needs --url: the http://HOST:PORT of an agent "
+                          "(python -m latency_predictor.agent)")
+    shape, measure, num_classes = opts.pop("input_shape"), opts.pop("measure"), opts.pop("num_classes")
+    remote = {"url": urls, "backend": args.agent_backend, "backend_options": opts, "token_env": args.token_env,
+              "token_file": args.token_file}
+    return make_remote_estimator(tuple(shape), remote, dataclasses.asdict(measure), num_classes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (2 on expected errors)."""
     try:
         raw = key_value_args(sys.argv[1:] if argv is None else argv, ["no_progress"])
         args = _parser().parse_args(raw)
         space = load_space(args.space)
-        estimator = make_estimator(args.backend, **backend_options(args))
+        estimator = make_collect_estimator(args)
         out = Path(args.out) if args.out else default_out(space, PredictorTarget.create(space, estimator))
         s = collect(space, estimator, out, args.n, seed=args.seed, retries=args.retries, repeats=args.repeats,
                     min_cpu_share=args.min_cpu_share, progress=not args.no_progress)
