@@ -16,6 +16,11 @@ push one axis (depth, width, kernel size, expansion, SE, block type) to its smal
 value with every other decision random, one is a single mutation of an earlier architecture
 (neighbours teach the model what one decision costs), and seven are uniform samples.
 
+For a new device, with ``adapt_from`` (``--adapt-from PREDICTOR``, another device's predictor),
+the ``n`` architectures are instead those most informative for adapting that predictor
+(:func:`informative_plan`), measured most informative first; ``train --adapt-from`` then fits
+the new device's predictor from them (:mod:`latency_predictor.transfer`).
+
 Resumable: the dataset folder keeps every measurement; a re-run adds ``n`` architectures that
 are not in it yet (the same seed replays the same stream, skipping what was measured) and
 measures none twice. A measurement disturbed by other work on the machine (see
@@ -45,8 +50,10 @@ from latency_predictor.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.errors import ConfigError, LatencyError
 from latency_predictor.export import DEFAULT_INPUT_SHAPE, parse_shape
 from latency_predictor.features import FeatureExtractor
+from latency_predictor.predictor import PredictorEstimator, read_predictor
 from latency_predictor.protocol import LatencyEstimator
 from latency_predictor.target import PredictorTarget
+from latency_predictor.transfer import informative_order
 from search_spaces import Arch, SearchSpace, SearchSpaceError, load_space
 
 AXES: tuple[str, ...] = ("depth", "out_chs", "kernel_size", "exp_ratio", "se_ratio", "block_type")
@@ -123,6 +130,8 @@ def collect(
     repeats: int | None = None,
     min_cpu_share: float = DEFAULT_MIN_CPU_SHARE,
     progress: bool = True,
+    adapt_from: PredictorEstimator | None = None,
+    pool: int = 2000,
 ) -> CollectSummary:
     """Measure ``n`` architectures of ``space`` not yet in the dataset at ``out`` and append them.
 
@@ -136,6 +145,10 @@ def collect(
         repeats: architectures measured again for the noise estimate (default ``n // 10``).
         min_cpu_share: CPU share under which a CPU measurement counts as disturbed.
         progress: show a progress bar on stderr.
+        adapt_from: another device's predictor to adapt to this one: the ``n`` architectures are
+            then those most informative for adapting it (:func:`informative_plan`), most
+            informative first, instead of the coverage stream.
+        pool: candidates (from the coverage stream) the informative ones are chosen from.
 
     Raises:
         ConfigError: negative counts.
@@ -149,7 +162,10 @@ def collect(
     dataset = Dataset.open_or_create(out, PredictorTarget.create(space, estimator))
     extractor = FeatureExtractor(dataset.target.input_shape, dataset.target.num_classes)
     known = dataset.measured_archs()
-    plan = _new_archs(coverage_plan(space, seed), n, known)
+    if adapt_from is not None:
+        plan = informative_plan(space, adapt_from, extractor, n, known, seed, pool)
+    else:
+        plan = _new_archs(coverage_plan(space, seed), n, known)
     bar = tqdm(total=len(plan) + repeats, desc=f"collect {space.name}", unit="arch", disable=not progress,
                file=sys.stderr)
 
@@ -205,6 +221,26 @@ def _new_archs(stream: Iterator[tuple[Arch, str]], n: int, known: set[str]) -> l
     return plan
 
 
+def informative_plan(
+    space: SearchSpace, source: PredictorEstimator, extractor: FeatureExtractor, n: int, known: set[str],
+    seed: int = 0, pool: int = 2000,
+) -> list[tuple[Arch, str]]:
+    """The ``n`` architectures most informative for adapting ``source`` to a new device, best first.
+
+    They are chosen (:func:`latency_predictor.transfer.informative_order`) from the first ``pool``
+    architectures of the coverage stream not yet measured, given those already measured (``known``).
+
+    Raises:
+        ConfigError: ``pool`` smaller than ``n``.
+    """
+    if pool < n:
+        raise ConfigError(f"pool ({pool}) must be at least n ({n}): the architectures are chosen from the pool")
+    candidates = [a for a, _ in _new_archs(coverage_plan(space, seed), pool, known)]
+    order = informative_order(source.model, extractor, candidates, min(n, len(candidates)),
+                              measured=[Arch.decode(a) for a in sorted(known)])
+    return [(candidates[i], "informative") for i in order]
+
+
 def default_out(space: SearchSpace, target: PredictorTarget) -> Path:
     """``.latnas/datasets/<space>-<backend>-<shape>-<fingerprint>``: one folder per setting."""
     shape = "x".join(map(str, target.input_shape))
@@ -232,6 +268,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=300, help="new architectures to measure (default 300)")
     p.add_argument("--out", help="dataset folder (default .latnas/datasets/<space>-<backend>-<shape>-<device>)")
     p.add_argument("--seed", type=int, default=0, help="coverage stream seed (default 0)")
+    p.add_argument("--adapt-from", metavar="PREDICTOR",
+                   help="another device's predictor: measure the --n architectures most informative for adapting "
+                        "it to this device, most informative first (then: train --adapt-from)")
+    p.add_argument("--pool", type=int, default=2000,
+                   help="with --adapt-from: candidates the architectures are chosen from (default 2000)")
     p.add_argument("--retries", type=int, default=2, help="re-measurements of a disturbed architecture (default 2)")
     p.add_argument("--repeats", type=int, help="architectures measured twice for the noise estimate (default n/10)")
     p.add_argument("--min-cpu-share", type=float, default=DEFAULT_MIN_CPU_SHARE,
@@ -294,8 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         space = load_space(args.space)
         estimator = make_collect_estimator(args)
         out = Path(args.out) if args.out else default_out(space, PredictorTarget.create(space, estimator))
+        source = read_predictor(args.adapt_from) if args.adapt_from else None
         s = collect(space, estimator, out, args.n, seed=args.seed, retries=args.retries, repeats=args.repeats,
-                    min_cpu_share=args.min_cpu_share, progress=not args.no_progress)
+                    min_cpu_share=args.min_cpu_share, progress=not args.no_progress, adapt_from=source,
+                    pool=args.pool)
     except (LatencyError, SearchSpaceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
