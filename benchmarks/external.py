@@ -1,5 +1,6 @@
-"""The benchmark scripts of the other parts (latency measurement, predictor, search overhead,
-and contention or reliability where those scripts exist), run as subprocesses.
+"""The benchmark scripts of the other parts (latency measurement, predictor, few-shot transfer,
+measurement agent, search overhead, and contention or reliability where those scripts exist), run
+as subprocesses.
 
 Each script writes its own JSON record; in quick mode it runs with smaller settings and writes
 under ``benchmarks/quick/``, so a quick run never replaces a full record. The suite's record of
@@ -40,6 +41,14 @@ SCRIPTS: dict[str, Script] = {
                         "latency predictor: held-out accuracy, splits, throughput",
                         # quick: a fresh machine collects 60 architectures (an existing dataset is used as it is)
                         ("--n", "60", "--repeats", "6", "--splits", "2", "--throughput-n", "2000"), (), (0.5, 25)),
+    "transfer": Script("benchmarks.transfer", "transfer.json",
+                       "a predictor for a new device from 10-30 measurements: adapted vs from scratch vs 300",
+                       ("--devices", "ort1,ort2", "--n-full", "30", "--n-test", "15", "--shots", "10,20", "--splits",
+                        "2", "--reps", "3"), (), (6, 60), in_quick=False),
+    "agent": Script("benchmarks.agent", "agent.json",
+                    "measurement agent on 127.0.0.1: p50 against a local measurement, round-trip cost",
+                    ("--rounds", "2", "--sampled", "1", "--references", "mobilenetv2_100", "--min-runs", "20",
+                     "--min-time-s", "0.3"), (), (1, 5), in_quick=False),
     "search": Script("benchmarks.search", "search.json",
                      "search: quickstart wall time, framework overhead per trial",
                      ("--skip-quickstart", "--trials", "4", "--epochs", "4"), (), (0.5, 6)),

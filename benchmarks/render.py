@@ -20,10 +20,12 @@ from typing import Any
 
 Rec = dict[str, Any]
 
-ORDER = ("latency", "predictor", "search", "contention", "reliability", "sampler", "screening", "scale",
-         "fidelity", "references")
+ORDER = ("latency", "predictor", "transfer", "agent", "search", "contention", "reliability", "sampler", "screening",
+         "scale", "fidelity", "references")
 TITLES = {
-    "latency": "Latency measurement", "predictor": "Latency predictor", "search": "Search overhead",
+    "latency": "Latency measurement", "predictor": "Latency predictor",
+    "transfer": "A predictor for a new device from a few measurements", "agent": "Measurement agent overhead",
+    "search": "Search overhead",
     "contention": "Measurement under load", "reliability": "Reliability (fault injection)",
     "sampler": "Sampler quality", "screening": "Predictor-driven screening speed",
     "scale": "Search throughput and scale", "references": "Searched vs hand-designed networks",
@@ -156,6 +158,64 @@ Noise ceiling (+-10%): {_pct(noise.get('ceiling_10'))} ({noise.get('basis', '')}
 **Throughput**: {_f(tp['first_call_per_s'], 0)} predictions/s on a batch of {_f(tp['n'])} (first call, empty
 caches), {_f(tp['second_call_per_s'], 0)}/s the second time; one `measure()` call {_f(tp['single_measure_ms'], 3)} ms.
 Targets (+-10% >= 95%, Spearman >= 0.95, >= 10,000 predictions/s): {targets}."""
+
+
+def _transfer(rec: Rec) -> str:
+    st, goal, devices = rec["settings"], rec["goal"], rec["devices"]
+    dev = table(["device", "what", "usable architectures"],
+                [[k, d["label"], _f(d["usable_archs"])] for k, d in devices.items()])
+
+    def cell(m: dict[str, float]) -> str:
+        return f"{_pct(m['within_10'])} / {_f(m['spearman'], 3)}"
+
+    header = ["source -> target", f"full ({st['n_full']})", "source as is"]
+    for n in st["shots"]:
+        header += [f"adapted, n={n}", f"adapted, random {n}", f"scratch, random {n}"]
+    rows = []
+    for p in rec["pairs"]:
+        row = [f"{p['source']} -> {p['target']}", cell(p["full"]), cell(p["source_as_is"])]
+        for n in st["shots"]:
+            v = p["by_n"][str(n)]
+            row += [cell(v["adapted_informative"]), cell(v["adapted_random"]), cell(v["scratch_random"])]
+        rows.append(row)
+    met = [p for p in rec["pairs"] if p.get("goal_met")]
+    return f"""A predictor for a device from n measurements there, adapted from another device's predictor
+(`python -m latency_predictor.train --adapt-from`: per-group scales and the device's overheads refitted,
+`latency_predictor/transfer.py`), against a predictor fitted from scratch on the same n and the full
+predictor fitted on {st['n_full']} measurements of the target. "Devices" with different latency profiles
+stand in for real ones:
+
+{dev}
+
+Each cell is the share of {st['n_test']} held-out `{st['space']}` architectures predicted within +-10%, then the
+Spearman rank correlation, averaged over {st['splits']} random held-out splits. "adapted, n" measures the n
+architectures `collect --adapt-from` chooses (most informative first); "random n": n chosen at random
+({st['reps']} draws per split); "source as is": the source device's predictor unchanged.
+
+{table(header, rows)}
+
+Goal at n = {goal['n']} (adapted): Spearman >= {goal['spearman']} and +-10% >= {_pct(goal['within_10'])}: met by
+{len(met)} of {len(rec['pairs'])} pairs."""
+
+
+def _agent(rec: Rec) -> str:
+    f, st = rec["figures"], rec["settings"]
+    rows = [[r["network"], _f(r["local_p50_ms"], 3), _f(r["agent_p50_ms"], 3), _f(r["p50_ratio"], 4),
+             f"{_f(r['transport_s']['median'] * 1e3, 1)} ms", f"{_f(r['local_wall_s'])} / {_f(r['agent_wall_s'])}"]
+            for r in f["rows"]]
+    shape = "x".join(map(str, st["input_shape"]))
+    return f"""The same networks timed here and through a measurement agent on 127.0.0.1
+(`python -m latency_predictor.agent`; ONNX Runtime on the CPU, one thread, {shape}), {st['rounds']} times each,
+alternating which goes first. The ratio is the p50 through the agent over the p50 here (median over the
+rounds); the transport is the client's wall time for a request minus the agent's own time for it (HTTP,
+JSON, the server); the wall times are a whole candidate (build, export, session, timing) here and through the agent.
+
+{table(['network', 'p50 here ms', 'p50 agent ms', 'ratio', 'transport', 'wall s here / agent'], rows)}
+
+p50 ratio, median over the networks: **{_f(f['p50_ratio_median'], 4)}** (range {_f(f['p50_ratio_range'][0], 4)} -
+{_f(f['p50_ratio_range'][1], 4)}; goal <= {f['goal_p50_ratio']}: {'met' if f['met'] else 'missed'}); transport
+{_f(f['transport_s_median'] * 1e3, 1)} ms per candidate; a candidate's wall time through the agent over here:
+{_f(f['wall_ratio_median'], 3)}."""
 
 
 def _search(rec: Rec) -> str:
@@ -438,7 +498,8 @@ Reproduce the study itself (it resumes from its records): `{f.get('study_command
 
 
 RENDERERS: dict[str, Callable[[Rec], str]] = {
-    "latency": _latency, "predictor": _predictor, "search": _search, "sampler": _sampler,
+    "latency": _latency, "predictor": _predictor, "transfer": _transfer, "agent": _agent, "search": _search,
+    "sampler": _sampler,
     "screening": _screening, "scale": _scale, "references": _references, "contention": _contention,
     "reliability": _reliability, "fidelity": _fidelity,
 }

@@ -4,12 +4,22 @@ Usage::
 
     python -m latency_predictor.collect --space mobile --backend onnxruntime --n 300 --out DIR
     python -m latency_predictor.collect +space=mobile latency=onnxruntime n=300     # key=value form
+    python -m latency_predictor.collect +space=mobile latency=remote url=http://127.0.0.1:8765 n=300
+
+``latency=remote`` (``--backend remote --url URL``) measures on another device, through the
+measurement agents running there (:mod:`latency_predictor.agent`; the token in
+``$LATNAS_AGENT_TOKEN``); the dataset is then that device's, fingerprint included.
 
 Which architectures (:func:`coverage_plan`): first the space's corner networks
 (:meth:`~search_spaces.SearchSpace.extremes`); then a stream in which, out of every ten, two
 push one axis (depth, width, kernel size, expansion, SE, block type) to its smallest or largest
 value with every other decision random, one is a single mutation of an earlier architecture
 (neighbours teach the model what one decision costs), and seven are uniform samples.
+
+For a new device, with ``adapt_from`` (``--adapt-from PREDICTOR``, another device's predictor),
+the ``n`` architectures are instead those most informative for adapting that predictor
+(:func:`informative_plan`), measured most informative first; ``train --adapt-from`` then fits
+the new device's predictor from them (:mod:`latency_predictor.transfer`).
 
 Resumable: the dataset folder keeps every measurement; a re-run adds ``n`` architectures that
 are not in it yet (the same seed replays the same stream, skipping what was measured) and
@@ -22,6 +32,7 @@ session, so the training report can estimate the session-to-session noise.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,14 +42,18 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from latency_predictor.agent.wire import TOKEN_ENV
 from latency_predictor.backends import BACKENDS, DEFAULT_BACKEND, make_estimator
 from latency_predictor.cliargs import add_protocol_arguments, key_value_args, protocol_from_args
+from latency_predictor.configure import make_remote_estimator
 from latency_predictor.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.errors import ConfigError, LatencyError
 from latency_predictor.export import DEFAULT_INPUT_SHAPE, parse_shape
 from latency_predictor.features import FeatureExtractor
+from latency_predictor.predictor import PredictorEstimator, read_predictor
 from latency_predictor.protocol import LatencyEstimator
 from latency_predictor.target import PredictorTarget
+from latency_predictor.transfer import informative_order
 from search_spaces import Arch, SearchSpace, SearchSpaceError, load_space
 
 AXES: tuple[str, ...] = ("depth", "out_chs", "kernel_size", "exp_ratio", "se_ratio", "block_type")
@@ -115,6 +130,8 @@ def collect(
     repeats: int | None = None,
     min_cpu_share: float = DEFAULT_MIN_CPU_SHARE,
     progress: bool = True,
+    adapt_from: PredictorEstimator | None = None,
+    pool: int = 2000,
 ) -> CollectSummary:
     """Measure ``n`` architectures of ``space`` not yet in the dataset at ``out`` and append them.
 
@@ -128,6 +145,10 @@ def collect(
         repeats: architectures measured again for the noise estimate (default ``n // 10``).
         min_cpu_share: CPU share under which a CPU measurement counts as disturbed.
         progress: show a progress bar on stderr.
+        adapt_from: another device's predictor to adapt to this one: the ``n`` architectures are
+            then those most informative for adapting it (:func:`informative_plan`), most
+            informative first, instead of the coverage stream.
+        pool: candidates (from the coverage stream) the informative ones are chosen from.
 
     Raises:
         ConfigError: negative counts.
@@ -141,18 +162,10 @@ def collect(
     dataset = Dataset.open_or_create(out, PredictorTarget.create(space, estimator))
     extractor = FeatureExtractor(dataset.target.input_shape, dataset.target.num_classes)
     known = dataset.measured_archs()
-    plan: list[tuple[Arch, str]] = []
-    duplicates = 0
-    stream = coverage_plan(space, seed)
-    while len(plan) < n and duplicates < _MAX_DUPLICATES:
-        arch, origin = next(stream)
-        key = arch.encode()
-        if key in known:
-            duplicates += 1
-            continue
-        known.add(key)
-        duplicates = 0
-        plan.append((arch, origin))
+    if adapt_from is not None:
+        plan = informative_plan(space, adapt_from, extractor, n, known, seed, pool)
+    else:
+        plan = _new_archs(coverage_plan(space, seed), n, known)
     bar = tqdm(total=len(plan) + repeats, desc=f"collect {space.name}", unit="arch", disable=not progress,
                file=sys.stderr)
 
@@ -191,6 +204,43 @@ def collect(
     )
 
 
+def _new_archs(stream: Iterator[tuple[Arch, str]], n: int, known: set[str]) -> list[tuple[Arch, str]]:
+    """The first ``n`` architectures of ``stream`` not in ``known`` (fewer if the space runs out)."""
+    plan: list[tuple[Arch, str]] = []
+    seen = set(known)
+    duplicates = 0
+    while len(plan) < n and duplicates < _MAX_DUPLICATES:
+        arch, origin = next(stream)
+        key = arch.encode()
+        if key in seen:
+            duplicates += 1
+            continue
+        seen.add(key)
+        duplicates = 0
+        plan.append((arch, origin))
+    return plan
+
+
+def informative_plan(
+    space: SearchSpace, source: PredictorEstimator, extractor: FeatureExtractor, n: int, known: set[str],
+    seed: int = 0, pool: int = 2000,
+) -> list[tuple[Arch, str]]:
+    """The ``n`` architectures most informative for adapting ``source`` to a new device, best first.
+
+    They are chosen (:func:`latency_predictor.transfer.informative_order`) from the first ``pool``
+    architectures of the coverage stream not yet measured, given those already measured (``known``).
+
+    Raises:
+        ConfigError: ``pool`` smaller than ``n``.
+    """
+    if pool < n:
+        raise ConfigError(f"pool ({pool}) must be at least n ({n}): the architectures are chosen from the pool")
+    candidates = [a for a, _ in _new_archs(coverage_plan(space, seed), pool, known)]
+    order = informative_order(source.model, extractor, candidates, min(n, len(candidates)),
+                              measured=[Arch.decode(a) for a in sorted(known)])
+    return [(candidates[i], "informative") for i in order]
+
+
 def default_out(space: SearchSpace, target: PredictorTarget) -> Path:
     """``.latnas/datasets/<space>-<backend>-<shape>-<fingerprint>``: one folder per setting."""
     shape = "x".join(map(str, target.input_shape))
@@ -207,10 +257,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--space", required=True, help="search space name (conf/space/) or YAML path")
     p.add_argument("--backend", "--latency", dest="backend", default=DEFAULT_BACKEND,
-                   help=f"one of {sorted(BACKENDS)} (default {DEFAULT_BACKEND})")
+                   help=f"one of {sorted(BACKENDS)}, or remote: measured by agents on another device "
+                        f"(default {DEFAULT_BACKEND})")
+    p.add_argument("--url", action="append", default=[],
+                   help="remote: an agent's http://HOST:PORT (repeat, or separate with commas, for a pool)")
+    p.add_argument("--agent-backend", default=DEFAULT_BACKEND,
+                   help=f"remote: the backend the agents measure with (default {DEFAULT_BACKEND})")
+    p.add_argument("--token-env", default=TOKEN_ENV, help=f"remote: variable holding the agents' token ({TOKEN_ENV})")
+    p.add_argument("--token-file", help="remote: file holding the agents' token")
     p.add_argument("--n", type=int, default=300, help="new architectures to measure (default 300)")
     p.add_argument("--out", help="dataset folder (default .latnas/datasets/<space>-<backend>-<shape>-<device>)")
     p.add_argument("--seed", type=int, default=0, help="coverage stream seed (default 0)")
+    p.add_argument("--adapt-from", metavar="PREDICTOR",
+                   help="another device's predictor: measure the --n architectures most informative for adapting "
+                        "it to this device, most informative first (then: train --adapt-from)")
+    p.add_argument("--pool", type=int, default=2000,
+                   help="with --adapt-from: candidates the architectures are chosen from (default 2000)")
     p.add_argument("--retries", type=int, default=2, help="re-measurements of a disturbed architecture (default 2)")
     p.add_argument("--repeats", type=int, help="architectures measured twice for the noise estimate (default n/10)")
     p.add_argument("--min-cpu-share", type=float, default=DEFAULT_MIN_CPU_SHARE,
@@ -230,9 +292,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The measuring backend's options from parsed arguments."""
+    """The measuring backend's options from parsed arguments (with ``--backend remote``: the agents' backend's)."""
     measure = protocol_from_args(args)
-    threads_key = {"onnxruntime": "intra_op_threads", "torch": "threads"}.get(args.backend)
+    backend = args.agent_backend if args.backend == "remote" else args.backend
+    threads_key = {"onnxruntime": "intra_op_threads", "torch": "threads"}.get(backend)
     opts: dict[str, Any] = {"input_shape": parse_shape(args.input_shape), "measure": measure,
                             "num_classes": args.num_classes}
     if threads_key:
@@ -242,16 +305,40 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+def make_collect_estimator(args: argparse.Namespace) -> LatencyEstimator:
+    """The measuring backend the arguments describe: a local one, or agents with ``--backend remote``.
+
+    Raises:
+        ConfigError: bad options; ``--url`` without ``--backend remote`` or the reverse.
+        BackendUnavailableError: a local backend that cannot run here.
+    """
+    opts = backend_options(args)
+    if args.backend != "remote":
+        if args.url:
+            raise ConfigError("--url is for --backend remote (measuring through agents)")
+        return make_estimator(args.backend, **opts)
+    urls = [u for given in args.url for u in given.split(",") if u]
+    if not urls:
+        raise ConfigError("--backend remote needs --url: the http://HOST:PORT of an agent "
+                          "(python -m latency_predictor.agent)")
+    shape, measure, num_classes = opts.pop("input_shape"), opts.pop("measure"), opts.pop("num_classes")
+    remote = {"url": urls, "backend": args.agent_backend, "backend_options": opts, "token_env": args.token_env,
+              "token_file": args.token_file}
+    return make_remote_estimator(tuple(shape), remote, dataclasses.asdict(measure), num_classes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (2 on expected errors)."""
     try:
         raw = key_value_args(sys.argv[1:] if argv is None else argv, ["no_progress"])
         args = _parser().parse_args(raw)
         space = load_space(args.space)
-        estimator = make_estimator(args.backend, **backend_options(args))
+        estimator = make_collect_estimator(args)
         out = Path(args.out) if args.out else default_out(space, PredictorTarget.create(space, estimator))
+        source = read_predictor(args.adapt_from) if args.adapt_from else None
         s = collect(space, estimator, out, args.n, seed=args.seed, retries=args.retries, repeats=args.repeats,
-                    min_cpu_share=args.min_cpu_share, progress=not args.no_progress)
+                    min_cpu_share=args.min_cpu_share, progress=not args.no_progress, adapt_from=source,
+                    pool=args.pool)
     except (LatencyError, SearchSpaceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -14,6 +14,9 @@ option mappings into a :class:`~latency_predictor.LatencyEstimator`:
   confirms the candidates that matter by real measurement on this machine. The measuring
   backend's device fingerprint must equal the predictor's: confirmations from another device
   would corrupt the dataset.
+* ``remote``: every candidate is measured on another device by measurement agents
+  (:class:`~latency_predictor.agent.client.RemoteEstimator`, :class:`RemoteOptions`), with the
+  backend, options and protocol a local measurement would use there.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from latency_predictor.agent.client import RemoteEstimator, read_token
+from latency_predictor.agent.wire import TOKEN_ENV
 from latency_predictor.backends import make_estimator
 from latency_predictor.errors import ConfigError, PredictorMismatchError
 from latency_predictor.hybrid import HybridEstimator, current_predictor_path
@@ -45,7 +50,7 @@ def make_latency_estimator(
     """The estimator the ``latency`` settings describe, for networks with ``num_classes`` outputs.
 
     Args:
-        backend: a measuring backend's name, or ``predictor``.
+        backend: a measuring backend's name, ``predictor`` or ``remote``.
         input_shape: the deployment shape, batch first.
         options: the backend's (or the predictor's) options.
         measure: measurement protocol settings (measuring backends).
@@ -57,6 +62,8 @@ def make_latency_estimator(
         LatencyError: unknown backend or option, invalid value, backend not available here, a
             predictor made for another setting.
     """
+    if backend == "remote":
+        return make_remote_estimator(tuple(input_shape), options, measure, num_classes)
     if backend == "predictor":
         if space is None:
             raise ConfigError("latency=predictor needs the search space its predictor was trained for")
@@ -168,3 +175,71 @@ def describe_device(pred: PredictorEstimator) -> str:
     fp = pred.target.fingerprint
     model = fp.environment.get("gpu") or fp.environment.get("cpu_model") or fp.environment.get("device_name") or "?"
     return f"{fp.backend} {fp.precision} on {fp.device} ({model}; fingerprint {fp.digest})"
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """``latency.options`` of ``latency=remote``.
+
+    Attributes:
+        url: an agent's ``http://HOST:PORT``, or a list of them: a pool of identical devices.
+        backend: the measuring backend the agents use (``onnxruntime``, ``torch``, ``tensorrt``).
+        backend_options: its options, as for a local measurement (e.g. ``{intra_op_threads: 1}``).
+        token_env: the environment variable holding the agents' token.
+        token_file: a file holding the token instead (e.g. on a file system every node sees).
+        timeout_s: longest wait for one agent's reply before trying the next agent.
+        connect_timeout_s: longest wait for a connection.
+        down_s: how long an agent that failed is tried last.
+    """
+
+    url: str | list[str]
+    backend: str = "onnxruntime"
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    token_env: str = TOKEN_ENV
+    token_file: str | None = None
+    timeout_s: float = 900.0
+    connect_timeout_s: float = 5.0
+    down_s: float = 60.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> RemoteOptions:
+        """Check and build from ``latency.options``.
+
+        Raises:
+            ConfigError: naming the unknown, missing or invalid key.
+        """
+        if "token" in options:
+            raise ConfigError(
+                "latency.options.token: not taken, because the search records its configuration (MLflow params, "
+                f"config.yaml); put the token in ${TOKEN_ENV} (or latency.options.token_env / token_file)"
+            )
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ConfigError(f"latency.options.{unknown[0]}: unknown for latency=remote; known: {known}")
+        if not options.get("url"):
+            raise ConfigError(
+                "latency.options.url: required for latency=remote: the http://HOST:PORT of an agent "
+                "(python -m latency_predictor.agent on the device), or a list of them for a pool"
+            )
+        opts = cls(**{k: v for k, v in options.items() if v is not None})
+        if not isinstance(opts.backend_options, Mapping):
+            raise ConfigError("latency.options.backend_options: must be a mapping of the backend's options")
+        return opts
+
+
+def make_remote_estimator(
+    input_shape: tuple[int, ...], options: Mapping[str, Any], measure: Mapping[str, Any], num_classes: int
+) -> RemoteEstimator:
+    """The estimator ``latency=remote`` describes; no agent is asked yet (its ``environment()`` asks them all).
+
+    Raises:
+        ConfigError: bad options, no token, an unknown backend option or protocol setting.
+    """
+    opts = RemoteOptions.parse(options)
+    token = read_token(token_env=opts.token_env, token_file=opts.token_file)
+    return RemoteEstimator(
+        opts.url, token=token, backend=opts.backend, backend_options=opts.backend_options, input_shape=input_shape,
+        num_classes=num_classes, measure=measure, timeout_s=opts.timeout_s, connect_timeout_s=opts.connect_timeout_s,
+        down_s=opts.down_s,
+    )

@@ -8,7 +8,7 @@ Layout::
 A record holds the architecture string, its feature vector, the full measured
 :class:`~latency_predictor.LatencyResult` (``to_dict()``), the device fingerprint's digest,
 where the architecture came from (``origin``: ``extreme``, ``axis``, ``uniform``,
-``mutation``, ``retry``, ``repeat``, ``confirm``) and whether the measurement was disturbed.
+``mutation``, ``retry``, ``repeat``, ``confirm``, ``informative``) and whether the measurement was disturbed.
 
 Disturbed measurements: on a shared machine another process can take the CPU in the middle of
 a measurement. The backends record ``cpu_per_wall`` (CPU seconds of the measuring process per
@@ -47,7 +47,7 @@ DATASET_FORMAT = "latnas.latency_dataset"
 DATASET_VERSION = 1
 HEADER_FILE = "dataset.json"
 RECORDS_FILE = "measurements.jsonl"
-ORIGINS: tuple[str, ...] = ("extreme", "axis", "uniform", "mutation", "retry", "repeat", "confirm")
+ORIGINS: tuple[str, ...] = ("extreme", "axis", "uniform", "mutation", "retry", "repeat", "confirm", "informative")
 DEFAULT_MIN_CPU_SHARE = 0.9
 
 

@@ -144,7 +144,8 @@ class PredictorEstimator:
     def summary(self) -> dict[str, Any]:
         """Flat identity and quality figures (for an experiment tracker's params and tags)."""
         t = self.target
-        held_out = self.training.get("report", {}).get("models", {}).get("additive", {})
+        models = self.training.get("report", {}).get("models", {})
+        held_out = models.get("additive") or models.get("adapted") or {}  # trained, or adapted from another device
         return {
             "predictor_digest": self.digest, "space": t.space, "space_digest": t.space_digest,
             "backend": t.backend, "device": t.fingerprint.device, "precision": t.fingerprint.precision,

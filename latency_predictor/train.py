@@ -4,6 +4,13 @@ Usage::
 
     python -m latency_predictor.train --data DIR --out predictor.json [--json [REPORT]]
     python -m latency_predictor.train data=DIR out=predictor.json          # key=value form
+    python -m latency_predictor.train --data NEW --adapt-from OTHER.json --shots 20 --out new.json
+
+With ``--adapt-from``, the predictor of another device is adapted to the device of ``--data``
+with the first ``--shots`` architectures measured there (:mod:`latency_predictor.transfer`), and
+the report compares it, on the held-out architectures (the rest of ``--data``, or ``--test-data``),
+with a predictor fitted from scratch on the same measurements and, given ``--full``, with one
+trained on many measurements of the new device. The rest of this docstring is about training.
 
 The architectures are split once (``--test-fraction``, ``--seed``) into a training set and a
 held-out set. The predictor and both baselines (latency proportional to MACs; a per-block
@@ -52,7 +59,8 @@ from latency_predictor.errors import ConfigError, DatasetError, LatencyError
 from latency_predictor.features import FeatureExtractor
 from latency_predictor.metrics import AccuracyMetrics, accuracy_metrics, noise_ceiling, repeat_rel_sigma
 from latency_predictor.models import AdditiveModel, LatencyModel, LookupTableBaseline, MacsBaseline
-from latency_predictor.predictor import PredictorEstimator
+from latency_predictor.predictor import PredictorEstimator, read_predictor
+from latency_predictor.transfer import TransferReport, adapt_predictor
 from search_spaces import Arch, arch_id_of
 
 MIN_ARCHS = 10
@@ -251,23 +259,51 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--data", required=True, help="dataset folder written by latency_predictor.collect")
     p.add_argument("--out", required=True, help="predictor file to write (JSON)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out share (default 0.2)")
+    p.add_argument("--test-fraction", type=float, help="held-out share (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="split and bootstrap seed (default 0)")
     p.add_argument("--members", type=int, default=16, help="bootstrap ensemble size (default 16)")
     p.add_argument("--include-disturbed", action="store_true",
                    help="also use architectures whose every measurement was disturbed")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="write the report as JSON to PATH (or stdout when no PATH is given)")
+    few = p.add_argument_group(
+        "a predictor for a new device from a few measurements",
+        "start from another device's predictor and refit its per-group scales on --data (the new device)",
+    )
+    few.add_argument("--adapt-from", metavar="PREDICTOR", help="the other device's predictor file")
+    few.add_argument("--shots", type=int,
+                     help="adapt with the first N usable architectures of --data (default: all of them)")
+    few.add_argument("--test-data", metavar="DIR",
+                     help="held-out measurements of the new device (default: those of --data after the first N)")
+    few.add_argument("--full", metavar="PREDICTOR",
+                     help="a predictor trained on many measurements of the new device, to compare against")
     return p
+
+
+def _adapt(args: argparse.Namespace) -> tuple[PredictorEstimator, TransferReport]:
+    if args.test_fraction is not None:
+        raise ConfigError("--test-fraction does not apply with --adapt-from: the held-out architectures are "
+                          "those after the first --shots (or --test-data)")
+    source = read_predictor(args.adapt_from)
+    test = Dataset.open(args.test_data) if args.test_data else None
+    full = read_predictor(args.full) if args.full else None
+    return adapt_predictor(source, Dataset.open(args.data), args.shots, test, full, args.members, args.seed,
+                           args.include_disturbed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (2 on expected errors)."""
     args = _parser().parse_args(key_value_args(sys.argv[1:] if argv is None else argv, ["include_disturbed"]))
+    report: TrainReport | TransferReport
     try:
-        dataset = Dataset.open(args.data)
-        predictor, report = train_predictor(dataset, args.test_fraction, args.seed, args.members,
-                                            args.include_disturbed)
+        if args.adapt_from:
+            predictor, report = _adapt(args)
+        elif args.shots is not None or args.test_data or args.full:
+            raise ConfigError("--shots, --test-data and --full go with --adapt-from PREDICTOR")
+        else:
+            fraction = 0.2 if args.test_fraction is None else args.test_fraction
+            predictor, report = train_predictor(Dataset.open(args.data), fraction, args.seed, args.members,
+                                                args.include_disturbed)
         path = predictor.save(args.out)
     except LatencyError as err:
         print(f"error: {err}", file=sys.stderr)

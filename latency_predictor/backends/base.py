@@ -216,9 +216,29 @@ class MeasuredBackend(ABC):
                     prepared[b] = p = self._prepare(arch, net, shape)
                     for k, v in p.stage_s.items():
                         stage_s[k] = stage_s.get(k, 0.0) + v
-                if not self.slot_covers_preparation:
-                    ticket = slot.enter_context(self.held_slot())
-                measured = {b: self._time(p) for b, p in prepared.items()}
+                return self.measure_prepared(arch.encode(), prepared, stage_s, held=ticket)
+
+    def measure_prepared(
+        self, name: str, prepared: Mapping[int, Prepared], stage_s: Mapping[str, float],
+        held: SlotTicket | None = None,
+    ) -> LatencyResult:
+        """Take the slot, time networks already prepared (one per batch size), build the record.
+
+        Args:
+            name: what the record is of (an architecture string, or a label for a model file).
+            prepared: the network prepared at :attr:`input_shape` (key: its batch size) and at
+                each other throughput batch size.
+            stage_s: seconds the preparation stages took (``build_s``, ``export_s``, ...).
+            held: the slot the caller has held since the preparation (GPU backends,
+                :attr:`slot_covers_preparation`); None: taken here, for the timing.
+
+        Raises:
+            MeasurementError: running the network failed or gave an invalid time.
+        """
+        cfg = self.measure_config
+        with self._run_scope(), ExitStack() as slot:
+            ticket = held if held is not None else slot.enter_context(self.held_slot())
+            measured = {b: self._time(p) for b, p in prepared.items()}
         main = measured[self.input_shape[0]]
         extra: dict[str, Any] = {
             **prepared[self.input_shape[0]].extra,
@@ -230,8 +250,7 @@ class MeasuredBackend(ABC):
             "attempt_iqr_rel": list(main.attempt_iqr_rel),
             "slot_wait_s": ticket.waited_s if ticket is not None else None,
             "slot_key": ticket.path.stem if ticket is not None else None,
-            "slot_held_for": None if ticket is None else (
-                "preparation and timing" if self.slot_covers_preparation else "timing"),
+            "slot_held_for": None if ticket is None else ("preparation and timing" if held is not None else "timing"),
             "stability_threshold": cfg.stability_threshold,
         }
         others = {b: m.stats.p50 for b, m in measured.items() if b != self.input_shape[0]}
@@ -240,7 +259,7 @@ class MeasuredBackend(ABC):
         if self.keep_samples:
             extra["samples_ms"] = list(main.samples_ms)
         return LatencyResult(
-            arch=arch.encode(), backend=self.name, source="measured", device=self.device,
+            arch=name, backend=self.name, source="measured", device=self.device,
             precision=self.precision, input_shape=self.input_shape, stats=main.stats, stable=main.stable,
             attempts=main.attempts,
             throughput={b: throughput_per_s(b, measured[b].stats) for b in cfg.throughput_batch_sizes},

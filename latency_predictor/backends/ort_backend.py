@@ -54,7 +54,7 @@ except ImportError as _missing:  # neither build installed: say which extra brin
 from latency_predictor.backends.base import MeasuredBackend, Prepared, cache_root, check_choice, check_positive_int
 from latency_predictor.breakdown import Breakdown, parse_ort_profile
 from latency_predictor.environment import cpu_model, package_version, usable_cpus
-from latency_predictor.errors import BackendUnavailableError, ConfigError, MeasurementError
+from latency_predictor.errors import BackendUnavailableError, ConfigError, InvalidModelError, MeasurementError
 from latency_predictor.export import (
     DEFAULT_INPUT_SHAPE,
     DEFAULT_OPSET,
@@ -63,6 +63,7 @@ from latency_predictor.export import (
     export_onnx,
     sample_input,
 )
+from latency_predictor.protocol import LatencyResult
 from latency_predictor.timing import MeasureConfig
 from search_spaces import Arch
 
@@ -332,16 +333,24 @@ class OnnxRuntimeBackend(MeasuredBackend):
         t1 = time.perf_counter()
         sess = self.create_session(model)
         t2 = time.perf_counter()
+        prepared = self._ready(sess, INPUT_NAME, OUTPUT_NAME, input_shape)
+        prepared.stage_s.update(export_s=t1 - t0, session_s=t2 - t1)
+        prepared.extra.update(onnx_bytes=len(model), opset=self.opset)
+        return prepared
+
+    def _ready(self, sess: ort.InferenceSession, input_name: str, output_name: str,
+               input_shape: tuple[int, ...]) -> Prepared:
+        """A session bound to a sample input of ``input_shape``, run once."""
         x = sample_input(input_shape).numpy()
         resources: tuple[object, ...] = (sess,)
         sync = None
         if self.provider == "cpu":
-            feed = {INPUT_NAME: x}
+            feed = {input_name: x}
 
             def run_once() -> object:
                 return sess.run(None, feed)
         else:
-            binding, x_dev, y_dev = self._bind(sess, x)
+            binding, x_dev, y_dev = self._bind(sess, x, input_name, output_name)
             resources = (sess, binding, x_dev, y_dev)
             sync = binding.synchronize_outputs
 
@@ -355,25 +364,67 @@ class OnnxRuntimeBackend(MeasuredBackend):
         except ORT_ERRORS as err:
             raise MeasurementError(f"onnxruntime: the prepared network failed to run: {err}") from err
         return Prepared(
-            run_once=run_once, sync=sync,
-            stage_s={"export_s": t1 - t0, "session_s": t2 - t1},
-            extra={"providers": sess.get_providers(), "onnx_bytes": len(model), "opset": self.opset},
+            run_once=run_once, sync=sync, extra={"providers": sess.get_providers()},
             cpu_threads=min(self.intra_op_threads, usable_cpus()) if self.provider == "cpu" else None,
             resources=resources,
         )
 
-    def _bind(self, sess: ort.InferenceSession, x: np.ndarray) -> tuple[Any, Any, Any]:
+    def _bind(self, sess: ort.InferenceSession, x: np.ndarray, input_name: str,
+              output_name: str) -> tuple[Any, Any, Any]:
         """I/O binding of ``sess`` to device buffers: the input copied once, the output allocated once."""
-        out = sess.get_outputs()[0]
+        out = next(o for o in sess.get_outputs() if o.name == output_name)
         if not all(isinstance(d, int) for d in out.shape):
             raise MeasurementError(f"onnxruntime: the output {out.name!r} has no fixed shape ({out.shape})")
         x_dev = ort.OrtValue.ortvalue_from_numpy(x, "cuda", self.device_id)
         y_dev = ort.OrtValue.ortvalue_from_shape_and_type(list(out.shape), np.float32, "cuda", self.device_id)
         binding = sess.io_binding()
-        binding.bind_ortvalue_input(INPUT_NAME, x_dev)
-        binding.bind_ortvalue_output(OUTPUT_NAME, y_dev)
+        binding.bind_ortvalue_input(input_name, x_dev)
+        binding.bind_ortvalue_output(output_name, y_dev)
         binding.synchronize_inputs()
         return binding, x_dev, y_dev
+
+    def measure_onnx(self, model: bytes, name: str | None = None) -> LatencyResult:
+        """Measure an ONNX model as it is, with this estimator's settings and protocol.
+
+        The model must take one float32 input of exactly :attr:`input_shape` (static shape) and is
+        timed at that shape only, so ``throughput_batch_sizes`` may list only its batch size.
+        ONNX Runtime parses the bytes; nothing else reads them.
+
+        Args:
+            model: the serialised ONNX model.
+            name: what the record is of (default ``onnx-<first 16 hex digits of its SHA-256>``).
+
+        Raises:
+            InvalidModelError: ONNX Runtime cannot read the model, or it takes another input.
+            ConfigError: throughput batch sizes other than the model's own.
+            MeasurementError: running the model failed or gave an invalid time.
+        """
+        batch = self.input_shape[0]
+        if tuple(self.measure_config.throughput_batch_sizes) != (batch,):
+            raise ConfigError(
+                f"an ONNX model is timed at its own batch size {batch} only: throughput_batch_sizes must be "
+                f"[{batch}], got {list(self.measure_config.throughput_batch_sizes)}"
+            )
+        t0 = time.perf_counter()
+        try:
+            sess = self.create_session(model)
+        except MeasurementError as err:  # ONNX Runtime refused the bytes on the CPU provider
+            raise InvalidModelError(f"not a valid ONNX model: onnxruntime could not read it: {err}") from err
+        session_s = time.perf_counter() - t0
+        inputs, outputs = sess.get_inputs(), sess.get_outputs()
+        if len(inputs) != 1 or not outputs:
+            raise InvalidModelError(f"the ONNX model must take exactly one input, it takes {len(inputs)}")
+        shape, dtype = inputs[0].shape, inputs[0].type
+        if list(shape) != list(self.input_shape) or dtype != "tensor(float)":
+            raise InvalidModelError(
+                f"the ONNX model takes {dtype} of shape {shape}; the settings say tensor(float) of shape "
+                f"{list(self.input_shape)} (static dimensions)"
+            )
+        with self._run_scope():
+            prepared = self._ready(sess, inputs[0].name, outputs[0].name, self.input_shape)
+        prepared.extra["onnx_bytes"] = len(model)
+        label = name or "onnx-" + hashlib.sha256(model).hexdigest()[:16]
+        return self.measure_prepared(label, {batch: prepared}, {"session_s": session_s})
 
     def _backend_environment(self) -> dict[str, str]:
         env = {

@@ -119,3 +119,30 @@ def test_scale_width_rounds_channels_to_8() -> None:
     assert Arch.decode(half.encode()) == half
     assert [round8(x) for x in (3.0, 12.0, 20.0, 27.0)] == [8, 16, 24, 32]
     assert np.isclose(spread([1, 2, 3])["median"], 2.0)
+
+
+def test_render_transfer_and_agent_records() -> None:
+    score = {"within_10": 0.9, "spearman": 0.96, "within_10_min": 0.8, "spearman_min": 0.95}
+    scratch = {**score, "within_10": 0.4}
+    by_n = {"20": {"adapted_informative": score, "adapted_random": score, "scratch_random": scratch}}
+    transfer = {
+        "command": ["python", "-m", "benchmarks.transfer"], "created": "2026-11-29T12:00:00+00:00",
+        "environment": MACHINE, "goal": {"n": 20, "spearman": 0.95, "within_10": 0.9},
+        "settings": {"space": "mobile", "n_full": 300, "n_test": 60, "shots": [20], "splits": 5, "reps": 10},
+        "devices": {"ort1": {"label": "ONNX Runtime, 1 thread", "usable_archs": 360},
+                    "torch": {"label": "eager PyTorch, 1 thread", "usable_archs": 358}},
+        "pairs": [{"source": "ort1", "target": "torch", "full": score, "source_as_is": score, "by_n": by_n,
+                   "goal_met": True}],
+    }
+    row = {"network": "mobilenetv2_100", "local_p50_ms": 10.0, "agent_p50_ms": 10.1, "p50_ratio": 1.01,
+           "transport_s": spread([0.004, 0.006]), "local_wall_s": 2.0, "agent_wall_s": 2.1}
+    agent = {"command": ["python", "-m", "benchmarks.agent"], "created": "2026-11-29T12:00:00+00:00",
+             "environment": MACHINE, "settings": {"input_shape": [1, 3, 224, 224], "rounds": 5},
+             "figures": {"rows": [row], "p50_ratio_median": 1.01, "p50_ratio_range": [1.01, 1.01],
+                         "transport_s_median": 0.005, "wall_ratio_median": 1.05, "goal_p50_ratio": 1.02, "met": True}}
+    out = render.render({"transfer": transfer, "agent": agent})
+    assert out.index("## A predictor for a new device") < out.index("## Measurement agent overhead")
+    assert "| ort1 -> torch | 90.0% / 0.960 | 90.0% / 0.960 | 90.0% / 0.960 | 90.0% / 0.960 | 40.0% / 0.960 |" in out
+    assert "met by\n1 of 1 pairs" in out
+    assert "| mobilenetv2_100 | 10.000 | 10.100 | 1.0100 | 5.0 ms | 2.00 / 2.10 |" in out
+    assert "**1.0100**" in out

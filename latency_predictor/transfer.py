@@ -1,0 +1,459 @@
+"""A predictor for a new device from a few measurements: adapt another device's predictor.
+
+The predictor (:class:`~latency_predictor.models.AdditiveModel`) is a sum of non-negative
+per-operator costs, ``intercept + sum_j w_j x_j``. Moving to another device keeps the *structure*
+(which operators cost what relative to each other within a family) and changes the *scales*: more
+threads speed up dense convolutions more than depthwise ones and not the per-call overhead at
+all; eager PyTorch pays far more per call than ONNX Runtime; another input size changes the
+share of fixed costs. So the features are split into a few groups (:data:`GROUPS`): dense
+compute, memory traffic, depthwise convolutions, element-wise work, per-call overhead, and the
+fixed cost (the intercept), and the new device's predictor is
+
+    latency = sum_g s_g * (sum over the features j of group g of w_j x_j)  +  s_fixed * intercept
+
+with the source device's ``w_j`` and one scale ``s_g >= 0`` per group, fitted on the n new
+measurements (:func:`fit_scales`): least squares on relative error, like the predictor itself,
+with a ridge penalty ``lam * sum_g (s_g / c - 1)^2`` that pulls every scale towards the one
+global scale ``c`` that best maps the source predictions onto the new measurements. ``lam`` is
+chosen by leave-one-out cross-validation on the n measurements, so with few or uninformative
+measurements the model falls back to "the same network mix, uniformly faster or slower", and with
+more it lets each family move on its own. The result is an ordinary ``AdditiveModel`` (its
+coefficients are ``s_g w_j``), saved and loaded like any predictor, with a bootstrap ensemble and
+leave-one-out errors for its uncertainty.
+
+Which architectures to measure (:func:`informative_order`): the scales are a linear model in the
+group contributions, and on relative error a network's row is its *mix*: the share of its
+predicted latency from each group. The best n rows for fitting such a model are those that make
+the information matrix ``sum_i a_i a_i^T`` largest (a D-optimal design). They are chosen greedily
+from a pool of candidates, each time the one the current design predicts worst (largest leverage
+``a^T M^-1 a``): the first is the network whose mix is most unusual, the next the one least like
+those chosen, and so on. Networks already measured count as chosen. The order is
+most informative first, so measuring stops early with the best subset so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import lsq_linear
+
+from latency_predictor.dataset import Dataset, LatencyTable
+from latency_predictor.errors import ConfigError, DatasetError
+from latency_predictor.features import FEATURE_NAMES, FeatureExtractor
+from latency_predictor.metrics import accuracy_metrics
+from latency_predictor.models import AdditiveModel, MacsBaseline
+from latency_predictor.predictor import PredictorEstimator
+from latency_predictor.target import PredictorTarget
+from search_spaces import Arch, arch_id_of
+
+_DENSE = ("stem", "pw_expand", "pw_project", "conv_k3", "conv_k5", "conv_k7", "conv_kx", "shortcut", "head",
+          "classifier")
+_DEPTHWISE = ("dw_k3", "dw_k5", "dw_k7", "dw_kx")
+
+
+def feature_group(name: str) -> str:
+    """The group of a feature (see the module docstring): ``dense_compute``, ``memory``,
+    ``depthwise``, ``elementwise`` or ``calls``."""
+    kind, _, quantity = name.partition(".")
+    if kind in ("act", "se", "add"):
+        return "elementwise"
+    if kind in _DEPTHWISE:
+        return "depthwise"
+    if quantity == "ops" or kind in ("depth", "blocks"):
+        return "calls"
+    if quantity.startswith("macs"):
+        return "dense_compute"
+    if kind in (*_DENSE, "total"):
+        return "memory"
+    raise ConfigError(f"feature {name!r} has no transfer group")
+
+
+GROUPS: tuple[str, ...] = ("dense_compute", "memory", "depthwise", "elementwise", "calls")
+"""The feature groups whose scales are refitted for a new device."""
+
+OVERHEADS: tuple[str, ...] = ("fixed_ms", "per_call_ms")
+"""The device's own overheads, fitted besides the scales: a fixed cost per inference (the
+intercept) and a cost per operator call (on ``total.ops``), which a slower framework adds."""
+
+PARAMETERS: tuple[str, ...] = (*GROUPS, *OVERHEADS)
+
+_GROUP_OF = np.array([GROUPS.index(feature_group(n)) for n in FEATURE_NAMES])
+_OPS = FEATURE_NAMES.index("total.ops")
+
+LAMBDAS: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1e4)
+"""Ridge strengths tried (per measurement); the largest is, in effect, one global scale."""
+
+
+def group_contributions(model: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch]) -> np.ndarray:
+    """The design of the adaptation: each group's part of ``model``'s prediction for ``archs`` (ms),
+    then a column of ones (the fixed cost) and the operator calls (per-call cost).
+
+    Returns:
+        shape ``(len(archs), len(PARAMETERS))``.
+    """
+    weights = np.zeros((len(FEATURE_NAMES), len(GROUPS) + 1))
+    weights[np.arange(len(FEATURE_NAMES)), _GROUP_OF] = model.coef
+    weights[_OPS, -1] = 1.0
+    out = np.zeros((len(archs), len(PARAMETERS)))
+    if archs:
+        projected = extractor.project(archs, weights)
+        out[:, : len(GROUPS)] = projected[:, :-1]
+        out[:, len(GROUPS)] = 1.0
+        out[:, len(GROUPS) + 1] = projected[:, -1]
+    return out
+
+
+@dataclass(frozen=True)
+class Scales:
+    """The fitted adaptation.
+
+    Attributes:
+        params: a scale per group of :data:`GROUPS`, then the overheads of :data:`OVERHEADS` (ms).
+        global_scale: the one scale mapping the source predictions onto the measurements, which
+            every group's scale is pulled towards.
+        lam: the chosen ridge strength (per measurement).
+        loo_abs_rel_error: leave-one-out absolute relative errors on the fitting measurements.
+    """
+
+    params: np.ndarray
+    global_scale: float
+    lam: float
+    loo_abs_rel_error: np.ndarray = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain numbers, by name."""
+        return {"scales": dict(zip(GROUPS, self.params[: len(GROUPS)].tolist(), strict=True)),
+                **dict(zip(OVERHEADS, self.params[len(GROUPS):].tolist(), strict=True)),
+                "global_scale": self.global_scale, "lambda": self.lam,
+                "loo_mape": float(np.mean(self.loo_abs_rel_error))}
+
+
+def _prior(z: np.ndarray, y: np.ndarray, source_intercept: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(theta0, weights, c)``: what each parameter is pulled towards, how hard, and the global scale.
+
+    Scales are pulled towards ``c`` relative to ``c``; the fixed cost towards ``c`` times the
+    source's intercept and the per-call cost towards 0, both relative to the mean latency.
+    """
+    k = len(GROUPS)
+    source = z[:, :k].sum(axis=1) + source_intercept
+    r = source / y
+    c = float(np.sum(r) / np.sum(r * r))
+    mean_ms = float(np.mean(y))
+    theta0 = np.r_[np.full(k, c), c * source_intercept, 0.0]
+    weights = np.r_[np.full(k, 1.0 / c), 1.0 / mean_ms, float(np.mean(z[:, -1])) / mean_ms]
+    return theta0, weights, c
+
+
+def _solve(z: np.ndarray, y: np.ndarray, lam: float, source_intercept: float) -> np.ndarray:
+    theta0, weights, _ = _prior(z, y, source_intercept)
+    active = np.abs(z).sum(axis=0) > 0  # a group absent from every network keeps its prior value
+    n = len(y)
+    root = np.sqrt(lam * n) * weights[active]
+    reg = np.eye(z.shape[1])[active] * root[:, None]
+    sol = lsq_linear(np.vstack([z / y[:, None], reg]), np.r_[np.ones(n), root * theta0[active]],
+                     bounds=(0.0, np.inf), method="bvls")
+    theta: np.ndarray = np.where(active, sol.x, theta0)
+    return theta
+
+
+def _loo(z: np.ndarray, y: np.ndarray, lam: float, source_intercept: float) -> np.ndarray:
+    err = np.empty(len(y))
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        theta = _solve(z[keep], y[keep], lam, source_intercept)
+        err[i] = abs(z[i] @ theta - y[i]) / y[i]
+    return err
+
+
+def fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float = 0.0,
+               lam: float | None = None) -> Scales:
+    """Fit the group scales and the overheads so that ``z @ params`` matches ``latency_ms``.
+
+    Least squares on relative error, with every parameter at least 0 and the ridge penalty of the
+    module docstring.
+
+    Args:
+        z: the design (:func:`group_contributions`).
+        latency_ms: the new device's measurements of the same networks.
+        source_intercept: the source predictor's intercept (the fixed cost is pulled towards it, scaled).
+        lam: ridge strength per measurement; None: chosen from :data:`LAMBDAS` by leave-one-out.
+
+    Raises:
+        ConfigError: fewer than 3 measurements, mismatched lengths, or invalid latencies.
+    """
+    y = np.asarray(latency_ms, dtype=np.float64)
+    if z.ndim != 2 or z.shape != (len(y), len(PARAMETERS)):
+        raise ConfigError(f"got {len(z)} design rows for {len(y)} measurements")
+    if len(y) < 3:
+        raise ConfigError(f"adapting needs at least 3 measured architectures of the new device, got {len(y)}")
+    if not (np.all(np.isfinite(y)) and np.all(y > 0)):
+        raise ConfigError("latencies must be finite and positive")
+    if lam is None:
+        # the lowest mean LOO error; on ties the stronger ridge (the simpler model when the data do not tell)
+        lam = min(LAMBDAS, key=lambda v: (round(float(np.mean(_loo(z, y, v, source_intercept))), 6), -v))
+    _, _, c = _prior(z, y, source_intercept)
+    return Scales(_solve(z, y, lam, source_intercept), c, float(lam), _loo(z, y, lam, source_intercept))
+
+
+def scaled_model(source: AdditiveModel, extractor: FeatureExtractor, params: np.ndarray) -> AdditiveModel:
+    """An ``AdditiveModel``: the source's coefficients times their group's scale, plus the overheads."""
+    m = AdditiveModel(extractor, members=0, robust_passes=source.robust_passes, seed=source.seed)
+    m.coef = source.coef * params[_GROUP_OF]
+    m.coef[_OPS] += params[len(GROUPS) + 1]
+    m.intercept = float(params[len(GROUPS)])
+    return m
+
+
+def unadapted(source: AdditiveModel, extractor: FeatureExtractor, scale: float = 1.0) -> AdditiveModel:
+    """The source model at the new input shape, every cost times ``scale`` (1: as it is)."""
+    return scaled_model(source, extractor, np.r_[np.full(len(GROUPS), scale), scale * source.intercept, 0.0])
+
+
+def adapt_model(
+    source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch], latency_ms: np.ndarray,
+    members: int = 16, seed: int = 0, lam: float | None = None,
+) -> tuple[AdditiveModel, Scales]:
+    """The source model adapted to the device ``latency_ms`` was measured on.
+
+    Args:
+        source: the other device's fitted model.
+        extractor: features at the new device's input shape and classifier width.
+        archs: the networks measured on the new device.
+        latency_ms: their latencies there.
+        members: bootstrap ensemble size for the uncertainty (refitted on resampled networks).
+        seed: seed of the bootstrap.
+        lam: ridge strength; None: chosen by leave-one-out.
+
+    Returns:
+        The adapted model (its ``oof_abs_rel_error`` is the leave-one-out error) and the fit.
+
+    Raises:
+        ConfigError: fewer than 3 networks, or invalid latencies.
+    """
+    y = np.asarray(latency_ms, dtype=np.float64)
+    z = group_contributions(source, extractor, archs)
+    fitted = fit_scales(z, y, source.intercept, lam)
+    model = scaled_model(source, extractor, fitted.params)
+    rng = np.random.default_rng(seed)
+    ens_c, ens_b = [], []
+    for _ in range(members):
+        idx = rng.integers(0, len(y), len(y))
+        member = scaled_model(source, extractor, _solve(z[idx], y[idx], fitted.lam, source.intercept))
+        ens_c.append(member.coef)
+        ens_b.append(member.intercept)
+    model.members = members
+    model.ensemble_coef = np.array(ens_c).reshape(members, len(FEATURE_NAMES))
+    model.ensemble_intercept = np.array(ens_b)
+    model.oof_abs_rel_error = fitted.loo_abs_rel_error
+    return model, fitted
+
+
+def informative_order(
+    source: AdditiveModel, extractor: FeatureExtractor, candidates: Sequence[Arch], n: int,
+    measured: Sequence[Arch] = (), ridge: float = 1e-3,
+) -> list[int]:
+    """The indices of the ``n`` candidates most worth measuring to adapt ``source``, best first.
+
+    Greedy D-optimal design on the candidates' relative design rows (the design of
+    :func:`group_contributions` over the source prediction, each column scaled to a largest value
+    of 1): each step takes the candidate with the largest leverage under the design so far, which
+    starts from ``measured`` (module docstring).
+
+    Raises:
+        ConfigError: ``n`` negative or larger than the number of candidates.
+    """
+    if not 0 <= n <= len(candidates):
+        raise ConfigError(f"cannot choose {n} of {len(candidates)} candidate architectures")
+    everything = [*candidates, *measured]
+    z = group_contributions(source, extractor, everything)
+    predicted = z[:, : len(GROUPS)].sum(axis=1) + source.intercept
+    rows = z / np.where(predicted > 0, predicted, 1.0)[:, None]
+    top = np.abs(rows).max(axis=0)
+    rows = rows / np.where(top > 0, top, 1.0)
+    a, done = rows[: len(candidates)], rows[len(candidates):]
+    info = ridge * np.eye(len(PARAMETERS)) + done.T @ done
+    chosen: list[int] = []
+    free = np.ones(len(candidates), dtype=bool)
+    for _ in range(n):
+        leverage = np.einsum("ij,jk,ik->i", a, np.linalg.inv(info), a)
+        leverage[~free] = -np.inf
+        i = int(np.argmax(leverage))
+        chosen.append(i)
+        free[i] = False
+        info += np.outer(a[i], a[i])
+    return chosen
+
+
+# ---------------------------------------------------------------------- a predictor for the new device
+
+@dataclass
+class TransferReport:
+    """How the adapted predictor does on held-out architectures of the new device.
+
+    Attributes:
+        source: the predictor adapted from (its device, what it was trained on).
+        dataset: the new device's dataset summary.
+        shots: the architectures the adaptation used (the first n of the dataset).
+        test_archs: the held-out architectures every figure is computed on.
+        scales: the fitted scales (:meth:`Scales.to_dict`).
+        models: accuracy of ``adapted``; ``scratch`` (the predictor fitted from scratch on the same
+            n), ``global_scale`` (the source times one scale), ``source`` (as it is), ``macs``
+            (latency proportional to MACs, fitted on the n) and ``full`` (a predictor trained on
+            many measurements of the new device, when given).
+        predictions: held-out predictions per model (ms), aligned with ``test_archs``.
+        measured_ms: held-out measured latencies.
+    """
+
+    source: dict[str, Any]
+    dataset: dict[str, Any]
+    shots: list[str]
+    test_archs: list[str]
+    scales: dict[str, Any]
+    models: dict[str, Any] = field(default_factory=dict)
+    predictions: dict[str, list[float]] = field(repr=False, default_factory=dict)
+    measured_ms: list[float] = field(repr=False, default_factory=list)
+
+    def to_dict(self, with_archs: bool = True) -> dict[str, Any]:
+        """A JSON-serialisable record (``with_archs=False`` leaves out the per-architecture lists)."""
+        d: dict[str, Any] = {
+            "source": self.source, "dataset": self.dataset, "n_shots": len(self.shots), "n_test": len(self.test_archs),
+            "scales": self.scales, "models": {k: m.to_dict() for k, m in self.models.items()},
+        }
+        if with_archs:
+            d.update(shots=self.shots, test_archs=self.test_archs, measured_ms=self.measured_ms,
+                     predictions=self.predictions)
+        return d
+
+    def table(self) -> str:
+        """The report as a fixed-width table."""
+        s, d = self.scales, self.dataset
+        lines = [
+            f"adapted from {self.source['device']} (trained on {self.source['n_train']}) with {len(self.shots)} "
+            f"measurements of {d['backend']} on {d['device']}, input {d['input_shape']}",
+            "scales: " + ", ".join(f"{g} {v:.3g}" for g, v in s["scales"].items())
+            + f" (global {s['global_scale']:.3g}); fixed {s['fixed_ms']:.3g} ms, per call {s['per_call_ms']:.3g} ms; "
+            f"lambda {s['lambda']:g}, leave-one-out MAPE {s['loo_mape']:.1%}",
+        ]
+        if not self.models:
+            lines.append("no held-out architectures: nothing to compare (measure more on this device, after the "
+                         "first n, or give --test-data)")
+            return "\n".join(lines)
+        lines += [
+            f"held-out architectures: {len(self.test_archs)}",
+            f"{'model':<14}{'n':>6}{'MAPE':>8}{'+-5%':>8}{'+-10%':>8}{'Spearman':>10}{'Kendall':>9}",
+        ]
+        for name, m in self.models.items():
+            n = self.source["n_train"] if name == "source" else len(self.shots)
+            if name == "full":
+                n = self.source.get("full_n_train", "-")
+            lines.append(f"{name:<14}{n!s:>6}{m.mape:>8.2%}{m.within_5:>8.1%}{m.within_10:>8.1%}{m.spearman:>10.3f}"
+                         f"{m.kendall:>9.3f}")
+        return "\n".join(lines)
+
+
+def _source_summary(source: PredictorEstimator) -> dict[str, Any]:
+    fp = source.target.fingerprint
+    model = fp.environment.get("device_name") or fp.environment.get("cpu_model") or fp.device
+    threads = fp.environment.get("intra_op_threads") or fp.environment.get("torch_threads")
+    device = f"{fp.backend} on {model}" + (f", {threads} thread(s)" if threads else "")
+    device += f", input {'x'.join(map(str, source.target.input_shape))}"
+    return {"device": device, "fingerprint": fp.digest, "predictor_digest": source.digest, "space": source.target.space,
+            "input_shape": list(source.target.input_shape), "n_train": len(source.training.get("train_arch_ids", []))}
+
+
+def adapt_predictor(
+    source: PredictorEstimator,
+    dataset: Dataset,
+    shots: int | None = None,
+    test: Dataset | None = None,
+    full: PredictorEstimator | None = None,
+    members: int = 16,
+    seed: int = 0,
+    include_disturbed: bool = False,
+) -> tuple[PredictorEstimator, TransferReport]:
+    """Adapt ``source`` (another device's predictor) with measurements of the device of ``dataset``.
+
+    Args:
+        source: the predictor to start from.
+        dataset: the new device's measurements, in the order they were made (a collection with
+            ``--adapt-from`` measures the most informative first).
+        shots: adapt with the first ``shots`` usable architectures (None: all of them).
+        test: held-out measurements of the same device (None: the dataset's architectures after
+            the first ``shots``, if any).
+        full: a predictor trained on many measurements of the new device, to compare against.
+        members: bootstrap ensemble size of the adapted predictor.
+        seed: seed of the bootstrap.
+        include_disturbed: also use architectures whose every measurement was disturbed.
+
+    Returns:
+        The adapted predictor, valid for the dataset's setting, and the comparison on held-out
+        architectures (empty ``models`` when there are none).
+
+    Raises:
+        DatasetError: fewer usable architectures than ``shots`` (or than 3).
+        PredictorMismatchError: ``test`` or ``full`` is for another setting than ``dataset``.
+        ConfigError: ``full`` was trained on held-out architectures.
+    """
+    table = dataset.table(include_disturbed=include_disturbed)
+    n = len(table) if shots is None else shots
+    if n < 3 or n > len(table):
+        raise DatasetError(
+            f"{dataset.path}: {len(table)} usable architectures; adapting with the first {n} needs at least "
+            f"{max(n, 3)}: collect more on this device"
+        )
+    fit_rows = table.subset(np.arange(n))
+    if test is not None:
+        test.target.check(dataset.target, what="test dataset")
+        held = test.table(include_disturbed=include_disturbed)
+        held = held.subset([i for i, a in enumerate(held.archs) if a not in set(fit_rows.archs)])
+    else:
+        held = table.subset(np.arange(n, len(table)))
+    extractor = FeatureExtractor(dataset.target.input_shape, dataset.target.num_classes)
+    fit_archs = [Arch.decode(a) for a in fit_rows.archs]
+    model, scales = adapt_model(source.model, extractor, fit_archs, fit_rows.latency_ms, members, seed)
+    report = TransferReport(
+        source=_source_summary(source), dataset=dataset.summary(), shots=list(fit_rows.archs),
+        test_archs=list(held.archs), scales=scales.to_dict(),
+    )
+    if len(held) >= 2:
+        _compare(report, source, model, scales, extractor, fit_archs, fit_rows.latency_ms, held, dataset.target,
+                 full, seed)
+    training = {
+        "dataset": dataset.summary(), "seed": seed, "adapted_from": report.source,
+        "train_arch_ids": [arch_id_of(a) for a in fit_rows.archs],
+        "test_arch_ids": [arch_id_of(a) for a in held.archs],
+        "report": report.to_dict(with_archs=False),
+    }
+    return PredictorEstimator(model, dataset.target, training), report
+
+
+def _compare(
+    report: TransferReport, source: PredictorEstimator, adapted: AdditiveModel, scales: Scales,
+    extractor: FeatureExtractor, fit_archs: list[Arch], fit_ms: np.ndarray, held: LatencyTable,
+    target: PredictorTarget, full: PredictorEstimator | None, seed: int,
+) -> None:
+    test_archs = [Arch.decode(a) for a in held.archs]
+    preds: dict[str, np.ndarray] = {"adapted": adapted.predict(test_archs)}
+    if len(fit_archs) >= 5:
+        scratch = AdditiveModel(extractor, members=0, seed=seed)
+        scratch.fit(fit_archs, fit_ms)
+        preds["scratch"] = scratch.predict(test_archs)
+    preds["global_scale"] = unadapted(source.model, extractor, scales.global_scale).predict(test_archs)
+    preds["source"] = unadapted(source.model, extractor).predict(test_archs)
+    macs = MacsBaseline(extractor)
+    macs.fit(fit_archs, fit_ms)
+    preds["macs"] = macs.predict(test_archs)
+    if full is not None:
+        full.target.check(target, what="full predictor")
+        seen = set(full.training.get("train_arch_ids", [])) & {arch_id_of(a) for a in held.archs}
+        if seen:
+            raise ConfigError(f"the full predictor was trained on {len(seen)} of the held-out architectures: "
+                              "compare on architectures it has not seen (another --test-data)")
+        preds["full"] = full.predict_many(test_archs)
+        report.source["full_n_train"] = len(full.training.get("train_arch_ids", []))
+    report.models = {k: accuracy_metrics(held.latency_ms, p) for k, p in preds.items()}
+    report.predictions = {k: p.tolist() for k, p in preds.items()}
+    report.measured_ms = held.latency_ms.tolist()
