@@ -242,7 +242,9 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
     _baselines(archs, shape, data.num_classes, values, seconds)
 
     trained = [e for e in estimator_names(cfg) if e not in ("params", "macs")]
-    todo = [Task(a, e) for e in (*trained, REFERENCE) for a in archs if (a, e) not in done]
+    # Architecture by architecture (its cheap estimates, then its reference): whatever load the
+    # machine has at a time falls on every estimator alike, so the costs stay comparable.
+    todo = [Task(a, e) for a in archs for e in (*trained, REFERENCE) if (a, e) not in done]
     log(f"fidelity {name}: {len(archs)} architectures of {space.name}, {len(done)} estimates recorded, "
         f"{len(todo)} to compute (reference: {cfg.reference.train_samples} images x {cfg.reference.epochs} epochs; "
         f"{cfg.workers} at a time); records in {records_path}")
