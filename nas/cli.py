@@ -17,11 +17,13 @@ error (a bad value, an unreachable service) prints one line and exits with statu
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import hydra
 import yaml
@@ -30,8 +32,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nas.core.config import GROUP_SCHEMAS, ExportConfig, FidelityConfig, LeaderboardConfig, SearchConfig
-from nas.core.errors import USER_ERRORS
+from nas.core.config import ExportConfig, FidelityConfig, LeaderboardConfig, SearchConfig
+from nas.core.errors import USER_ERRORS, ConfigError
 from search_spaces import available_spaces
 from search_spaces.space import SPACES_DIR
 
@@ -47,20 +49,34 @@ def conf_dir() -> Path:
 
 
 def register_configs() -> None:
-    """Register every schema in Hydra's ConfigStore, and the built-in spaces as the ``space`` group."""
+    """Register the commands' schemas in Hydra's ConfigStore, and the built-in spaces as the ``space`` group.
+
+    The groups' YAML files (``conf/<group>/*.yaml``) need no schema entry of their own: they merge
+    into the typed config of their command, which checks every key and type. So ``latency=schema``
+    is not an option, and a misspelt key fails naming it.
+    """
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=SearchConfig)
     cs.store(name="leaderboard_schema", node=LeaderboardConfig)
     cs.store(name="export_schema", node=ExportConfig)
     cs.store(name="fidelity_schema", node=FidelityConfig)
-    for group, schema in GROUP_SCHEMAS.items():
-        cs.store(group=group, name="schema", node=schema)
     for name in available_spaces():
         cs.store(group="space", name=name, node=yaml.safe_load((SPACES_DIR / f"{name}.yaml").read_text()))
 
 
+def register_groups(groups: Iterable[str]) -> None:
+    """Offer the options of ``groups`` (``conf/<group>/*.yaml``) to a command whose config folder is
+    ``conf/review``: the review commands see these groups and no others (``search=`` is then their
+    option naming a search, not the search command's ``search`` group)."""
+    cs = ConfigStore.instance()
+    for group in groups:
+        for f in sorted((Path(CONF_DIR) / group).glob("*.yaml")):
+            cs.store(group=group, name=f.stem, node=OmegaConf.load(f))
+
+
 register_configs()
 CONF_DIR = str(conf_dir())
+REVIEW_DIR = str(conf_dir() / "review")
 
 
 def compose_search_config(*overrides: str) -> SearchConfig:
@@ -81,7 +97,56 @@ def compose_search_config(*overrides: str) -> SearchConfig:
     return cfg
 
 
+def unknown_keys(node: Any, schema: type, prefix: str = "") -> list[tuple[str, list[str]]]:
+    """Keys of a composed ``node`` its dataclass ``schema`` does not have, each with the keys its
+    place does have (``+key=value`` adds keys Hydra does not check); free-form mappings
+    (``options``, ``measure``, the space) are left alone."""
+    hints = typing.get_type_hints(schema)
+    out = []
+    for key in node:
+        name = str(key)
+        if name not in hints:
+            out.append((f"{prefix}{name}", sorted(hints)))
+            continue
+        sub = hints[name]
+        inner = next((a for a in typing.get_args(sub) if dataclasses.is_dataclass(a)), sub)
+        if dataclasses.is_dataclass(inner) and OmegaConf.is_dict(node[key]):
+            out += unknown_keys(node[key], cast(type, inner), f"{prefix}{name}.")
+    return out
+
+
+def check_user_yaml(argv: list[str]) -> None:
+    """Parse every YAML file of the folders added with ``hydra.searchpath=[file://...]`` before Hydra does:
+    a syntax error in a user's space or group file is one line naming the file, line and column
+    (exit status 2), not Hydra's traceback."""
+    folders: list[Path] = []
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key == "hydra.searchpath":
+            for item in value.strip("[]").split(","):
+                item = item.strip().strip("'\"")
+                if item.startswith("file://"):
+                    folders.append(Path(item[len("file://"):]))
+    for folder in folders:
+        for f in sorted(folder.rglob("*.yaml")) if folder.is_dir() else []:
+            try:
+                yaml.safe_load(f.read_text())
+            except yaml.MarkedYAMLError as err:
+                mark = err.problem_mark
+                where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+                print(f"error: {f}: {where}: {err.problem or err}", file=sys.stderr)
+                sys.exit(2)
+            except (yaml.YAMLError, OSError, UnicodeDecodeError) as err:
+                print(f"error: {f}: not valid YAML: {err}", file=sys.stderr)
+                sys.exit(2)
+
+
 def _typed(dcfg: DictConfig, kind: type[T]) -> T:
+    extra = unknown_keys(dcfg, kind)
+    if extra:
+        key, known = extra[0]
+        where = key.rpartition(".")[0] or "the top level"
+        raise ConfigError(key, f"unknown setting (added with '+'?); {where} has {', '.join(known)}")
     cfg = OmegaConf.to_object(dcfg)
     if not isinstance(cfg, kind):
         raise TypeError(f"the composed config is a {type(cfg).__name__}, not a {kind.__name__}")
@@ -112,23 +177,15 @@ def no_space_message() -> str:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
-def search_main(dcfg: DictConfig) -> None:
-    """``python -m nas.search +space=mobile target_ms=50``: convert the config and run the search.
-
-    Exit status: 0 when the search finished, 2 on a user error (bad config, unreachable
-    service), 130 when it was interrupted (Ctrl-C; what finished is recorded).
-    """
+def _search(dcfg: DictConfig) -> None:
     from nas.driver import run_search  # the search's dependencies load after the config is checked
 
     if dcfg.get("space") is None:
         print(no_space_message(), file=sys.stderr)
         sys.exit(2)
-    cfg = _typed(dcfg, SearchConfig)
+    cfg = _run_or_exit(lambda: _typed(dcfg, SearchConfig))
     hydra_cfg = HydraConfig.get()
-    runtime = hydra_cfg.runtime
-    cfg.space_source = f"search_spaces/spaces/{runtime.choices.get('space')}.yaml"
-    if not cfg.resume:  # a resumed search keeps its recorded folder unless output_dir= is given
-        cfg.output_dir = cfg.output_dir or runtime.output_dir
+    cfg.space_source = f"search_spaces/spaces/{hydra_cfg.runtime.choices.get('space')}.yaml"
     command = ["python", "-m", "nas.search", *hydra_cfg.overrides.task]
     try:
         result = _run_or_exit(lambda: run_search(cfg, command))
@@ -138,15 +195,24 @@ def search_main(dcfg: DictConfig) -> None:
         sys.exit(130)
 
 
+def search_main() -> None:
+    """``python -m nas.search +space=mobile target_ms=50``: convert the config and run the search.
+
+    Exit status: 0 when the search finished, 2 on a user error (bad config, unreachable
+    service), 130 when it was interrupted (Ctrl-C; what finished is recorded).
+    """
+    check_user_yaml(sys.argv[1:])
+    _search()
+
+
 # ---------------------------------------------------------------------- python -m nas.leaderboard
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="leaderboard")
-def leaderboard_main(dcfg: DictConfig) -> None:
-    """``python -m nas.leaderboard [search=...] [top_k=...] [sort=...] [pareto=true] [format=csv] ...``."""
+@hydra.main(version_base="1.3", config_path=REVIEW_DIR, config_name="leaderboard")
+def _leaderboard(dcfg: DictConfig) -> None:
     from nas.review.leaderboard import run_leaderboard
 
-    cfg = _typed(dcfg, LeaderboardConfig)
+    cfg = _run_or_exit(lambda: _typed(dcfg, LeaderboardConfig))
     result = _run_or_exit(lambda: run_leaderboard(cfg))
     if not cfg.output:
         print(result.text.rstrip("\n"))
@@ -154,32 +220,44 @@ def leaderboard_main(dcfg: DictConfig) -> None:
         print(note, file=sys.stderr if cfg.format != "table" else sys.stdout)
 
 
+def leaderboard_main() -> None:
+    """``python -m nas.leaderboard [search=...] [top_k=...] [sort=...] [pareto=true] [format=csv] ...``."""
+    check_user_yaml(sys.argv[1:])
+    register_groups(["tracking"])
+    _leaderboard()
+
+
 # ---------------------------------------------------------------------- python -m nas.export
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="export")
-def export_main(dcfg: DictConfig) -> None:
-    """``python -m nas.export [candidate=...] [search=...] [train.epochs=N] [register=NAME] ...``."""
+@hydra.main(version_base="1.3", config_path=REVIEW_DIR, config_name="export")
+def _export(dcfg: DictConfig) -> None:
     from nas.review.export import run_export, summary
 
-    cfg = _typed(dcfg, ExportConfig)
+    cfg = _run_or_exit(lambda: _typed(dcfg, ExportConfig))
     result = _run_or_exit(lambda: run_export(cfg))
     print(summary(result), flush=True)
+
+
+def export_main() -> None:
+    """``python -m nas.export [candidate=...] [search=...] [train.epochs=N] [register=NAME] ...``."""
+    check_user_yaml(sys.argv[1:])
+    register_groups(["tracking", "train", "data"])
+    _export()
 
 
 # ---------------------------------------------------------------------- python -m nas.fidelity
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="fidelity")
-def fidelity_main(dcfg: DictConfig) -> None:
-    """``python -m nas.fidelity +space=mobile_cifar data=cifar10_jpeg data.path=... [k=20] ...``."""
+def _fidelity(dcfg: DictConfig) -> None:
     from nas.studies.fidelity import run_fidelity, table
 
     if dcfg.get("space") is None:
         print(no_space_message().replace("nas.search +space", "nas.fidelity +space").replace(" target_ms=50", ""),
               file=sys.stderr)
         sys.exit(2)
-    cfg = _typed(dcfg, FidelityConfig)
+    cfg = _run_or_exit(lambda: _typed(dcfg, FidelityConfig))
     cfg.space_source = f"search_spaces/spaces/{HydraConfig.get().runtime.choices.get('space')}.yaml"
     result = _run_or_exit(lambda: run_fidelity(cfg))
     print(f"\nProxy fidelity {result.name}: {len(result.archs)} architectures, {result.computed} estimates computed "
@@ -187,3 +265,9 @@ def fidelity_main(dcfg: DictConfig) -> None:
     print(table(result, cfg))
     print(f"\nFiles: {result.folder} (fidelity.json, fidelity.md, fidelity.png, records.jsonl)")
     print(f"MLflow run {result.run_id}")
+
+
+def fidelity_main() -> None:
+    """``python -m nas.fidelity +space=mobile_cifar data=cifar10_jpeg data.path=... [k=20] ...``."""
+    check_user_yaml(sys.argv[1:])
+    _fidelity()

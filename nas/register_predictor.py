@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from latency_predictor.dataset import dataset_tracking_record
 from latency_predictor.predictor import predictor_tracking_record
-from nas.adapters.mlflow_reader import default_tracking_uri
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.errors import USER_ERRORS
+from nas.core.paths import default_tracking_uri
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         files, params = predictor_tracking_record(args.predictor)
         dfiles, dparams = dataset_tracking_record(args.dataset) if args.dataset else ([], None)
-        writer = StoreWriter(args.tracking_uri or default_tracking_uri(Path.cwd()), args.experiment)
+        writer = StoreWriter(args.tracking_uri or default_tracking_uri(), args.experiment)
         name = f"predictor-{params.get('space', '')}-{str(params.get('predictor_digest', ''))[:8]}"
         run_id, version = writer.log_predictor(name, files, params, dfiles, dparams, args.register)
     except USER_ERRORS as err:

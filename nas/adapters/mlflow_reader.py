@@ -31,7 +31,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
-from nas.core.errors import TrackingError
+from nas.core.errors import NotRecordedError, TrackingError
+from nas.core.paths import default_tracking_uri
 from nas.core.record import KILLED, Candidate, SearchRecord
 
 ROLE_TAG = "latnas.role"
@@ -43,11 +44,6 @@ REFERENCE_PREFIX = "reference."
 REFERENCE_DEVICE_TAG = "reference_device"
 RUN_ID_RE = re.compile(r"[0-9a-f]{32}")
 _RECORD_TAGS_SKIPPED = (ROLE_TAG, SEARCH_TAG, PARENT_TAG, "trial_id")
-
-
-def default_tracking_uri(base_dir: Path) -> str:
-    """``sqlite:///<base_dir>/mlflow.db`` with ``base_dir`` made absolute."""
-    return f"sqlite:///{(base_dir / 'mlflow.db').resolve()}"
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -199,7 +195,7 @@ class StoreReader:
     """Read access to one experiment of an existing MLflow store.
 
     Args:
-        uri: the tracking URI; None: ``sqlite:///<cwd>/mlflow.db``, the search's default.
+        uri: the tracking URI; None: the project's store (``sqlite:///<home>/mlflow.db``), the search's default.
         experiment: the experiment name.
 
     Raises:
@@ -207,10 +203,10 @@ class StoreReader:
     """
 
     def __init__(self, uri: str | None, experiment: str) -> None:
-        self.uri = uri or default_tracking_uri(Path.cwd())
+        self.uri = uri or default_tracking_uri()
         path = sqlite_path(self.uri)
         if path is not None and not path.is_file():
-            raise TrackingError(
+            raise NotRecordedError(
                 f"no MLflow store at {path}: run a search first (python -m nas.search +space=tiny target_ms=5) "
                 "or point tracking.uri at the search's store (sqlite:////abs/path/mlflow.db)"
             )
@@ -220,7 +216,7 @@ class StoreReader:
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None or exp.lifecycle_stage == "deleted":
                 names = sorted(e.name for e in self.client.search_experiments())
-                raise TrackingError(f"experiment {experiment!r} not found in {self.uri}; experiments there: {names}")
+                raise NotRecordedError(f"experiment {experiment!r} not found in {self.uri}; experiments there: {names}")
         self.experiment = experiment
         self.experiment_id: str = exp.experiment_id
 

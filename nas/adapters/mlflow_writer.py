@@ -17,7 +17,9 @@ driver was writing when it died ``KILLED``, and hands back the finished candidat
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -45,10 +47,25 @@ from nas.adapters.mlflow_reader import (
     sqlite_path,
 )
 from nas.core.errors import TrackingError
+from nas.core.paths import project_home, unwritable
 from nas.core.record import KILLED, Candidate, SearchRecord
 
 _MAX_PARAMS, _MAX_TAGS, _MAX_METRICS = 100, 100, 1000
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_DEVELOPMENT = "custom_model_development"
 _MAX_PARAM_LEN = 6000
+
+
+def candidate_run_name(cand: Candidate) -> str:
+    """A candidate run's name that says what it is at a glance in MLflow's run list, e.g.
+    ``3f2a9c1d0b7e acc 0.912, 12.31 ms, meets target`` (the arch_id is also the param ``arch_id``)."""
+    if cand.status == "FAILED":
+        return f"{cand.arch_id} failed: {cand.tags.get('failure_type', 'error')}"
+    est = cand.tags.get("accuracy_estimator", "train")
+    figure = f"acc {cand.accuracy:.3f}" if est == "train" else f"{est} {cand.accuracy:.4g}"
+    meets = {True: ", meets target", False: ", misses target", None: ""}[cand.meets_target]
+    pruned = f", pruned at epoch {int(cand.metric('epochs_completed'))}" if cand.status == "PRUNED" else ""
+    return f"{cand.arch_id} {figure}, {cand.latency_p50:.2f} ms{meets}{pruned}"
 
 
 def check_reachable(uri: str) -> None:
@@ -74,8 +91,17 @@ def check_reachable(uri: str) -> None:
         path = sqlite_path(uri)
         if path is None or not path.is_absolute():
             raise TrackingError(f"tracking.uri {uri!r}: use an absolute SQLite path, e.g. sqlite:////abs/path/mlflow.db")
-        if not path.parent.is_dir():
-            raise TrackingError(f"tracking.uri {uri!r}: folder {str(path.parent)!r} does not exist")
+        # The project home is created on first use; any other folder must exist (a typo in a path
+        # would otherwise quietly start a new, empty store).
+        if not path.parent.exists() and path.parent != project_home():
+            raise TrackingError(f"tracking.uri {uri!r}: the folder {str(path.parent)!r} does not exist; create it "
+                                "or fix the path")
+        problem = unwritable(path.parent)
+        if problem is None and path.exists() and not os.access(path, os.W_OK):
+            problem = f"{str(path)!r} is read-only"
+        if problem:
+            raise TrackingError(f"tracking.uri {uri!r}: cannot write the store: {problem}; choose a folder you can "
+                                "write (tracking.uri=sqlite:////abs/path/mlflow.db)")
     elif parsed.scheme not in ("databricks", "postgresql", "mysql", "mssql") and not parsed.scheme.startswith(
         ("postgresql+", "mysql+", "mssql+")
     ):
@@ -116,8 +142,11 @@ class StoreWriter:
         quiet_mlflow()
         self.uri = uri
         self.experiment = experiment
-        self.client = MlflowClient(tracking_uri=uri)
-        with mlflow_errors(lambda: f"tracking.uri {uri!r}: cannot open the MLflow store"):
+        # Two processes creating one SQLite store at once both fail (MLflow's schema migration
+        # races); the first creates it while the other waits on a lock file beside it. The client
+        # creates the tables as it opens the store, so it is made under the lock too.
+        with _creation_lock(uri), mlflow_errors(lambda: f"tracking.uri {uri!r}: cannot open the MLflow store"):
+            self.client = MlflowClient(tracking_uri=uri)
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None:
                 location = None
@@ -133,6 +162,9 @@ class StoreWriter:
                 )
             else:
                 self.experiment_id = exp.experiment_id
+            if exp is None or EXPERIMENT_KIND_TAG not in exp.tags:
+                # MLflow 3's UI opens an experiment without this tag in its GenAI view (traces, no runs).
+                self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_DEVELOPMENT)
 
     def reader(self) -> StoreReader:
         """A reader of the same store and experiment."""
@@ -194,7 +226,8 @@ class StoreWriter:
             metrics += [Metric(k, v, now, step) for k, v in row.items() if k != "epoch"]
         with mlflow_errors(lambda: f"cannot record candidate {cand.arch_id} in {self.uri}"):
             run = self.client.create_run(
-                self.experiment_id, start_time=int(cand.start_time * 1000), run_name=cand.arch_id, tags=tags
+                self.experiment_id, start_time=int(cand.start_time * 1000), run_name=candidate_run_name(cand),
+                tags=tags,
             )
             run_id = str(run.info.run_id)
             # The final value of a metric with history is its last step, which MLflow shows as latest.
@@ -202,6 +235,13 @@ class StoreWriter:
             self.client.set_terminated(run_id, "FAILED" if cand.status == "FAILED" else "FINISHED",
                                        end_time=int(cand.end_time * 1000))
         return run_id
+
+    def log_table(self, run_id: str, rows: list[dict[str, Any]], artifact_file: str) -> None:
+        """A table on a run, as MLflow's UI shows tables (its artifact view renders it, sortable)."""
+        columns = list(rows[0]) if rows else []
+        data = {c: ["" if r.get(c) is None else r.get(c) for r in rows] for c in columns}
+        with mlflow_errors(lambda: f"cannot log the table {artifact_file} on run {run_id}"):
+            self.client.log_table(run_id, data=data, artifact_file=artifact_file)
 
     def log_summary(self, run_id: str, metrics: Mapping[str, float], tags: Mapping[str, str] | None = None) -> None:
         """Summary metrics (and tags) on a run."""
@@ -372,6 +412,22 @@ class StoreWriter:
             self.client.log_batch(run_id, tags=chunk)
         for chunk in _chunks(metrics or [], _MAX_METRICS):
             self.client.log_batch(run_id, metrics=chunk)
+
+
+@contextmanager
+def _creation_lock(uri: str) -> Iterator[None]:
+    path = sqlite_path(uri)
+    if path is None:  # a server or database serialises its own schema changes
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 @contextmanager

@@ -62,7 +62,7 @@ def make_sampler(name: str, seed: int, n_startup_trials: int, population_size: i
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=population_size)
-    raise ConfigError("search.sampler", f"{name!r} is not one of ['tpe', 'random', 'nsga2']")
+    raise ConfigError("search.sampler", f"{name!r} is not one of ['tpe', 'random', 'nsga2'] (Optuna's)")
 
 
 class _Suggestions(Mapping[str, Any]):
@@ -103,18 +103,37 @@ class ArchSampler:
         population_size: NSGA-II's population.
         max_duplicates: give up (the space is taken as exhausted) after this many already
             evaluated suggestions in a row.
+        storage: an Optuna storage URL (e.g. ``sqlite:////abs/optuna.db``) where the study
+            persists (``optuna-dashboard <url>`` shows it); None: in memory.
+        study_name: the study's name in ``storage`` (the search's name): a study of that name is
+            continued, its trials left running by a stopped driver marked failed.
+
+    Raises:
+        ConfigError: a storage URL Optuna cannot open.
     """
 
     def __init__(
         self, space: SearchSpace, sampler: str = "tpe", seed: int = 0, n_startup_trials: int = 8,
-        population_size: int = 8, max_duplicates: int = 200,
+        population_size: int = 8, max_duplicates: int = 200, storage: str | None = None,
+        study_name: str | None = None,
     ) -> None:
         self.space = space
         self.objectives = objectives(sampler)
-        self.study = optuna.create_study(
-            sampler=make_sampler(sampler, seed, n_startup_trials, population_size),
-            directions=["maximize" if mode == "max" else "minimize" for _, mode in self.objectives],
-        )
+        try:
+            self.study = optuna.create_study(
+                sampler=make_sampler(sampler, seed, n_startup_trials, population_size), storage=storage,
+                study_name=study_name, load_if_exists=storage is not None,
+                directions=["maximize" if mode == "max" else "minimize" for _, mode in self.objectives],
+            )
+        except (ValueError, ImportError, optuna.exceptions.OptunaError) as err:
+            raise ConfigError("search.storage", f"Optuna cannot open {storage!r}: {err}") from None
+        # Trials a stopped driver left running are over; finished ones stay for the sampler's model.
+        self._stored: set[str] = set()
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state == optuna.trial.TrialState.RUNNING:
+                self.study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            elif "arch" in t.user_attrs:
+                self._stored.add(str(t.user_attrs["arch"]))
         self.max_duplicates = max_duplicates
         self._options = {d.name: d.options for d in space.choices()}
         self._size = space.size()
@@ -172,6 +191,9 @@ class ArchSampler:
             SearchSpaceError: ``arch`` does not belong to the space.
         """
         if arch in self._done or arch in self._running:
+            return
+        if arch in self._stored:  # already a trial of the persisted study: known, not added twice
+            self._done[arch] = outcome
             return
         decisions = self.space.to_decisions(self.space.decode(arch))
         params = {name: value for name, value in decisions.items() if name in self._options}

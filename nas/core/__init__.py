@@ -1,4 +1,4 @@
-"""The plain types and pure logic every part of the search shares; no outside system, no I/O.
+"""The plain types and pure logic every part of the search shares; no outside system.
 
 * :mod:`nas.core.config`: the configuration schemas of every command and their checks;
 * :mod:`nas.core.errors`: :class:`~nas.core.errors.NASError` and its subclasses;
@@ -7,5 +7,6 @@
   ranking and the Pareto front;
 * :mod:`nas.core.sampling`: what a search algorithm is to the driver (ask/tell);
 * :mod:`nas.core.evolution`: regularised evolution;
-* :mod:`nas.core.table`: the one text table of candidates.
+* :mod:`nas.core.table`: the one text table of candidates;
+* :mod:`nas.core.paths`: where a project's files go (the ``.latnas`` home) and whether they can.
 """

@@ -32,7 +32,7 @@ AMP_MODES = ("auto", "off", "bf16", "fp16")
 CHANNELS_LAST = ("auto", "on", "off")
 ZERO_COST_ESTIMATORS = ("naswot", "synflow", "grad_norm", "jacob_cov")
 ESTIMATORS = ("train", *ZERO_COST_ESTIMATORS)
-SAMPLERS = ("tpe", "random", "nsga2")
+SAMPLERS = ("tpe", "random", "nsga2", "evolution")
 SCHEDULERS = ("fifo", "asha")
 _DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
@@ -164,8 +164,8 @@ class SearchAlgConfig:
     """The search algorithm (the ``search`` group).
 
     Attributes:
-        sampler: ``tpe`` (Optuna's TPE), ``random``, or ``nsga2`` (multi-objective: accuracy
-            up, latency down).
+        sampler: ``tpe`` (Optuna's TPE), ``random``, ``nsga2`` (multi-objective: accuracy
+            up, latency down) or ``evolution`` (regularised evolution on the reward).
         n_trials: distinct architectures to evaluate.
         max_concurrent: trials running at once.
         seed: seed of the sampler.
@@ -174,7 +174,11 @@ class SearchAlgConfig:
         grace_period: ASHA: epochs before a trial may be stopped.
         reduction_factor: ASHA: the halving rate.
         n_startup_trials: TPE: random trials before the model is used.
-        population_size: NSGA-II: the population size.
+        population_size: NSGA-II and evolution: the population size.
+        tournament_size: evolution: members compared to pick each parent.
+        storage: an Optuna storage URL (e.g. ``sqlite:////abs/optuna.db``) where the study
+            persists, named after the search (``optuna-dashboard <url>`` shows it; a resumed
+            search continues it); None: in memory. Not for ``evolution``.
         max_duplicates: consecutive already-evaluated suggestions after which the space is
             taken as exhausted and the search ends.
         trial_timeout_s: wall-clock limit of one trial in seconds (None: no limit); checked
@@ -194,6 +198,8 @@ class SearchAlgConfig:
     reduction_factor: int = 2
     n_startup_trials: int = 8
     population_size: int = 8
+    tournament_size: int = 3
+    storage: str | None = None
     max_duplicates: int = 200
     trial_timeout_s: float | None = None
     max_retries: int = 2
@@ -224,7 +230,7 @@ class TrackingConfig:
     """Where results are recorded (the ``tracking`` group).
 
     Attributes:
-        uri: MLflow tracking URI; None: ``sqlite:///<launch directory>/mlflow.db``.
+        uri: MLflow tracking URI; None: ``sqlite:///<home>/mlflow.db`` (:mod:`nas.core.paths`).
         experiment: MLflow experiment name.
     """
 
@@ -242,8 +248,8 @@ class SearchConfig:
         target_ms: the latency target in milliseconds.
         name: the search's name (MLflow parent run name, Ray experiment name); None:
             ``<space>-<target>ms-<date>-<time>``.
-        output_dir: absolute folder for this search's files (Ray Tune state, artifacts);
-            None: ``outputs/<name>`` under the launch directory.
+        output_dir: absolute folder for this search's files (Ray Tune state, artifacts, log);
+            None: ``<home>/searches/<name>`` (:mod:`nas.core.paths`).
         top_k: candidates shown in the final table.
         progress: show the progress bar.
         resume: continue the search called ``name`` recorded in the tracking store (its
@@ -376,6 +382,11 @@ def validate(cfg: SearchConfig) -> None:
     _int_at_least("search.reduction_factor", s.reduction_factor, 2)
     _int_at_least("search.n_startup_trials", s.n_startup_trials, 0)
     _int_at_least("search.population_size", s.population_size, 2)
+    if not 1 <= s.tournament_size <= s.population_size:
+        raise ConfigError("search.tournament_size", f"must be in 1..search.population_size ({s.population_size}), "
+                          f"got {s.tournament_size}")
+    if s.storage is not None and s.sampler == "evolution":
+        raise ConfigError("search.storage", "is an Optuna study's storage; search.sampler=evolution keeps no study")
     _int_at_least("search.max_duplicates", s.max_duplicates, 1)
     if s.trial_timeout_s is not None:
         _positive("search.trial_timeout_s", s.trial_timeout_s)
@@ -433,7 +444,7 @@ class LeaderboardConfig:
         format: ``table``, ``csv`` or ``json``.
         output: write the CSV/JSON/table to this file instead of printing it.
         plot: save the Pareto plot and log it on the search's parent run.
-        plot_path: where to save it; None: ``pareto-<search>.png`` in the current directory.
+        plot_path: where to save it; None: ``<home>/plots/pareto-<search>.png`` (:mod:`nas.core.paths`).
         references: reference networks on the plot: ``logged`` (those recorded on the parent run),
             ``measure`` (measure them now with the search's backend on this machine, which must be
             the search's device, and record them on the parent run) or ``none``.
@@ -513,7 +524,8 @@ class ExportConfig:
         search: the search ``best`` and arch_ids are looked up in: its name or parent run id;
             None: the latest search of the experiment.
         space: space name or YAML path for ``arch.json``'s decisions; None: the search's space.
-        output_dir: the export lands in ``<output_dir>/<arch_id>/``.
+        output_dir: the export lands in ``<output_dir>/<arch_id>/``; None: ``<home>/exports``
+            (:mod:`nas.core.paths`).
         num_classes: classifier width; None: the training data's, else the search's, else 1000.
         seed: seed of the weight initialisation (and of training).
         engine: TensorRT engine: None builds one when TensorRT and a GPU are present (else a
@@ -531,7 +543,7 @@ class ExportConfig:
     candidate: str = "best"
     search: str | None = None
     space: str | None = None
-    output_dir: str = "exports"
+    output_dir: str | None = None
     num_classes: int | None = None
     seed: int = 0
     engine: bool | None = None
@@ -599,8 +611,8 @@ class FidelityConfig:
         bootstrap: bootstrap resamples of the confidence intervals.
         workers: estimates computed at once, each in its own process (the CPUs are split between them).
         name: the study's name (its folder and MLflow run); None: ``<space>-<data>-k<k>``.
-        output_dir: its folder (records, JSON, table, plot); None: ``fidelity/<name>`` under the
-            launch folder. A second run with the same folder resumes: nothing recorded is redone.
+        output_dir: its folder (records, JSON, table, plot); None: ``<home>/fidelity/<name>``. A
+            second run with the same folder resumes: nothing recorded is redone.
         data: the proxy task.
         train: the training recipe (its ``epochs`` is set per estimator).
         tracking: the MLflow store and experiment.

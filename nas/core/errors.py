@@ -54,6 +54,10 @@ class TrackingError(NASError):
     """The MLflow tracking store cannot be reached, created or written."""
 
 
+class NotRecordedError(TrackingError):
+    """The MLflow store, or the experiment in it, does not exist (nothing has been recorded there yet)."""
+
+
 class ClusterError(NASError):
     """The Ray cluster cannot be reached or started."""
 

@@ -1,8 +1,12 @@
-"""What the user sees while a search runs: the progress bar."""
+"""What the user sees while a search runs: status lines, the progress bar, and the search's log file."""
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TextIO
 
 from tqdm import tqdm
@@ -40,3 +44,36 @@ class Progress:
     def close(self) -> None:
         """Finish the bar."""
         self._bar.close()
+
+
+log = logging.getLogger("nas.search")
+
+
+def status(message: str) -> None:
+    """One status line on stderr, at once (what the search is doing before its progress bar appears),
+    and in the search's log."""
+    print(message, file=sys.stderr, flush=True)
+    log.info("%s", message)
+
+
+@contextmanager
+def search_log(path: Path) -> Iterator[None]:
+    """While the search runs, its log goes to ``path`` (INFO and up), and warnings also to stderr."""
+    root = logging.getLogger()
+    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file.setLevel(logging.INFO)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    to_console = logging.StreamHandler(sys.stderr)
+    to_console.setLevel(logging.WARNING)
+    level = root.level
+    root.setLevel(logging.INFO)
+    root.addHandler(to_file)
+    root.addHandler(to_console)
+    log.info("search log: %s", path)
+    try:
+        yield
+    finally:
+        root.removeHandler(to_file)
+        root.removeHandler(to_console)
+        root.setLevel(level)
+        to_file.close()

@@ -18,7 +18,7 @@ from nas.core.record import SearchRecord
 
 RESUMABLE_KEYS = (
     "name", "output_dir", "top_k", "progress", "resume", "search.n_trials", "search.max_concurrent",
-    "search.max_retries", "search.trial_timeout_s", "search.max_duplicates",
+    "search.max_retries", "search.trial_timeout_s", "search.max_duplicates", "search.storage",
 )
 """Settings a resumed search may change; every other one (and anything under ``ray.`` or
 ``tracking.``, which may change too) must match the recorded search, or results would mix."""

@@ -19,8 +19,8 @@ import csv
 import dataclasses
 import hashlib
 import json
-import os
 import platform
+import secrets
 import subprocess
 import sys
 import time
@@ -34,11 +34,13 @@ import yaml
 from latency_predictor import ConfigError as LatencyConfigError
 from latency_predictor.environment import cpu_model, package_version
 from nas.adapters import ray_tune
-from nas.adapters.mlflow_reader import default_tracking_uri
-from nas.adapters.mlflow_writer import StoreWriter
+from nas.adapters.mlflow_reader import StoreReader, sqlite_path
+from nas.adapters.mlflow_writer import StoreWriter, check_reachable
 from nas.adapters.optuna_sampler import ArchSampler
 from nas.core.config import SearchConfig, validate
-from nas.core.errors import ConfigError, SearchError
+from nas.core.errors import ConfigError, NotRecordedError, SearchError
+from nas.core.evolution import EvolutionSampler
+from nas.core.paths import default_tracking_uri, project_home, unwritable
 from nas.core.record import (
     LEADERBOARD_COLUMNS,
     Candidate,
@@ -52,7 +54,7 @@ from nas.core.record import (
 from nas.core.sampling import Outcome, Sampler
 from nas.core.table import accuracy_label, format_best, format_table
 from nas.data import load_dataset
-from nas.driver.progress import Progress
+from nas.driver.progress import Progress, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
 from nas.trial.evaluate import TrialContext, latency_estimator
 from nas.trial.faults import ENV_VAR as FAULTS_ENV_VAR
@@ -172,18 +174,6 @@ def _params(cfg: SearchConfig, space: SearchSpace, dataset: dict[str, Any]) -> d
     return {k: str(v)[:6000] for k, v in params.items()}
 
 
-def _check_output_dir(output_dir: Path) -> None:
-    """Create the search's folder now, so that a bad ``output_dir`` fails before any trial."""
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(
-            "output_dir", f"cannot create {str(output_dir)!r} ({err.strerror or err}); choose a folder you can write"
-        ) from None
-    if not os.access(output_dir, os.W_OK | os.X_OK):
-        raise ConfigError("output_dir", f"{str(output_dir)!r} is not writable; choose a folder you can write")
-
-
 def _check_latency(cfg: SearchConfig, num_classes: int, space: SearchSpace) -> str:
     """Build the latency estimator as a trial will; returns the device it is for (its name).
 
@@ -212,7 +202,8 @@ def _fault_plan(output_dir: Path) -> FaultPlan | None:
 def _search_name(cfg: SearchConfig, space: SearchSpace) -> str:
     if cfg.name:
         return cfg.name
-    return f"{space.name}-{cfg.target_ms:g}ms-{time.strftime('%Y%m%d-%H%M%S')}"
+    # The random part keeps two searches started in the same second apart.
+    return f"{space.name}-{cfg.target_ms:g}ms-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 # ---------------------------------------------------------------------- artifacts
@@ -269,12 +260,12 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     t_start = time.perf_counter()
     validate(cfg)
     space = SearchSpace.from_dict(cast(dict[str, Any], cfg.space), source=cfg.space_source)
-    launch_dir = Path.cwd()
     name = _search_name(cfg, space)
-    uri = cfg.tracking.uri or default_tracking_uri(launch_dir)
-    writer = StoreWriter(uri, cfg.tracking.experiment)  # creates the store first, in this process only
-    recorded = writer.reader().search_runs(name)
-    previous = writer.reader().find_search(recorded[0].run_id) if recorded else None
+    uri = cfg.tracking.uri or default_tracking_uri()
+    # Everything is checked before anything is created: a refused search leaves no folder, store or log.
+    check_reachable(uri)
+    ray_tune.check_cluster(cfg.ray)
+    previous = _recorded_search(uri, cfg.tracking.experiment, name)
     if previous is not None and not cfg.resume:
         raise ConfigError(
             "name", f"a search named {name!r} is already recorded in {uri} (run {previous.run_id}, "
@@ -286,40 +277,68 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
             "and tracking.uri=, or drop resume=true to start it"
         )
     out = cfg.output_dir or (previous.tags.get("output_dir") if previous is not None else None)
-    output_dir = Path(out).resolve() if out else (launch_dir / "outputs" / name).resolve()
-    _check_output_dir(output_dir)
+    output_dir = Path(out).resolve() if out else (project_home() / "searches" / name)
+    problem = unwritable(output_dir)
+    if problem:
+        raise ConfigError("output_dir", f"cannot write {str(output_dir)!r}: {problem}; choose a folder you can write")
 
+    status(f"search {name}: loading data ({cfg.data.name}{', ' + cfg.data.path if cfg.data.path else ''})")
     data = load_dataset(cfg.data)
     params = _params(cfg, space, data.summary())
     changed = check_resumable(previous, params, _space_hash(cfg)) if previous is not None else {}
     faults = _fault_plan(output_dir)
     on_cluster = ray_tune.joins_cluster(cfg.ray)
+    if not on_cluster:
+        status(f"search {name}: checking the latency backend ({cfg.latency.backend})")
     device_name = None if on_cluster else _check_latency(cfg, data.num_classes, space)
     if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
 
-    cluster = ray_tune.connect(cfg.ray)
+    writer = StoreWriter(uri, cfg.tracking.experiment)  # creates the store first, in this process only
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with search_log(output_dir / "search.log"):
+        status(f"search {name}: starting Ray ({cfg.ray.address or 'a local cluster'}); files in {output_dir}")
+        cluster = ray_tune.connect(cfg.ray)
+        try:
+            resources = ray_tune.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
+            if on_cluster:
+                # Checked where trials run: the driver's machine may lack their device (a CPU-only head node).
+                device_name = ray_tune.check_latency_on_trial_node(cfg.latency, data.num_classes, space, resources)
+            if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
+                raise ConfigError("ray.gpus_per_trial", f"is 0 but train.device={cfg.train.device}: give trials a GPU")
+            # What the trials will train on: Ray shows a trial only the GPUs it reserved.
+            device = cfg.train.device if cfg.train.device != "auto" else ("cuda" if resources["gpu"] > 0 else "cpu")
+            sampler = make_sampler(cfg, space, name)
+            ctx = TrialContext(
+                space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
+                threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
+            )
+            run = _Run(name, output_dir, params, previous, changed, resume_command(command, name), device_name or "")
+            return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
+        finally:
+            ray_tune.disconnect(cluster)
+
+
+def make_sampler(cfg: SearchConfig, space: SearchSpace, name: str) -> Sampler:
+    """The search algorithm ``search.sampler`` names: regularised evolution, or an Optuna study."""
+    s = cfg.search
+    if s.sampler == "evolution":
+        return EvolutionSampler(space, s.population_size, s.tournament_size, s.seed, s.max_duplicates)
+    return ArchSampler(space, s.sampler, s.seed, s.n_startup_trials, s.population_size, s.max_duplicates,
+                       storage=s.storage, study_name=name)
+
+
+def _recorded_search(uri: str, experiment: str, name: str) -> SearchRecord | None:
+    """The search called ``name`` in the store, if the store and the experiment exist (nothing is created)."""
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        return None
     try:
-        resources = ray_tune.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
-        if on_cluster:
-            # Checked where trials run: the driver's machine may lack their device (a CPU-only head node).
-            device_name = ray_tune.check_latency_on_trial_node(cfg.latency, data.num_classes, space, resources)
-        if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
-            raise ConfigError("ray.gpus_per_trial", f"is 0 but train.device={cfg.train.device}: give trials a GPU")
-        # What the trials will train on: Ray shows a trial only the GPUs it reserved.
-        device = cfg.train.device if cfg.train.device != "auto" else ("cuda" if resources["gpu"] > 0 else "cpu")
-        sampler = ArchSampler(
-            space, cfg.search.sampler, cfg.search.seed, cfg.search.n_startup_trials, cfg.search.population_size,
-            cfg.search.max_duplicates,
-        )
-        ctx = TrialContext(
-            space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
-            threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
-        )
-        run = _Run(name, output_dir, params, previous, changed, resume_command(command, name), device_name or "")
-        return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
-    finally:
-        ray_tune.disconnect(cluster)
+        reader = StoreReader(uri, experiment)
+    except NotRecordedError:  # no such store or experiment yet: no search by that name either
+        return None
+    runs = reader.search_runs(name)
+    return reader.find_search(runs[0].run_id) if runs else None
 
 
 @dataclass(frozen=True)
@@ -392,6 +411,10 @@ def _search(
         timings["mlflow_seconds"] += time.perf_counter() - t0
         candidates.append(cand)
         progress.update(cand)
+        log.info("candidate %d/%d %s %s: reward %.4f, %s %.4f, latency p50 %.3f ms (%s)%s; run %s", len(candidates),
+                 cfg.search.n_trials, cand.arch_id, cand.status.lower(), cand.reward, cfg.accuracy.estimator,
+                 cand.accuracy, cand.latency_p50, cand.latency_source or "-",
+                 f", {cand.failure_reason}" if cand.failure_reason else "", cand.run_id)
 
     status = "FAILED"
     ray_counts = {"n_ray_trials": 0.0}  # this run's, for the check that Ray Tune, the sampler and MLflow agree
@@ -423,6 +446,7 @@ def _search(
             rows = [leaderboard_row(r) for r in rank(candidates, include_unfinished=True)]
             files = _write_artifacts(output_dir, cfg, space, name, candidates, rows)
             writer.log_artifacts(parent, files.values())
+            writer.log_table(parent, rows, "leaderboard_table.json")
             best = best_of(candidates)
             timings["artifacts_seconds"] = time.perf_counter() - t0
             summary = _summary(candidates, sampler, best, timings, t_start)
@@ -503,4 +527,6 @@ def _print_summary(
         f"  Ray Tune {result.ray_experiment_path}",
         f"Open in the MLflow UI: {writer.ui_command()}",
     ]
-    print("\n".join(lines), flush=True)
+    text = "\n".join(lines)
+    print(text, flush=True)
+    log.info("the search ended:%s", text)

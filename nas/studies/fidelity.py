@@ -39,10 +39,10 @@ import torch
 from tqdm import tqdm
 
 from latency_predictor.features import FeatureExtractor
-from nas.adapters.mlflow_reader import default_tracking_uri
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import DataConfig, FidelityConfig, TrainConfig, validate_fidelity
 from nas.core.errors import NASError
+from nas.core.paths import default_tracking_uri, project_home
 from nas.data import ProxyData, load_dataset
 from nas.studies.stats import Agreement, agreement
 from nas.trial.training import resolve_device, train_briefly
@@ -221,7 +221,7 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
     log(f"fidelity: loading data ({cfg.data.name})")
     data = load_dataset(cfg.data)
     name = cfg.name or f"{space.name}-{cfg.data.name}-k{cfg.k}"
-    folder = Path(cfg.output_dir).expanduser().resolve() if cfg.output_dir else Path.cwd() / "fidelity" / name
+    folder = Path(cfg.output_dir).expanduser().resolve() if cfg.output_dir else project_home() / "fidelity" / name
     folder.mkdir(parents=True, exist_ok=True)
     key = _study_key(cfg, space, data.summary())
     key_file = folder / "study.json"
@@ -365,7 +365,7 @@ def _plot(result: FidelityResult, path: Path) -> None:
 
 def _log_mlflow(result: FidelityResult, cfg: FidelityConfig, space: SearchSpace,
                 data_summary: dict[str, Any]) -> str:
-    writer = StoreWriter(cfg.tracking.uri or default_tracking_uri(Path.cwd()), cfg.tracking.experiment)
+    writer = StoreWriter(cfg.tracking.uri or default_tracking_uri(), cfg.tracking.experiment)
     params = {"space": space.name, "k": cfg.k, "seed": cfg.seed, "reference.train_samples": cfg.reference.train_samples,
               "reference.epochs": cfg.reference.epochs, "cheap_train_samples": cfg.cheap_train_samples,
               "data": data_summary, "folder": str(result.folder)}

@@ -90,7 +90,8 @@ def test_an_output_dir_that_cannot_be_written_fails_before_trials(tmp_path: Path
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder\n")
     cfg = _config(tmp_path, f"output_dir={blocker / 'out'}")
-    with pytest.raises(ConfigError, match=r"^output_dir: cannot create .*choose a folder you can write") as err:
+    problem = r"^output_dir: cannot write .*is a file, not a folder; choose a folder you can write"
+    with pytest.raises(ConfigError, match=problem) as err:
         run_search(cfg)
     assert err.value.key == "output_dir" and _n_runs(tmp_path) == 0
 

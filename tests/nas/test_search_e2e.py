@@ -19,7 +19,8 @@ from tests.nas.configs import stored_config
 
 CHILD_PARAMS = ("arch", "arch_id")
 CHILD_TAGS = ("status", "latency_source", "latency_backend", "accuracy_estimator", "mlflow.parentRunId")
-PARENT_ARTIFACTS = {"best_arch.json", "best_arch.txt", "leaderboard.csv", "config.yaml", "space.yaml"}
+PARENT_ARTIFACTS = {"best_arch.json", "best_arch.txt", "leaderboard.csv", "leaderboard_table.json", "config.yaml",
+                    "space.yaml"}
 
 
 def _config(tmp_path: Path, *overrides: str) -> SearchConfig:
@@ -68,7 +69,10 @@ def test_four_trial_search_is_recorded_faithfully(tmp_path: Path, capsys: pytest
         for key in FINAL_METRICS:
             assert key in d.metrics, key
         arch = Arch.decode(d.params["arch"])
-        assert d.params["arch_id"] == arch.arch_id == child.info.run_name
+        assert d.params["arch_id"] == arch.arch_id
+        # The run's name says what it is in the UI's list: "<arch_id> acc 0.xxx, 1.23 ms, meets target".
+        assert child.info.run_name.startswith(f"{arch.arch_id} acc {d.metrics['accuracy']:.3f}, ")
+        assert child.info.run_name.endswith("meets target" if d.metrics["meets_target"] else "misses target")
         decisions = {k: v for k, v in d.params.items() if k in space_decisions}
         assert set(decisions) == set(space.to_decisions(arch))
         assert space.from_decisions({k: type(space.to_decisions(arch)[k])(v) for k, v in decisions.items()}) == arch

@@ -1,0 +1,123 @@
+"""What Hydra and MLflow users expect of the command line and the store, before any trial runs.
+
+Hidden schemas, refused unknown keys, one-line YAML errors, a store that cannot be written, and
+the store created by several processes at once (real processes, a real SQLite file).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.errors import HydraException
+from mlflow import MlflowClient
+
+from nas.cli import compose_search_config
+from nas.core.errors import ConfigError, TrackingError
+from nas.driver import run_search
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli(cwd: Path, *args: str, module: str = "nas.search") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), LATNAS_HOME=str(cwd / "home"))
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_schemas_are_not_group_options(tmp_path: Path) -> None:
+    with pytest.raises(HydraException, match=r"Could not find 'latency/schema'"):
+        compose_search_config("+space=tiny", "target_ms=5", "latency=schema")
+    proc = _cli(tmp_path, "--help")
+    assert proc.returncode == 0
+    groups = proc.stdout.split("== Configuration groups ==", 1)[1].split("== Config ==", 1)[0]
+    assert "latency: onnxruntime, predictor, remote, tensorrt, torch" in groups, groups
+    assert "schema" not in groups, groups
+
+
+def test_an_unknown_key_added_with_plus_is_refused_naming_the_keys_that_exist() -> None:
+    with pytest.raises(ConfigError, match=r"^search\.storag: unknown setting .*search has .*storage"):
+        compose_search_config("+space=tiny", "target_ms=5", "+search.storag=sqlite:////tmp/x.db")
+    with pytest.raises(ConfigError, match=r"^nonsense: unknown setting .*the top level has .*target_ms"):
+        compose_search_config("+space=tiny", "target_ms=5", "+nonsense=1")
+    # Free-form mappings still take new keys: backend options and the space.
+    cfg = compose_search_config("+space=tiny", "target_ms=5", "+latency.options.enable_mem_pattern=false")
+    assert cfg.latency.options["enable_mem_pattern"] is False
+
+
+def test_an_unknown_key_on_the_command_line_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    proc = _cli(tmp_path, "+space=tiny", "target_ms=5", "+search.storag=x")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: search.storag: unknown setting")
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "home").exists() and not (tmp_path / "outputs").exists()
+
+
+def test_a_yaml_syntax_error_in_a_users_space_is_one_line_with_file_line_and_column(tmp_path: Path) -> None:
+    folder = tmp_path / "my_conf"
+    (folder / "space").mkdir(parents=True)
+    bad = folder / "space" / "broken.yaml"
+    bad.write_text("name: broken\nstages:\n  - {depth: [1, 2]\n    kernel: [3]\n")
+    proc = _cli(tmp_path, f"hydra.searchpath=[file://{folder}]", "+space=broken", "target_ms=5")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {bad}: line 4, column ") and "Traceback" not in proc.stderr
+
+
+def test_a_store_in_a_folder_that_cannot_be_written_is_refused_before_anything(tmp_path: Path) -> None:
+    cfg = compose_search_config("+space=tiny", "target_ms=5", "progress=false")
+    cfg.output_dir = str(tmp_path / "out")
+    # /proc refuses new files even to root, as a read-only mount would.
+    cfg.tracking.uri = "sqlite:////proc/latnas-store/mlflow.db"
+    with pytest.raises(TrackingError, match=r"does not exist"):
+        run_search(cfg)
+    cfg.tracking.uri = "sqlite:////proc/mlflow.db"
+    with pytest.raises(TrackingError, match=r"^tracking\.uri .*cannot write the store: '/proc' cannot be written"):
+        run_search(cfg)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_folder_in_an_explicit_store_path_is_an_error_and_the_home_is_created(tmp_path: Path) -> None:
+    cfg = compose_search_config("+space=tiny", "target_ms=5", "progress=false")
+    cfg.tracking.uri = f"sqlite:///{tmp_path / 'typo' / 'mlflow.db'}"
+    with pytest.raises(TrackingError, match=r"the folder .*typo' does not exist"):
+        run_search(cfg)
+    assert not (tmp_path / "typo").exists()
+
+
+STORE_CREATOR = """
+import sys, time
+from pathlib import Path
+from nas.adapters.mlflow_writer import StoreWriter
+uri, barrier, me, n = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+(barrier / me).touch()  # imported: ready
+while len(list(barrier.iterdir())) < n:  # every process is ready: all create at the same moment
+    time.sleep(0.01)
+w = StoreWriter(uri, "latnas")
+print("OK", w.experiment_id)
+"""
+
+
+@pytest.mark.slow  # four processes importing MLflow and torch
+def test_processes_creating_one_new_store_at_once_all_succeed(tmp_path: Path) -> None:
+    # Before the lock, the second of two searches started together on a new SQLite store crashed
+    # in MLflow's schema migration ("table ... already exists").
+    n = 4
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    (tmp_path / "store").mkdir()
+    (tmp_path / "barrier").mkdir()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", STORE_CREATOR, uri, str(tmp_path / "barrier"), str(i), str(n)],
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for i in range(n)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-1500:] for _, err in outs]
+    ids = {out.split()[-1] for out, _ in outs}
+    assert len(ids) == 1  # one experiment, found by all four
+    assert [e.name for e in MlflowClient(uri).search_experiments()].count("latnas") == 1
