@@ -44,10 +44,11 @@ from latency_predictor.backends import DEFAULT_BACKEND, make_estimator
 from latency_predictor.backends.ort_backend import ORT_ERRORS, OnnxRuntimeBackend
 from latency_predictor.backends.tensorrt_backend import CalibrationData, TensorRTBackend
 from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx, sample_input, validate_input_shape
-from nas.adapters.mlflow_reader import RUN_ID_RE, StoreReader, default_tracking_uri
+from nas.adapters.mlflow_reader import RUN_ID_RE, StoreReader
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import CheckConfig, DataConfig, ExportConfig, validate_export
 from nas.core.errors import ExportError
+from nas.core.paths import default_tracking_uri, project_home
 from nas.core.record import COMPLETED, Candidate, SearchRecord
 from nas.data import ProxyData, load_dataset
 from nas.review.export_report import fmt_num, render_report
@@ -131,6 +132,31 @@ class OutputCheck:
     rtol: float
     passed: bool
     detail: str = ""
+
+
+def load_exported(folder: str | Path) -> nn.Module:
+    """The exported network with its trained weights, on the CPU and in eval mode.
+
+    ``model.pt`` is a bare ``state_dict``; this builds the network from ``arch.json`` (its
+    architecture string, classes and input channels) and loads the weights into it, unfused:
+
+        from nas.export import load_exported
+        net = load_exported("<export folder>")
+
+    Raises:
+        ExportError: the folder lacks ``arch.json`` or ``model.pt``, or they do not match.
+    """
+    where = Path(folder)
+    missing = [n for n in ("arch.json", "model.pt") if not (where / n).is_file()]
+    if missing:
+        raise ExportError(f"{str(where)!r} is not an export folder: no {' or '.join(missing)} in it")
+    info = json.loads((where / "arch.json").read_text())
+    net = build(Arch.decode(info["arch"]), num_classes=int(info["num_classes"]), in_chans=int(info["input_shape"][1]))
+    try:
+        net.load_state_dict(torch.load(where / "model.pt", map_location="cpu", weights_only=True))
+    except RuntimeError as err:
+        raise ExportError(f"{str(where / 'model.pt')!r} does not fit the architecture in arch.json: {err}") from None
+    return net.eval()
 
 
 def compare_outputs(
@@ -424,7 +450,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
     data = functools.cache(lambda: load_dataset(data_cfg))  # loaded when training or calibrating
     num_classes = _num_classes(cand, cfg, data)
     trt, engine = _engine_builder(cfg, shape, num_classes, training_calibration(data, cfg.seed))
-    out = Path(cfg.output_dir).expanduser().resolve() / arch.arch_id
+    out = (Path(cfg.output_dir).expanduser().resolve() if cfg.output_dir else project_home() / "exports") / arch.arch_id
     out.mkdir(parents=True, exist_ok=True)
     for name in ARTIFACTS:
         (out / name).unlink(missing_ok=True)
@@ -470,7 +496,8 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
         "num_classes": num_classes, "preprocessing": training["preprocessing"] if training else None,
         "weights": _weights_note(training, cfg.seed),
         "load": {
-            "model.pt": "search_spaces.build(Arch.decode(arch), num_classes).load_state_dict(torch.load(...))",
+            "model.pt": "nas.export.load_exported(folder), or: search_spaces.build(Arch.decode(arch), "
+                        "num_classes, in_chans).load_state_dict(torch.load(...))",
             "model.ts": "torch.jit.load('model.ts')  # Conv+BN fused",
             "model.onnx": "onnxruntime.InferenceSession('model.onnx')  # Conv+BN fused",
         },
@@ -600,7 +627,7 @@ def log_to_mlflow(result: ExportResult, cand: ExportTarget, cfg: ExportConfig, r
     The run id, model URI and registered version are added to the report files before they are uploaded.
     """
     if reader is None:  # a network from outside the store: the store is created when missing
-        writer = StoreWriter(cfg.tracking.uri or default_tracking_uri(Path.cwd()), cfg.tracking.experiment)
+        writer = StoreWriter(cfg.tracking.uri or default_tracking_uri(), cfg.tracking.experiment)
     else:
         writer = StoreWriter(reader.uri, reader.experiment, create=False)
     r = result.report

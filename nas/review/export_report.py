@@ -96,5 +96,12 @@ def render_report(r: dict[str, Any]) -> str:
     env = lat["environment"]
     lines += ["", "## Environment", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in sorted(env.items())]
+    lines += ["", "## Loading the network", "",
+              "`model.pt` holds the weights (a `state_dict`, BatchNorm not fused); in Python, from this folder:", "",
+              "```python",
+              "from nas.export import load_exported",
+              "net = load_exported(\".\")  # the network of arch.json with these weights, eval mode",
+              "```", "",
+              "`model.ts` (`torch.jit.load`) and `model.onnx` (`onnxruntime.InferenceSession`) need no LatNAS code."]
     lines += ["", "## Files", ""] + [f"- `{f}`" for f in r["files"]]
     return "\n".join(lines) + "\n"

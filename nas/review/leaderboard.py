@@ -23,6 +23,7 @@ from nas.adapters.mlflow_reader import StoreReader
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import LatencyConfig, LeaderboardConfig, validate_leaderboard
 from nas.core.errors import LeaderboardError
+from nas.core.paths import project_home
 from nas.core.record import LEADERBOARD_COLUMNS, Candidate, Ranked, SearchRecord, leaderboard_row, rank
 from nas.core.table import accuracy_label, format_table
 from nas.review.plot import plot_pareto
@@ -136,7 +137,8 @@ def run_leaderboard(cfg: LeaderboardConfig) -> LeaderboardResult:
         elif cfg.references == "logged" and record.references:
             refs = record.references
             note = f"reference latencies logged on the search's run ({record.latency.get('backend')})"
-        path = Path(cfg.plot_path or f"pareto-{record.name}.png").expanduser().resolve()
+        path = (Path(cfg.plot_path).expanduser().resolve() if cfg.plot_path
+                else project_home() / "plots" / f"pareto-{record.name}.png")
         plot_pareto(candidates, record, path, refs, note, label)
         writer.log_artifacts(record.run_id, [path])
         result.plot_path = path

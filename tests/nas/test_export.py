@@ -85,6 +85,28 @@ def test_onnx_in_a_fresh_session_matches_pytorch(exported: tuple[Path, dict]) ->
     assert report["onnx"]["ops"].get("BatchNormalization", 0) == 0
 
 
+def test_the_reports_loader_gives_back_the_exported_network(exported: tuple[Path, dict], tmp_path: Path) -> None:
+    folder, _ = exported
+    # The snippet report.md gives, run as written from the export folder in a fresh interpreter.
+    md = (folder / "report.md").read_text()
+    snippet = md.split("```python\n", 1)[1].split("```", 1)[0]
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3))  # the static shape of model.onnx
+    torch.save(x, tmp_path / "x.pt")
+    x_pt, y_pt = str(tmp_path / "x.pt"), str(tmp_path / "y.pt")
+    code = snippet + f"import torch\nwith torch.no_grad():\n    torch.save(net(torch.load({x_pt!r})), {y_pt!r})\n" \
+        "print(net.training)\n"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith("False")  # eval mode
+    sess = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    np.testing.assert_allclose(torch.load(tmp_path / "y.pt").numpy(), want, atol=1e-5, rtol=1e-4)
+    from nas.export import load_exported
+
+    with pytest.raises(ExportError, match=r"is not an export folder: no arch.json or model.pt"):
+        load_exported(tmp_path)
+
+
 @pytest.mark.filterwarnings("ignore:.*torch.jit.*:DeprecationWarning")
 def test_torchscript_and_fused_graph_match_the_state_dict(exported: tuple[Path, dict]) -> None:
     folder, report = exported

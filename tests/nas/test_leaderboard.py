@@ -85,6 +85,33 @@ def test_feasible_and_pareto_filters(small_search: SmallSearch, tmp_path: Path) 
         assert not any(o.latency_p50 < f.latency_p50 and o.accuracy >= f.accuracy for o in everyone)
 
 
+def test_reference_tags_of_networks_at_similar_latency_do_not_overlap(small_search: SmallSearch) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from nas.review.plot import pareto_figure
+
+    reader = StoreReader(small_search.uri, "latnas")
+    search = reader.find_search(small_search.name)
+    candidates = reader.candidates(search.run_id)
+    # Six networks within 3% of each other in latency, and two far apart.
+    refs = {f"net_{i}_with_a_long_name": 2.0 * (1 + 0.006 * i) for i in range(6)} | {"fast": 0.5, "slow": 9.0}
+    fig = pareto_figure(candidates, search, refs)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    tags = [t for t in fig.axes[0].texts if t.get_text().startswith("R")]
+    assert sorted(t.get_text() for t in tags) == sorted(f"R{i}" for i in range(1, 9))
+    boxes = [t.get_window_extent(renderer) for t in tags]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+    axes_box = fig.axes[0].get_window_extent(renderer)
+    assert all(axes_box.contains(b.x0, b.y0) and axes_box.contains(b.x1, b.y1) for b in boxes)
+    # Every name is in the legend with its latency, tagged in latency order.
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "  R1  fast: 0.5 ms" in legend and "  R8  slow: 9 ms" in legend
+    assert any(t.startswith("  R2  net_0_with_a_long_name: 2 ms") for t in legend)
+
+
 def test_pareto_plot_is_a_png_logged_on_the_parent_run(small_search: SmallSearch, tmp_path: Path) -> None:
     result = run_leaderboard(_cfg(small_search, tmp_path, references="measure"))
     assert result.plot_path is not None
