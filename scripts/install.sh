@@ -3,6 +3,8 @@
 #   bash scripts/install.sh          the tool, with ONNX Runtime's CPU build
 #   bash scripts/install.sh --dev    the tool and the test tools (pytest, ruff, mypy, import-linter)
 #   bash scripts/install.sh --gpu    the tool with ONNX Runtime's GPU build (onnxruntime-gpu) instead
+#   bash scripts/install.sh --cluster  also Ray's dashboard (ray[default]): a cluster's head node, for
+#                                    `ray job submit` and `ray up` (--dev includes it)
 #
 # torch is installed first, because a plain `torch` requirement on a machine with nothing
 # installed pulls a CUDA build of several GB:
@@ -22,11 +24,13 @@ TORCH_VERSION=${LATNAS_TORCH_VERSION:-2.13.0}
 CPU_INDEX=https://download.pytorch.org/whl/cpu
 dev=0
 gpu=0
+cluster=0
 for arg in "$@"; do
   case "$arg" in
     --dev) dev=1 ;;
     --gpu) gpu=1 ;;
-    *) echo "install.sh: unknown option '$arg' (use --dev and/or --gpu)" >&2; exit 2 ;;
+    --cluster) cluster=1 ;;
+    *) echo "install.sh: unknown option '$arg' (use --dev, --gpu and/or --cluster)" >&2; exit 2 ;;
   esac
 done
 pipi() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
@@ -54,6 +58,7 @@ else
 fi
 extras="$ort"
 [ "$dev" = 1 ] && extras="$extras,dev"
+[ "$cluster" = 1 ] && extras="$extras,cluster"
 if "$PY" -m pip show -q "$other" >/dev/null 2>&1; then
   echo "install.sh: removing $other (it shares its module with the $ort build)"
   "$PY" -m pip uninstall -y -q "$other"

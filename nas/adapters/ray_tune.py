@@ -78,10 +78,12 @@ for _k, _v in _QUIET_ENV.items():
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 from ray.exceptions import (  # noqa: E402
+    AuthenticationError,
     NodeDiedError,
     OutOfMemoryError,
     RayActorError,
     RayTaskError,
+    RpcError,
     WorkerCrashedError,
 )
 from ray.tune.experiment import Trial  # noqa: E402
@@ -144,6 +146,57 @@ def _check_address(address: str, source: str = "ray.address") -> None:
             f"{source} {address!r}: cannot reach a Ray cluster at {host}:{port} ({err.strerror or err}); "
             "start it (ray start --head) or leave ray.address unset to start a local one"
         ) from None
+    _check_token(f"{host}:{port}", source, address)
+
+
+AUTH_HELP = (
+    "Ray clusters started with token authentication (the default where the head node has a token) "
+    "refuse clients that do not send it: set RAY_AUTH_MODE=token and give this process the head's token "
+    "(RAY_AUTH_TOKEN, or the file ~/.ray/auth_token; `ray get-auth-token` on the head prints it); "
+    "see docs/cluster.md"
+)
+
+
+def _check_token(gcs: str, source: str, address: str) -> None:
+    """Ask the cluster's GCS once, so a refused token or a wrong port is named, not a bare "Failed to connect".
+
+    Without this, ``ray.init`` retries for about 30 s and reports only that it failed to connect;
+    the cause (``InvalidAuthToken``) is in Ray's C++ log lines. Any other answer (or an API change
+    in Ray's GCS client) leaves the decision to ``ray.init``.
+    """
+    try:
+        from ray._raylet import InnerGcsClient  # type: ignore[attr-defined]
+
+        InnerGcsClient.standalone(gcs, None, 5000)
+    except AuthenticationError as err:
+        mode = os.environ.get("RAY_AUTH_MODE", "unset")
+        raise ClusterError(
+            f"{source} {address!r}: the Ray cluster refused this process's authentication token "
+            f"(RAY_AUTH_MODE is {mode}; Ray says: {str(err).split('. ')[0]}). {AUTH_HELP}"
+        ) from None
+    except RpcError as err:
+        if "Timed out" in str(err):
+            raise ClusterError(
+                f"{source} {address!r}: something listens at {gcs} but does not answer as a Ray cluster's GCS "
+                "within 5 s; give the head node's GCS port (6379 unless `ray start --head --port` chose another)"
+            ) from None
+    except Exception:  # a probe only: ray.init gives the verdict
+        return
+
+
+def _target(cfg: RayConfig) -> tuple[str | None, str]:
+    """The cluster address to join and where it came from (``ray.address``, else ``$RAY_ADDRESS``)."""
+    if cfg.address is None and os.environ.get(RAY_ADDRESS_ENV, "").strip():
+        return os.environ[RAY_ADDRESS_ENV].strip(), f"${RAY_ADDRESS_ENV}"
+    return cfg.address, "ray.address"
+
+
+def check_cluster(cfg: RayConfig) -> None:
+    """Check the cluster to join, if any, before the search creates anything: a Ray Client address,
+    nothing listening, something that is not a Ray GCS, or a refused token is a ClusterError."""
+    target, source = _target(cfg)
+    if target is not None:
+        _check_address(target, source)
 
 
 def joins_cluster(cfg: RayConfig) -> bool:
@@ -163,9 +216,7 @@ def connect(cfg: RayConfig) -> Cluster:
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     started = joined = False
-    target, source = cfg.address, "ray.address"
-    if target is None and os.environ.get(RAY_ADDRESS_ENV, "").strip():
-        target, source = os.environ[RAY_ADDRESS_ENV].strip(), f"${RAY_ADDRESS_ENV}"
+    target, source = _target(cfg)
     if target is not None:
         _check_address(target, source)  # even when Ray is up already: a wrong address is the user's mistake
     if ray.is_initialized():
@@ -173,12 +224,23 @@ def connect(cfg: RayConfig) -> Cluster:
     elif target is not None:
         try:
             ray.init(address=target, logging_level=logging.WARNING, include_dashboard=False)
-        except (ConnectionError, RuntimeError) as err:
+        except AuthenticationError as err:
             raise ClusterError(f"{source} {target!r}: cannot join the Ray cluster: {err}") from None
+        except (ConnectionError, RuntimeError) as err:
+            hint = "" if os.environ.get("RAY_AUTH_MODE", "") == "token" else f". {AUTH_HELP}"
+            raise ClusterError(f"{source} {target!r}: cannot join the Ray cluster: {err}{hint}") from None
         address, joined = target, True
     else:
         # address="local": a new cluster here, even where `ray start` (or another program) left a
         # cluster address in Ray's temp folder, which a plain ray.init() would silently join.
+        # Its processes listen on every interface (Ray has no loopback-only setting): the token,
+        # on by default for a new local instance, is what keeps others out.
+        if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
+            log.warning(
+                "RAY_AUTH_MODE=disabled: the search's Ray instance listens on all network interfaces "
+                "without authentication, so anyone who reaches this machine can run code as you while it "
+                "runs; unset RAY_AUTH_MODE to keep Ray's token (docs/cluster.md, 'Token authentication')"
+            )
         ray.init(address="local", num_cpus=cfg.num_cpus, logging_level=logging.WARNING, include_dashboard=False)
         address, started = "local", True
     res = ray.cluster_resources()
