@@ -8,7 +8,8 @@ function, which never sees a DictConfig:
 * ``python -m nas.search``: :func:`search_main` -> :func:`nas.driver.run_search`;
 * ``python -m nas.leaderboard``: :func:`leaderboard_main` -> :func:`nas.review.leaderboard.run_leaderboard`;
 * ``python -m nas.export``: :func:`export_main` -> :func:`nas.review.export.run_export`;
-* ``python -m nas.fidelity``: :func:`fidelity_main` -> :func:`nas.studies.fidelity.run_fidelity`.
+* ``python -m nas.fidelity``: :func:`fidelity_main` -> :func:`nas.studies.fidelity.run_fidelity`;
+* ``python -m nas.supernet``: :func:`supernet_main` -> :func:`nas.oneshot.train.run_supernet`.
 
 The built-in search spaces (``search_spaces/spaces/*.yaml``) are registered as the options of the
 ``space`` group, so ``+space=mobile`` picks one and ``space.stem_chs=[16]`` changes it. A user
@@ -30,7 +31,14 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nas.core.config import GROUP_SCHEMAS, ExportConfig, FidelityConfig, LeaderboardConfig, SearchConfig
+from nas.core.config import (
+    GROUP_SCHEMAS,
+    ExportConfig,
+    FidelityConfig,
+    LeaderboardConfig,
+    SearchConfig,
+    SupernetConfig,
+)
 from nas.core.errors import USER_ERRORS
 from search_spaces import available_spaces
 from search_spaces.space import SPACES_DIR
@@ -53,6 +61,7 @@ def register_configs() -> None:
     cs.store(name="leaderboard_schema", node=LeaderboardConfig)
     cs.store(name="export_schema", node=ExportConfig)
     cs.store(name="fidelity_schema", node=FidelityConfig)
+    cs.store(name="supernet_schema", node=SupernetConfig)
     for group, schema in GROUP_SCHEMAS.items():
         cs.store(group=group, name="schema", node=schema)
     for name in available_spaces():
@@ -187,3 +196,34 @@ def fidelity_main(dcfg: DictConfig) -> None:
     print(table(result, cfg))
     print(f"\nFiles: {result.folder} (fidelity.json, fidelity.md, fidelity.png, records.jsonl)")
     print(f"MLflow run {result.run_id}")
+
+
+# ---------------------------------------------------------------------- python -m nas.supernet
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="supernet")
+def supernet_main(dcfg: DictConfig) -> None:
+    """``python -m nas.supernet +space=mobile_cifar data=cifar10_jpeg data.path=... [train.epochs=N] ...``
+    (under ``torchrun``: one process per GPU or CPU share, data-parallel).
+
+    Exit status: 0 when trained, 2 on a user error, 130 when interrupted (the last epoch's
+    checkpoint is kept: the same command continues from it).
+    """
+    from nas.oneshot.train import run_supernet
+
+    if dcfg.get("space") is None:
+        print(no_space_message().replace("nas.search +space", "nas.supernet +space").replace(" target_ms=50", ""),
+              file=sys.stderr)
+        sys.exit(2)
+    cfg = _typed(dcfg, SupernetConfig)
+    cfg.space_source = f"search_spaces/spaces/{HydraConfig.get().runtime.choices.get('space')}.yaml"
+    try:
+        result = _run_or_exit(lambda: run_supernet(cfg))
+    except KeyboardInterrupt:
+        print("\nInterrupted; the checkpoint of the last finished epoch is kept: run the same command to continue.",
+              file=sys.stderr)
+        sys.exit(130)
+    if result.run_id is not None:
+        print(f"Supernet {result.name}: {result.epochs} epochs, {result.train_seconds:.0f} s of training "
+              f"({result.world_size} process(es)); checkpoint {result.checkpoint}")
+        print(f"MLflow run {result.run_id}; search with it: accuracy=supernet accuracy.checkpoint={result.checkpoint}")
