@@ -221,7 +221,8 @@ class _Training:
         if payload is not None:
             net.load_state_dict(payload["model"])
             opt.load_state_dict(payload["optimizer"])
-            scaler.load_state_dict(payload["scaler"])
+            if payload["scaler"]:  # empty when saved without loss scaling (e.g. on the CPU)
+                scaler.load_state_dict(payload["scaler"])
             start, history = int(payload["epoch"]), list(payload["history"])
             seconds_before, run_id = float(payload["train_seconds"]), payload.get("mlflow_run_id")
             self.log(f"supernet {self.name}: resuming from {self.checkpoint} after epoch {start} of "
