@@ -85,6 +85,13 @@ def _references_cifar10(args: argparse.Namespace, quick: bool, log: Callable[[st
     return references_cifar10.run(fidelity.cifar10_archive(args.cifar10), quick, workers=args.workers, log=log)
 
 
+def _supernet(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from benchmarks import fidelity, supernet
+
+    return supernet.run(fidelity.cifar10_archive(args.cifar10), quick, epochs=args.supernet_epochs,
+                        fidelity_dir=args.fidelity_dir, work_dir=args.work_dir, log=log)
+
+
 def _external(name: str) -> Runner:
     def runner(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         from benchmarks import external
@@ -111,6 +118,9 @@ def registry() -> dict[str, Benchmark]:
                   _fidelity, (4, 75), in_quick=False),
         Benchmark("references_cifar10", "searched vs hand-designed networks on CIFAR-10 at two latency targets",
                   _references_cifar10, (6, 85), in_quick=False),
+        Benchmark("supernet", "one-shot accuracy on CIFAR-10: a supernet in 90 minutes, its ranking against the "
+                  "fidelity study's reference, cost per candidate, search vs the brief-training search", _supernet,
+                  (12, 150), in_quick=False),
     ]
     for name, ext in external.SCRIPTS.items():
         if (common.ROOT / (ext.module.replace(".", "/") + ".py")).exists():
@@ -137,6 +147,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, help="scale: trials per search (quick 6; full 16)")
     p.add_argument("--cifar10", help="the CIFAR-10 JPEG archive (default: $LATNAS_CIFAR10_JPEG)")
     p.add_argument("--workers", type=int, default=2, help="fidelity, CIFAR-10 references: trainings at once")
+    p.add_argument("--supernet-epochs", type=int,
+                   help="supernet: training epochs (default: as many as fit 90 minutes here; quick: 1)")
+    p.add_argument("--fidelity-dir", type=Path,
+                   help="supernet: the fidelity study's folder (default .latnas/bench/fidelity-<mode>)")
+    p.add_argument("--work-dir", type=Path, help="supernet: its working folder (default .latnas/bench/supernet-<mode>)")
     return p
 
 

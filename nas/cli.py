@@ -8,7 +8,8 @@ function, which never sees a DictConfig:
 * ``python -m nas.search``: :func:`search_main` -> :func:`nas.driver.run_search`;
 * ``python -m nas.leaderboard``: :func:`leaderboard_main` -> :func:`nas.review.leaderboard.run_leaderboard`;
 * ``python -m nas.export``: :func:`export_main` -> :func:`nas.review.export.run_export`;
-* ``python -m nas.fidelity``: :func:`fidelity_main` -> :func:`nas.studies.fidelity.run_fidelity`.
+* ``python -m nas.fidelity``: :func:`fidelity_main` -> :func:`nas.studies.fidelity.run_fidelity`;
+* ``python -m nas.supernet``: :func:`supernet_main` -> :func:`nas.oneshot.train.run_supernet`.
 
 The built-in search spaces (``search_spaces/spaces/*.yaml``) are registered as the options of the
 ``space`` group, so ``+space=mobile`` picks one and ``space.stem_chs=[16]`` changes it. A user
@@ -32,7 +33,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nas.core.config import ExportConfig, FidelityConfig, LeaderboardConfig, SearchConfig
+from nas.core.config import ExportConfig, FidelityConfig, LeaderboardConfig, SearchConfig, SupernetConfig
 from nas.core.errors import USER_ERRORS, ConfigError
 from search_spaces import available_spaces
 from search_spaces.space import SPACES_DIR
@@ -60,6 +61,7 @@ def register_configs() -> None:
     cs.store(name="leaderboard_schema", node=LeaderboardConfig)
     cs.store(name="export_schema", node=ExportConfig)
     cs.store(name="fidelity_schema", node=FidelityConfig)
+    cs.store(name="supernet_schema", node=SupernetConfig)
     for name in available_spaces():
         cs.store(group="space", name=name, node=yaml.safe_load((SPACES_DIR / f"{name}.yaml").read_text()))
 
@@ -271,3 +273,40 @@ def fidelity_main() -> None:
     """``python -m nas.fidelity +space=mobile_cifar data=cifar10_jpeg data.path=... [k=20] ...``."""
     check_user_yaml(sys.argv[1:])
     _fidelity()
+
+
+# ---------------------------------------------------------------------- python -m nas.supernet
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="supernet")
+def _supernet(dcfg: DictConfig) -> None:
+    """``python -m nas.supernet +space=mobile_cifar data=cifar10_jpeg data.path=... [train.epochs=N] ...``
+    (under ``torchrun``: one process per GPU or CPU share, data-parallel).
+
+    Exit status: 0 when trained, 2 on a user error, 130 when interrupted (the last epoch's
+    checkpoint is kept: the same command continues from it).
+    """
+    from nas.oneshot.train import run_supernet
+
+    if dcfg.get("space") is None:
+        print(no_space_message().replace("nas.search +space", "nas.supernet +space").replace(" target_ms=50", ""),
+              file=sys.stderr)
+        sys.exit(2)
+    cfg = _run_or_exit(lambda: _typed(dcfg, SupernetConfig))
+    cfg.space_source = f"search_spaces/spaces/{HydraConfig.get().runtime.choices.get('space')}.yaml"
+    try:
+        result = _run_or_exit(lambda: run_supernet(cfg))
+    except KeyboardInterrupt:
+        print("\nInterrupted; the checkpoint of the last finished epoch is kept: run the same command to continue.",
+              file=sys.stderr)
+        sys.exit(130)
+    if result.run_id is not None:
+        print(f"Supernet {result.name}: {result.epochs} epochs, {result.train_seconds:.0f} s of training "
+              f"({result.world_size} process(es)); checkpoint {result.checkpoint}")
+        print(f"MLflow run {result.run_id}; search with it: accuracy=supernet accuracy.checkpoint={result.checkpoint}")
+
+
+def supernet_main() -> None:
+    """``python -m nas.supernet +space=... [train.epochs=N]`` (the YAML files checked first)."""
+    check_user_yaml(sys.argv[1:])
+    _supernet()

@@ -55,7 +55,7 @@ class SqueezeExcite(nn.Module):
         return x * s
 
 
-def _squeeze_chs(in_chs: int, se_ratio: float) -> int:
+def squeeze_chs(in_chs: int, se_ratio: float) -> int:
     return max(1, int(in_chs * se_ratio))
 
 
@@ -71,7 +71,7 @@ class MBConv(nn.Module):
             layers.append(conv_bn(in_chs, mid, 1, act=act))
         layers.append(conv_bn(mid, mid, block.kernel_size, block.stride, groups=mid, act=act))
         if block.se_ratio > 0:
-            layers.append(SqueezeExcite(mid, _squeeze_chs(in_chs, block.se_ratio), act))
+            layers.append(SqueezeExcite(mid, squeeze_chs(in_chs, block.se_ratio), act))
         layers.append(conv_bn(mid, block.out_chs, 1))
         self.body = nn.Sequential(*layers)
         self.use_residual = block.stride == 1 and in_chs == block.out_chs
@@ -92,7 +92,7 @@ class ResidualBlock(nn.Module):
             conv_bn(out, out, block.kernel_size),
         ]
         if block.se_ratio > 0:
-            layers.append(SqueezeExcite(out, _squeeze_chs(in_chs, block.se_ratio), act))
+            layers.append(SqueezeExcite(out, squeeze_chs(in_chs, block.se_ratio), act))
         self.body = nn.Sequential(*layers)
         self.shortcut: nn.Module = (
             nn.Identity() if block.stride == 1 and in_chs == out else conv_bn(in_chs, out, 1, block.stride)

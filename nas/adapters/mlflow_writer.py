@@ -338,12 +338,16 @@ class StoreWriter:
     # ------------------------------------------------------------------ studies
     def log_finished_run(
         self, name: str, role: str, params: Mapping[str, Any], metrics: Mapping[str, float], files: Iterable[Path],
-        tags: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None, history: Iterable[Mapping[str, float]] = (),
     ) -> str:
         """Record a finished piece of work (a fidelity study, a supernet) as one run tagged
-        ``latnas.role=<role>``, with its params, metrics and files; returns the run id."""
+        ``latnas.role=<role>``, with its params, metrics and files; returns the run id.
+
+        ``history``: rows of per-epoch figures, each with its ``epoch`` (the metric's step)."""
         now = _now_ms()
         batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        batch += [Metric(k, float(v), now, int(row["epoch"])) for row in history for k, v in row.items()
+                  if k != "epoch" and isinstance(v, int | float) and math.isfinite(float(v))]
         try:
             run = self.client.create_run(self.experiment_id, run_name=name, tags={ROLE_TAG: role, **(tags or {})})
             run_id = str(run.info.run_id)

@@ -31,7 +31,7 @@ AUGMENTS = ("auto", "none", "crop", "crop_flip", "resized_crop", "resized_crop_f
 AMP_MODES = ("auto", "off", "bf16", "fp16")
 CHANNELS_LAST = ("auto", "on", "off")
 ZERO_COST_ESTIMATORS = ("naswot", "synflow", "grad_norm", "jacob_cov")
-ESTIMATORS = ("train", *ZERO_COST_ESTIMATORS)
+ESTIMATORS = ("train", "supernet", *ZERO_COST_ESTIMATORS)
 SAMPLERS = ("tpe", "random", "nsga2", "evolution")
 SCHEDULERS = ("fifo", "asha")
 _DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -149,14 +149,22 @@ class AccuracyConfig:
     """How a candidate's accuracy is estimated (the ``accuracy`` group).
 
     Attributes:
-        estimator: ``train`` (brief training, validation accuracy) or a training-free score used
-            in place of accuracy by the reward: ``naswot`` (Mellor et al. 2021), ``synflow``,
-            ``grad_norm`` or ``jacob_cov`` (see :mod:`nas.trial.zero_cost`).
-        batch_size: images a training-free score looks at.
+        estimator: ``train`` (brief training, validation accuracy), ``supernet`` (the validation
+            accuracy of the candidate's subnet of a trained supernet, :mod:`nas.trial.subnet`) or a
+            training-free score used in place of accuracy by the reward: ``naswot`` (Mellor et al.
+            2021), ``synflow``, ``grad_norm`` or ``jacob_cov`` (see :mod:`nas.trial.zero_cost`).
+        batch_size: images a training-free score looks at; with ``supernet``, images per batch of
+            the BatchNorm recalibration.
+        checkpoint: ``supernet``: the supernet checkpoint (``python -m nas.supernet``'s
+            ``supernet.pt``), readable where the trials run.
+        bn_batches: ``supernet``: training batches each subnet's BatchNorm statistics are
+            recalibrated on before it is validated.
     """
 
     estimator: str = "train"
     batch_size: int = 64
+    checkpoint: str | None = None
+    bn_batches: int = 10
 
 
 @dataclass
@@ -371,6 +379,10 @@ def validate(cfg: SearchConfig) -> None:
     acc = cfg.accuracy
     _choice("accuracy.estimator", acc.estimator, ESTIMATORS)
     _int_at_least("accuracy.batch_size", acc.batch_size, 2)
+    _int_at_least("accuracy.bn_batches", acc.bn_batches, 1)
+    if acc.estimator == "supernet" and not acc.checkpoint:
+        raise ConfigError("accuracy.checkpoint", "accuracy=supernet needs the supernet's checkpoint: "
+                          "accuracy.checkpoint=/path/to/supernet.pt (made by python -m nas.supernet)")
 
     s = cfg.search
     _choice("search.sampler", s.sampler, SAMPLERS)
@@ -423,9 +435,121 @@ def validate(cfg: SearchConfig) -> None:
         raise ConfigError("tracking.experiment", "must be a non-empty name")
 
 
+# ---------------------------------------------------------------------- a trained supernet
+
+
+@dataclass
+class SupernetEstimateConfig:
+    """A trained supernet as the source of a subnet's weights (the ``supernet`` key of ``nas.export``
+    and ``nas.fidelity``).
+
+    Attributes:
+        checkpoint: the supernet checkpoint (``python -m nas.supernet``'s ``supernet.pt``); None: none.
+        bn_batches: training batches a subnet's BatchNorm statistics are recalibrated on.
+        batch_size: images per recalibration batch.
+    """
+
+    checkpoint: str | None = None
+    bn_batches: int = 10
+    batch_size: int = 64
+
+
+def validate_supernet_estimate(cfg: SupernetEstimateConfig, required: bool, why: str) -> None:
+    """Check a ``supernet`` block (``required``: a checkpoint must be named, because of ``why``).
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    if required and not cfg.checkpoint:
+        raise ConfigError("supernet.checkpoint", f"{why} needs the supernet's checkpoint: "
+                          "supernet.checkpoint=/path/to/supernet.pt (made by python -m nas.supernet)")
+    _int_at_least("supernet.bn_batches", cfg.bn_batches, 1)
+    _int_at_least("supernet.batch_size", cfg.batch_size, 2)
+
+
+DIST_BACKENDS = ("auto", "gloo", "nccl")
+
+
+@dataclass
+class DistributedConfig:
+    """Data-parallel training over several processes (the ``distributed`` key of ``nas.supernet``).
+
+    Used when the command is started by ``torchrun`` (which sets ``WORLD_SIZE`` and the rendezvous);
+    a plain ``python -m nas.supernet`` trains in one process.
+
+    Attributes:
+        backend: ``auto`` (NCCL on CUDA, gloo on the CPU), ``gloo`` or ``nccl``.
+        timeout_s: how long a process waits for the others at a collective before failing.
+    """
+
+    backend: str = "auto"
+    timeout_s: float = 1800.0
+
+
+@dataclass
+class SupernetConfig:
+    """Everything ``python -m nas.supernet`` takes: training a weight-sharing supernet.
+
+    Attributes:
+        space: the search space (``+space=<name>``).
+        space_source: where ``space`` came from, for messages.
+        name: the training's name (its folder and MLflow run); None: ``supernet-<space>-<data>``.
+        output_dir: its folder (``supernet.pt``, ``history.json``); None: ``<home>/supernets/<name>``
+            (the project home, ``$LATNAS_HOME`` or ``.latnas``). The same for every process of a distributed run.
+        resume: continue from the folder's checkpoint when there is one (after a kill, or when
+            ``torchrun`` restarts the processes); false: refuse to start over an existing checkpoint.
+        random_subnets: random subnets per step, besides the sandwich's smallest network and the
+            largest of each block type.
+        distill: in-place distillation: every subnet but the largest learns the largest's soft
+            predictions of the same batch (false: every subnet learns the labels).
+        eval_subnets: after each epoch, validate the smallest and the largest subnet (BatchNorm
+            recalibrated on ``bn_batches`` batches) and report their accuracy.
+        bn_batches: training batches of that recalibration.
+        progress: show a progress bar.
+        data: the training data (validation is carved from it and never trained on).
+        train: the recipe (``train.epochs``, batch size per process, learning rate, augmentation, AMP).
+        distributed: data-parallel settings.
+        tracking: the MLflow store and experiment.
+    """
+
+    space: dict[str, Any] | None = None
+    space_source: str = "<config>"
+    name: str | None = None
+    output_dir: str | None = None
+    resume: bool = True
+    random_subnets: int = 2
+    distill: bool = True
+    eval_subnets: bool = True
+    bn_batches: int = 10
+    progress: bool = True
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10))
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def validate_supernet(cfg: SupernetConfig) -> None:
+    """Check a supernet training's settings before any work.
+
+    Raises:
+        ConfigError: naming the key and what is allowed.
+    """
+    if cfg.space is None:
+        raise ConfigError("space", "no search space chosen; add +space=<name> (e.g. +space=mobile_cifar)")
+    if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cfg.name):
+        raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
+    _int_at_least("random_subnets", cfg.random_subnets, 0)
+    _int_at_least("bn_batches", cfg.bn_batches, 1)
+    _choice("distributed.backend", cfg.distributed.backend, DIST_BACKENDS)
+    _positive("distributed.timeout_s", cfg.distributed.timeout_s)
+    sub = SearchConfig(space=cfg.space, target_ms=1.0, data=cfg.data, train=cfg.train, tracking=cfg.tracking)
+    validate(sub)  # the data, train and tracking groups, checked as the search checks them
+
+
 # ---------------------------------------------------------------------- the review commands
 
 LEADERBOARD_FORMATS = ("table", "csv", "json")
+INITS = ("random", "supernet")
 REFERENCE_MODES = ("logged", "measure", "none")
 ENGINE_PRECISIONS = ("fp32", "fp16", "int8")
 
@@ -531,6 +655,10 @@ class ExportConfig:
         engine: TensorRT engine: None builds one when TensorRT and a GPU are present (else a
             note says how); true requires it (an error where it cannot be built); false skips it.
         engine_precision: ``fp32``, ``fp16`` or ``int8`` for the engine.
+        init: the weights the export starts from: ``random`` (the builder's initialisation) or
+            ``supernet`` (the candidate's subnet of ``supernet.checkpoint``, its BatchNorm statistics
+            recalibrated on the training images), then trained for ``train.epochs``.
+        supernet: the supernet checkpoint (``init=supernet``) and its recalibration.
         log_model: log the export to MLflow; None: when the candidate came from the store.
         register: register the logged model under this name in MLflow's model registry.
         latency: latency re-measurement settings.
@@ -548,6 +676,8 @@ class ExportConfig:
     seed: int = 0
     engine: bool | None = None
     engine_precision: str = "fp16"
+    init: str = "random"
+    supernet: SupernetEstimateConfig = field(default_factory=SupernetEstimateConfig)
     log_model: bool | None = None
     register: str | None = None
     latency: ExportLatencyConfig = field(default_factory=ExportLatencyConfig)
@@ -573,6 +703,8 @@ def validate_export(cfg: ExportConfig) -> None:
     _int_at_least("train.epochs", cfg.train.epochs, 0)
     if cfg.num_classes is not None:
         _int_at_least("num_classes", cfg.num_classes, 1)
+    _choice("init", cfg.init, INITS)
+    validate_supernet_estimate(cfg.supernet, required=cfg.init == "supernet", why="init=supernet")
 
 
 # ---------------------------------------------------------------------- proxy fidelity
@@ -610,6 +742,8 @@ class FidelityConfig:
         zero_cost_batch: images a training-free score looks at.
         bootstrap: bootstrap resamples of the confidence intervals.
         workers: estimates computed at once, each in its own process (the CPUs are split between them).
+        supernet: with ``supernet.checkpoint`` set, the ``supernet`` estimator too: each
+            architecture's subnet of that trained supernet, BatchNorm recalibrated, validated.
         name: the study's name (its folder and MLflow run); None: ``<space>-<data>-k<k>``.
         output_dir: its folder (records, JSON, table, plot); None: ``<home>/fidelity/<name>``. A
             second run with the same folder resumes: nothing recorded is redone.
@@ -629,6 +763,7 @@ class FidelityConfig:
     zero_cost_batch: int = 64
     bootstrap: int = 1000
     workers: int = 1
+    supernet: SupernetEstimateConfig = field(default_factory=SupernetEstimateConfig)
     name: str | None = None
     output_dir: str | None = None
     data: DataConfig = field(default_factory=DataConfig)
@@ -655,6 +790,7 @@ def validate_fidelity(cfg: FidelityConfig) -> None:
     _int_at_least("zero_cost_batch", cfg.zero_cost_batch, 2)
     _int_at_least("bootstrap", cfg.bootstrap, 100)
     _int_at_least("workers", cfg.workers, 1)
+    validate_supernet_estimate(cfg.supernet, required=False, why="")
     if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cfg.name):
         raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
     sub = SearchConfig(space=cfg.space, target_ms=1.0, data=cfg.data, train=cfg.train, tracking=cfg.tracking)

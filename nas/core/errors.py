@@ -78,5 +78,14 @@ class ExportError(NASError):
     """A candidate could not be exported, or an exported model failed its check."""
 
 
+class SupernetError(NASError):
+    """A supernet checkpoint cannot be read or written, or its training cannot go on."""
+
+
+class SupernetMismatchError(SupernetError):
+    """A supernet checkpoint was made for another space, space definition, classifier width,
+    resolution, class list or data split than it is used with; the message names each difference."""
+
+
 USER_ERRORS: tuple[type[Exception], ...] = (NASError, SearchSpaceError, LatencyError)
 """Expected errors: a trial that raises one FAILS with its reason; a command prints it and exits 2."""

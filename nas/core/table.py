@@ -10,7 +10,7 @@ from nas.core.record import Candidate, Ranked, best_of
 
 def accuracy_label(estimator: str | None) -> str:
     """What the ``accuracy`` figure is called for an accuracy estimator (a score is not an accuracy)."""
-    return "accuracy" if estimator in (None, "", "train") else f"{estimator} score"
+    return "accuracy" if estimator in (None, "", "train", "supernet") else f"{estimator} score"
 
 
 def human(n: float | None, unit: str = "") -> str:

@@ -139,6 +139,11 @@ class Dataset:
         idx = np.sort(np.random.default_rng(seed).permutation(self.n_train)[:n])
         return replace(self, x_train=self.x_train[idx], y_train=self.y_train[idx])
 
+    def shard(self, rank: int, world: int) -> Dataset:
+        """Training images ``rank``, ``rank + world``, ... (one process's share in data-parallel
+        training); the validation split whole."""
+        return replace(self, x_train=self.x_train[rank::world], y_train=self.y_train[rank::world])
+
     def summary(self) -> dict[str, Any]:
         """Sizes and source, for the search record."""
         return {

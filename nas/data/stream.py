@@ -130,6 +130,11 @@ class StreamedDataset:
         idx = np.sort(np.random.default_rng(seed).permutation(self.n_train)[:n])
         return replace(self, train_files=tuple(self.train_files[i] for i in idx), train_labels=self.train_labels[idx])
 
+    def shard(self, rank: int, world: int) -> StreamedDataset:
+        """Training images ``rank``, ``rank + world``, ... (one process's share in data-parallel
+        training); the validation split whole."""
+        return replace(self, train_files=self.train_files[rank::world], train_labels=self.train_labels[rank::world])
+
     def summary(self) -> dict[str, Any]:
         """Sizes and source, for the search record."""
         return {"name": self.name, "source": self.source, "train": self.n_train, "val": self.n_val,

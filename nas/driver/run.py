@@ -59,6 +59,7 @@ from nas.driver.resume import check_resumable, resume_command
 from nas.trial.evaluate import TrialContext, latency_estimator
 from nas.trial.faults import ENV_VAR as FAULTS_ENV_VAR
 from nas.trial.faults import FaultPlan
+from nas.trial.subnet import check_supernet
 from search_spaces import SearchSpace
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -284,6 +285,8 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
 
     status(f"search {name}: loading data ({cfg.data.name}{', ' + cfg.data.path if cfg.data.path else ''})")
     data = load_dataset(cfg.data)
+    if cfg.accuracy.estimator == "supernet":  # a checkpoint for another setting is refused before any trial
+        check_supernet(cast(str, cfg.accuracy.checkpoint), space, data, cfg.data)
     params = _params(cfg, space, data.summary())
     changed = check_resumable(previous, params, _space_hash(cfg)) if previous is not None else {}
     faults = _fault_plan(output_dir)

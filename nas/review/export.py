@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -53,6 +53,7 @@ from nas.core.record import COMPLETED, Candidate, SearchRecord
 from nas.data import ProxyData, load_dataset
 from nas.review.export_report import fmt_num, render_report
 from nas.review.fuse import count_batchnorms, fuse_conv_bn
+from nas.trial.subnet import data_config_of, normalised_as_supernet, supernet_init
 from nas.trial.training import resolve_device, train_briefly
 from search_spaces import (
     REFERENCES,
@@ -260,13 +261,16 @@ def _data_config(cand: ExportTarget, cfg: ExportConfig) -> DataConfig:
     if cfg.data is not None:
         return cfg.data
     searched = cand.search.data if cand.search else None
-    return DataConfig(**searched) if searched else DataConfig()
+    if searched:
+        return DataConfig(**searched)
+    # A supernet's own data: its validation split is the one it never trained on.
+    return data_config_of(cast(str, cfg.supernet.checkpoint)) if cfg.init == "supernet" else DataConfig()
 
 
 def _num_classes(cand: ExportTarget, cfg: ExportConfig, data: Callable[[], ProxyData]) -> int:
     if cfg.num_classes is not None:
         return cfg.num_classes
-    if cfg.train.epochs > 0:
+    if cfg.train.epochs > 0 or cfg.init == "supernet":
         return data().num_classes
     searched = cand.search.num_classes if cand.search else None
     return int(searched) if searched else 1000
@@ -448,6 +452,8 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
     backend, shape, options, measure = latency_settings(cand, cfg)
     data_cfg = _data_config(cand, cfg)
     data = functools.cache(lambda: load_dataset(data_cfg))  # loaded when training or calibrating
+    if cfg.init == "supernet":  # inputs normalised as the supernet's training normalised them
+        data = functools.cache(lambda d=data: normalised_as_supernet(d(), cast(str, cfg.supernet.checkpoint)))
     num_classes = _num_classes(cand, cfg, data)
     trt, engine = _engine_builder(cfg, shape, num_classes, training_calibration(data, cfg.seed))
     out = (Path(cfg.output_dir).expanduser().resolve() if cfg.output_dir else project_home() / "exports") / arch.arch_id
@@ -457,6 +463,11 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
 
     torch.manual_seed(cfg.seed)
     net = build(arch, num_classes=num_classes, in_chans=shape[1], dropout=cfg.train.dropout)
+    init = None
+    if cfg.init == "supernet":  # the supernet's weights, recalibrated; then fine-tuned with its normalisation
+        net, init = supernet_init(arch, cast(str, cfg.supernet.checkpoint), space, data(), data_cfg, num_classes,
+                                  cfg.supernet.bn_batches, cfg.supernet.batch_size, cfg.seed)
+        net.dropout.p = cfg.train.dropout
     training = _train(net, cfg, data()) if cfg.train.epochs > 0 else None
     net.eval()
     fused = fuse_conv_bn(net)
@@ -493,8 +504,9 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
         "decisions": space.to_decisions(arch) if space else (cand.candidate.decisions if cand.candidate else None),
         "input_shape": list(shape),
         "input_name": INPUT_NAME, "output_name": OUTPUT_NAME, "layout": "NCHW", "dtype": "float32",
-        "num_classes": num_classes, "preprocessing": training["preprocessing"] if training else None,
-        "weights": _weights_note(training, cfg.seed),
+        "num_classes": num_classes,
+        "preprocessing": training["preprocessing"] if training else (init["preprocessing"] if init else None),
+        "weights": _weights_note(training, cfg.seed, init),
         "load": {
             "model.pt": "nas.export.load_exported(folder), or: search_spaces.build(Arch.decode(arch), "
                         "num_classes, in_chans).load_state_dict(torch.load(...))",
@@ -511,7 +523,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
         "search": {"metrics": cand.search_figures,
                    "latency_source": (cand.candidate.latency_source or None) if cand.candidate else None,
                    "tags": cand.search_tags},
-        "training": training, "weights": arch_info["weights"],
+        "training": training, "init": init, "weights": arch_info["weights"],
         "fusion": {
             "batchnorms_before": count_batchnorms(net), "batchnorms_after": count_batchnorms(fused),
             "onnx_batchnorm_nodes_unfused": _onnx_batchnorm_nodes(export_onnx(net, shape)),
@@ -540,7 +552,13 @@ def _write_reports(out: Path, report: dict[str, Any]) -> None:
     (out / "report.md").write_text(render_report(report))
 
 
-def _weights_note(training: dict[str, Any] | None, seed: int) -> str:
+def _weights_note(training: dict[str, Any] | None, seed: int, init: dict[str, Any] | None = None) -> str:
+    if init is not None:
+        start = (f"the supernet's weights ({init['checkpoint']}, {init['epochs']} epochs), BatchNorm recalibrated on "
+                 f"{init['bn_recalibration']['images']} training images (validation accuracy {init['accuracy']:.4f})")
+        if training is None:
+            return start
+        return f"{start}, then fine-tuned {training['epochs']} epochs"
     if training is None:
         return (f"untrained: the builder's initialisation (seed {seed}); pass train.epochs=N to train "
                 "before export")

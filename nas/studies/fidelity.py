@@ -9,7 +9,11 @@ architectures with each cheap estimator:
 * ``train_<e>ep``: the same recipe for ``e`` epochs on ``cheap_train_samples`` images (one
   estimator per entry of ``cheap_epochs``; the learning-rate schedule spans its own epochs);
 * the training-free scores of ``zero_cost`` (:mod:`nas.trial.zero_cost`);
-* the trivial baselines ``params`` and ``macs``.
+* the trivial baselines ``params`` and ``macs``;
+* with ``supernet.checkpoint``, ``supernet``: each architecture's subnet of that trained supernet,
+  BatchNorm recalibrated, validated on the same split (:mod:`nas.trial.subnet`); its records name
+  the checkpoint's digest, so another checkpoint is estimated anew, and its cost per candidate
+  leaves out the supernet's training, which the JSON record reports beside it.
 
 For every estimator it reports Kendall's tau and Spearman's rho against the reference with
 bootstrap confidence intervals, the overlap of the top 10%, and its cost per candidate (median
@@ -40,16 +44,18 @@ from tqdm import tqdm
 
 from latency_predictor.features import FeatureExtractor
 from nas.adapters.mlflow_writer import StoreWriter
-from nas.core.config import DataConfig, FidelityConfig, TrainConfig, validate_fidelity
+from nas.core.config import DataConfig, FidelityConfig, SupernetEstimateConfig, TrainConfig, validate_fidelity
 from nas.core.errors import NASError
 from nas.core.paths import default_tracking_uri, project_home
 from nas.data import ProxyData, load_dataset
 from nas.studies.stats import Agreement, agreement
+from nas.trial.subnet import LoadedSupernet, SupernetTarget, check_supernet, load_supernet, subnet_accuracy
 from nas.trial.training import resolve_device, train_briefly
 from nas.trial.zero_cost import zero_cost_score
 from search_spaces import Arch, SearchSpace, build
 
 REFERENCE = "reference"
+SUPERNET = "supernet"
 RECORDS = "records.jsonl"
 _POOL = 4000  # uniform samples the k architectures are spread over (by MACs)
 
@@ -106,6 +112,8 @@ class _Context:
     zero_cost_batch: int
     num_classes: int
     threads: int
+    space: SearchSpace | None = None
+    supernet: SupernetEstimateConfig | None = None
 
 
 _WORKER: dict[str, Any] = {}
@@ -140,6 +148,14 @@ def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = No
     detail: dict[str, Any] = {}
     if task.estimator == REFERENCE:
         value, detail = _trained_accuracy(arch, data, ctx.train, ctx.reference[1], ctx.reference[0], ctx.num_classes)
+    elif task.estimator == SUPERNET:
+        assert ctx.supernet is not None and ctx.space is not None  # the study names the estimator only with both
+        sn = ctx.supernet
+        loaded = load_supernet(cast(str, sn.checkpoint), ctx.space, SupernetTarget.of(ctx.space, data))
+        res = subnet_accuracy(loaded, arch, data, sn.bn_batches, sn.batch_size, resolve_device(ctx.train.device),
+                              ctx.train.seed)
+        value, detail = res.accuracy, {"val_loss": res.val_loss, "checkpoint_sha256": loaded.sha256,
+                                       "recalibration_images": res.recalibration_images}
     elif task.estimator.startswith("train_") and task.estimator.endswith("ep"):
         epochs = int(task.estimator[len("train_"):-len("ep")])
         value, detail = _trained_accuracy(arch, data, ctx.train, epochs, ctx.cheap_train_samples, ctx.num_classes)
@@ -169,6 +185,7 @@ class FidelityResult:
         cost: estimator -> median seconds per candidate.
         run_id: the MLflow run.
         computed: estimates computed by this run (the rest were read back from ``records.jsonl``).
+        supernet: the checkpoint of the ``supernet`` estimator (path, digest, epochs, training seconds).
     """
 
     name: str
@@ -180,11 +197,13 @@ class FidelityResult:
     cost: dict[str, float] = field(default_factory=dict)
     run_id: str | None = None
     computed: int = 0
+    supernet: dict[str, Any] | None = None
 
 
 def estimator_names(cfg: FidelityConfig) -> list[str]:
     """The cheap estimators of a study, in the order they are reported."""
-    return [*(f"train_{e}ep" for e in cfg.cheap_epochs), *cfg.zero_cost, "params", "macs"]
+    return [*(f"train_{e}ep" for e in cfg.cheap_epochs), *([SUPERNET] if cfg.supernet.checkpoint else []),
+            *cfg.zero_cost, "params", "macs"]
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
@@ -198,6 +217,13 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue  # a line cut short by a kill: computed again
     return rows
+
+
+def _current(row: dict[str, Any], supernet: LoadedSupernet | None) -> bool:
+    """Whether a record still holds: a supernet estimate only for the checkpoint in use."""
+    if row.get("estimator") != SUPERNET:
+        return True
+    return supernet is not None and row.get("detail", {}).get("checkpoint_sha256") == supernet.sha256
 
 
 def _study_key(cfg: FidelityConfig, space: SearchSpace, data_summary: dict[str, Any]) -> dict[str, Any]:
@@ -229,10 +255,11 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
         raise FidelityError(f"{folder} holds a fidelity study with other settings (see its study.json); choose "
                             "another output_dir or name")
     key_file.write_text(json.dumps(key, indent=1))
+    supernet = check_supernet(cfg.supernet.checkpoint, space, data, cfg.data) if cfg.supernet.checkpoint else None
     shape = (1, 3, data.resolution, data.resolution)
     archs = [a.encode() for a in choose_archs(space, cfg.k, cfg.seed, shape, data.num_classes)]
     records_path = folder / RECORDS
-    done = {(r["arch"], r["estimator"]): r for r in _read_records(records_path)}
+    done = {(r["arch"], r["estimator"]): r for r in _read_records(records_path) if _current(r, supernet)}
     values: dict[str, dict[str, float]] = {}
     seconds: dict[str, dict[str, float]] = {}
     for (a, est), r in done.items():
@@ -249,7 +276,8 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
         f"{len(todo)} to compute (reference: {cfg.reference.train_samples} images x {cfg.reference.epochs} epochs; "
         f"{cfg.workers} at a time); records in {records_path}")
     ctx = _Context(cfg.data, cfg.train, (cfg.reference.train_samples, cfg.reference.epochs), cfg.cheap_train_samples,
-                   cfg.zero_cost_batch, data.num_classes, max(1, (os.cpu_count() or 1) // cfg.workers))
+                   cfg.zero_cost_batch, data.num_classes, max(1, (os.cpu_count() or 1) // cfg.workers), space,
+                   cfg.supernet if supernet else None)
     computed = 0
     with records_path.open("a") as out, tqdm(total=len(todo), desc="estimates", unit="est", file=sys.stderr,
                                               dynamic_ncols=True) as bar:
@@ -268,6 +296,10 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
         result.agreements[est] = agreement(ref, np.array([values[est][a] for a in archs]), cfg.bootstrap, cfg.seed)
         result.cost[est] = float(np.median([seconds[est][a] for a in archs]))
     result.cost[REFERENCE] = float(np.median([seconds[REFERENCE][a] for a in archs]))
+    if supernet is not None:
+        result.supernet = {"checkpoint": str(supernet.path), "sha256": supernet.sha256, "epochs": supernet.epochs,
+                           "train_seconds": supernet.train_seconds, "bn_batches": cfg.supernet.bn_batches,
+                           "batch_size": cfg.supernet.batch_size}
     _write_outputs(result, cfg, space, data.summary())
     result.run_id = _log_mlflow(result, cfg, space, data.summary())
     return result
@@ -326,7 +358,7 @@ def _record(result: FidelityResult, cfg: FidelityConfig, space: SearchSpace,
         "estimators": {e: {**dataclasses.asdict(a), "seconds_per_candidate": result.cost[e],
                            "cost_share_of_reference": result.cost[e] / result.cost[REFERENCE]}
                        for e, a in result.agreements.items()},
-        "reference_seconds_per_candidate": result.cost[REFERENCE],
+        "reference_seconds_per_candidate": result.cost[REFERENCE], "supernet": result.supernet,
         "archs": [{"arch": a, "arch_id": Arch.decode(a).arch_id,
                    **{e: result.values[e][a] for e in (REFERENCE, *result.agreements)}} for a in result.archs],
     }

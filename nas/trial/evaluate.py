@@ -31,7 +31,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -44,6 +44,7 @@ from nas.core.record import COMPLETED, FAILED, RUNNING
 from nas.core.reward import meets_target, reward_fn
 from nas.data import ProxyData
 from nas.trial.faults import FaultPlan
+from nas.trial.subnet import SubnetResult, SupernetTarget, load_supernet, subnet_accuracy
 from nas.trial.training import EpochResult, resolve_device, train_briefly
 from nas.trial.zero_cost import zero_cost_score
 from search_spaces import Arch, SearchSpace, build, count_macs, count_params
@@ -265,6 +266,17 @@ def _evaluate(
 
     device = resolve_device(ctx.train.device)
     guard = _work_guard(ctx.latency, device)
+    if ctx.accuracy.estimator == "supernet":  # one-shot: the subnet of a trained supernet
+        t0 = time.perf_counter()
+        with guard():
+            res = _supernet_accuracy(arch, ctx, device)
+        deadline.check("the end of the supernet evaluation")
+        latency_ms = final_latency(res.accuracy)
+        report({
+            **base, "status": COMPLETED, "epoch": 0, "accuracy": res.accuracy, "val_loss": res.val_loss,
+            "train_seconds": time.perf_counter() - t0, "reward": reward(res.accuracy, latency_ms, ctx.target_ms),
+        })
+        return
     torch.manual_seed(ctx.train.seed)
     model = build(arch, num_classes=ctx.data.num_classes, in_chans=3, dropout=ctx.train.dropout)
     if ctx.faults is not None:
@@ -295,6 +307,14 @@ def _evaluate(
 
     train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard,
                   step_check=lambda: deadline.check("a training step"))
+
+
+def _supernet_accuracy(arch: Arch, ctx: TrialContext, device: torch.device) -> SubnetResult:
+    # The supernet is loaded once per worker process (load_supernet keeps it); the search checked
+    # the checkpoint against the space, the data and its split before the first trial.
+    acc = ctx.accuracy
+    loaded = load_supernet(cast(str, acc.checkpoint), ctx.space, SupernetTarget.of(ctx.space, ctx.data), device)
+    return subnet_accuracy(loaded, arch, ctx.data, acc.bn_batches, acc.batch_size, device, ctx.train.seed)
 
 
 def _work_guard(latency: LatencyConfig, device: torch.device) -> Callable[[], AbstractContextManager[Any]]:

@@ -75,7 +75,11 @@ def _param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
 
 
 def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    groups = _param_groups(model, cfg)
+    return make_optimizer(_param_groups(model, cfg), cfg)
+
+
+def make_optimizer(groups: list[dict[str, Any]], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The recipe's optimiser (``train.optimizer``) over parameter ``groups`` (each with its weight decay)."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0)
     if cfg.optimizer == "adam":
@@ -113,7 +117,8 @@ def amp_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
     return torch.float16  # auto on a GPU without bf16
 
 
-def _channels_last(cfg: TrainConfig, device: torch.device) -> bool:
+def channels_last_on(cfg: TrainConfig, device: torch.device) -> bool:
+    """Whether ``train.channels_last`` puts tensors in the channels-last memory format on ``device``."""
     return cfg.channels_last == "on" or (cfg.channels_last == "auto" and device.type == "cuda")
 
 
@@ -163,7 +168,7 @@ def train_briefly(
         TrainingError: the loss became NaN or infinite, or the recipe cannot run on ``device``.
     """
     autocast = amp_dtype(cfg, device)
-    channels_last = _channels_last(cfg, device)
+    channels_last = channels_last_on(cfg, device)
     model.to(device)
     if channels_last:
         model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]

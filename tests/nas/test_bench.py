@@ -146,3 +146,31 @@ def test_render_transfer_and_agent_records() -> None:
     assert "met by\n1 of 1 pairs" in out
     assert "| mobilenetv2_100 | 10.000 | 10.100 | 1.0100 | 5.0 ms | 2.00 / 2.10 |" in out
     assert "**1.0100**" in out
+
+
+def test_render_the_supernet_record() -> None:
+    agreement = {"kendall_tau": 0.71, "kendall_ci": [0.5, 0.85], "spearman": 0.86, "spearman_ci": [0.7, 0.95],
+                 "top_overlap": 0.5, "top_n": 2, "seconds_per_candidate": 1.4}
+    path = {"search": {"arch_id": "0123456789ab", "proxy_accuracy": 0.61, "search_seconds": 400.0},
+            "supernet_seconds": 5000.0,
+            "final": {"init": "supernet", "accuracy": 0.7, "init_accuracy": 0.6, "train_seconds": 600.0,
+                      "latency_ms": 0.9}, "total_seconds": 6000.0}
+    figures = {
+        "supernet": {"epochs": 12, "train_images": 10000, "train_seconds": 5000.0,
+                     "plan": {"budget_minutes": 90, "epochs_from": "the measured step time", "seconds_per_step": 2.5},
+                     "history": [{"epoch": 12, "loss_largest": 1.1, "loss_others": 1.3, "accuracy_largest": 0.6,
+                                  "accuracy_smallest": 0.4, "seconds": 400.0}]},
+        "fidelity": {"k": 20, "source": ".latnas/bench/fidelity-full",
+                     "estimators": {"supernet": agreement, "macs": {**agreement, "kendall_tau": 0.3}}},
+        "cost": {"seconds": spread([1.2, 1.5, 1.8]), "bn_batches": 10, "batch_size": 64, "val_images": 2000,
+                 "meets_goal": True},
+        "search": {"target_ms": 1.1, "candidates_per_search": 24, "final_epochs": 5, "final_train_images": 10000,
+                   "brief_training": {"data.max_train_samples": 5000, "train.epochs": 2},
+                   "paths": {"supernet search, best fine-tuned from the supernet": path}},
+        "supernet_command": "python -m nas.supernet +space=mobile_cifar",
+    }
+    out = render.render({"supernet": _rec("supernet", figures)})
+    assert "## One-shot accuracy on CIFAR-10" in out and "12 epochs, chosen from the measured step time" in out
+    assert "| **supernet** | 0.710 | 0.50 to 0.85 | 0.860 |" in out
+    assert "median **1.50 s**" in out and "it meets the 2 s goal" in out
+    assert "| 0123456789ab | 0.900 | 61.0% | 60.0% | 70.0% | 83.3 | " in out and "| 100.0 |" in out

@@ -8,13 +8,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from mlflow import MlflowClient
 
 from latency_predictor.features import FeatureExtractor
-from nas.core.config import DataConfig, FidelityConfig, ReferenceBudget, TrackingConfig, TrainConfig
+from nas.core.config import (
+    DataConfig,
+    FidelityConfig,
+    ReferenceBudget,
+    SupernetEstimateConfig,
+    TrackingConfig,
+    TrainConfig,
+)
 from nas.core.errors import ConfigError
-from nas.studies.fidelity import REFERENCE, FidelityError, choose_archs, run_fidelity
+from nas.data import load_dataset
+from nas.oneshot.train import SupernetResult
+from nas.studies.fidelity import REFERENCE, SUPERNET, FidelityError, choose_archs, run_fidelity
 from nas.studies.stats import agreement, top_overlap
+from nas.trial.subnet import SupernetTarget, load_supernet, read_checkpoint, subnet_accuracy
 from search_spaces import load_space
 
 
@@ -60,7 +71,9 @@ def _cfg(tmp_path: Path, **kw: object) -> FidelityConfig:
     return cfg
 
 
-def test_a_small_study_is_recorded_and_resumes_without_redoing_anything(tmp_path: Path) -> None:
+def test_a_small_study_is_recorded_and_resumes_without_redoing_anything(
+    tmp_path: Path, trained_supernet: SupernetResult
+) -> None:
     import yaml
 
     from search_spaces.space import SPACES_DIR
@@ -86,6 +99,24 @@ def test_a_small_study_is_recorded_and_resumes_without_redoing_anything(tmp_path
     assert resumed.computed == 2
     run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(str(resumed.run_id))
     assert run.data.tags["latnas.role"] == "fidelity" and "synflow.kendall_tau" in run.data.metrics
+    # A supernet checkpoint given later is estimated on the same records: the same architectures, the
+    # same reference accuracies; only its estimates are computed, and another checkpoint's anew.
+    with_supernet = _cfg(tmp_path, space=space, supernet=SupernetEstimateConfig(
+        checkpoint=str(trained_supernet.checkpoint), bn_batches=2))
+    one_shot = run_fidelity(with_supernet, log=lambda _s: None)
+    assert one_shot.computed == 4 and one_shot.values[REFERENCE] == first.values[REFERENCE]
+    assert list(one_shot.agreements)[:2] == ["train_1ep", SUPERNET]
+    space_t, data = load_space("tiny"), load_dataset(with_supernet.data)
+    loaded = load_supernet(trained_supernet.checkpoint, space_t, SupernetTarget.of(space_t, data))
+    a = one_shot.archs[0]
+    assert one_shot.values[SUPERNET][a] == subnet_accuracy(loaded, space_t.decode(a), data, 2, 64).accuracy
+    assert json.loads((first.folder / "fidelity.json").read_text())["supernet"]["sha256"] == loaded.sha256
+    payload = read_checkpoint(trained_supernet.checkpoint)
+    payload["model"] = {k: v * 1.01 if v.is_floating_point() else v for k, v in payload["model"].items()}
+    torch.save(payload, tmp_path / "other.pt")
+    other = run_fidelity(_cfg(tmp_path, space=space, supernet=SupernetEstimateConfig(
+        checkpoint=str(tmp_path / "other.pt"), bn_batches=2)), log=lambda _s: None)
+    assert other.computed == 4
     # The same folder with other settings is refused, not mixed.
     with pytest.raises(FidelityError, match="other settings"):
         run_fidelity(_cfg(tmp_path, space=space, k=5), log=lambda _s: None)
