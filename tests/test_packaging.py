@@ -64,4 +64,4 @@ def test_the_wheel_installs_into_a_clean_venv_and_searches_from_an_empty_folder(
                  "data.max_train_samples=200", "data.max_val_samples=100", "latency.input_shape=[1,3,64,64]",
                  "progress=false"], cwd=empty, env=env, timeout=600)
     assert "Search mobile-50ms-" in proc.stdout and "Best: " in proc.stdout
-    assert (empty / "mlflow.db").is_file()
+    assert (empty / ".latnas" / "mlflow.db").is_file()  # the project home, in the folder it ran from

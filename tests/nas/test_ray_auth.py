@@ -150,13 +150,19 @@ def test_the_documented_job_submit_runs_a_search_on_the_token_cluster(head: Head
     out = tmp_path / "out"
     # docs/cluster.md: `ray job submit --address http://<head>:8265 --working-dir . -- python -m nas.search ...`
     # with RAY_AUTH_MODE=token and the token in the submitting shell, run from the checkout.
-    proc = subprocess.run(
-        ["ray", "job", "submit", "--address", head.jobs, "--working-dir", ".", "--",
-         "python", "-m", "nas.search", *SEARCH, "name=submitted", f"tracking.uri=sqlite:///{db}",
-         f"output_dir={out}"],
-        cwd=REPO, env=_env(tmp_path / "home", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=head.token),
-        capture_output=True, text=True, timeout=900,
-    )
+    # Right after `ray start` the head's job agent may not be up yet; Ray then says to try again later.
+    deadline = time.monotonic() + 120
+    while True:
+        proc = subprocess.run(
+            ["ray", "job", "submit", "--address", head.jobs, "--working-dir", ".", "--",
+             "python", "-m", "nas.search", *SEARCH, "name=submitted", f"tracking.uri=sqlite:///{db}",
+             f"output_dir={out}"],
+            cwd=REPO, env=_env(tmp_path / "home", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=head.token),
+            capture_output=True, text=True, timeout=900,
+        )
+        if "No available agent to submit job" not in proc.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(3)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "Search submitted" in proc.stdout and "Best: " in proc.stdout, proc.stdout[-4000:]
     runs = _runs(db)
