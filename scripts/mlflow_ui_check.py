@@ -7,9 +7,11 @@
 What a user sees without touching any setting, checked in the rendered page (``--dump-dom``)
 and saved as PNG screenshots to look at:
 
-1. the experiment's default page is the training-runs view (not the GenAI traces view), and
-   lists the search's parent run;
-2. the candidates' run names say what each is (``<arch_id> <status> acc=... p50=...ms``);
+1. for comparison, the experiment's plain link, which MLflow 3.17 opens in its GenAI overview
+   whatever the experiment's kind tag says (one GenAI / model-training switch for all experiments);
+2. the link the search prints (``StoreWriter.ui_link``) opens the model-training runs table with
+   the search's candidates only, best reward first, named for what they are
+   (``<arch_id> acc 0.912, 12.31 ms, meets target``);
 3. the parent run carries the leaderboard as an MLflow table (``leaderboard_table.json``), which
    the artifact view renders;
 4. the compare view of the top candidates (the README's "compare candidates") renders.
@@ -65,11 +67,16 @@ def _small_search(home: Path, name: str) -> Path:
 
 def _render(chromium: str, url: str, png: Path, width: int = 1600, height: int = 1000) -> str:
     """Screenshot ``url`` into ``png`` and return the rendered DOM (two loads of the page)."""
+    print(f"mlflow_ui_check: rendering {png.name} ...", flush=True)
     common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
               "--disable-background-networking", "--hide-scrollbars", "--no-first-run",
-              f"--window-size={width},{height}", "--virtual-time-budget=25000"]
-    subprocess.run([*common, f"--screenshot={png}", url], check=True, capture_output=True, timeout=180)
-    dom = subprocess.run([*common, "--dump-dom", url], check=True, capture_output=True, text=True, timeout=180)
+              f"--window-size={width},{height}", "--virtual-time-budget=15000"]
+    try:
+        subprocess.run([*common, f"--screenshot={png}", url], check=True, capture_output=True, timeout=300)
+        dom = subprocess.run([*common, "--dump-dom", url], check=True, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        print(f"mlflow_ui_check: Chromium did not finish {png.name} within 300 s; its checks fail", flush=True)
+        return ""
     return dom.stdout
 
 
@@ -107,9 +114,10 @@ def main() -> int:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
+    print(f"mlflow_ui_check: starting `mlflow ui` at {base} for {store} ...", flush=True)
     checks: list[tuple[str, bool, str]] = []
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while True:
             try:
                 with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
@@ -118,22 +126,29 @@ def main() -> int:
             except OSError:
                 pass
             if time.monotonic() > deadline or server.poll() is not None:
-                sys.exit("mlflow_ui_check: `mlflow ui` did not start within 120 s")
+                sys.exit("mlflow_ui_check: `mlflow ui` did not start within 300 s")
             time.sleep(1)
 
-        kind = exp.tags.get("mlflow.experimentKind", "(unset)")
-        checks.append(("experiment opens in the training-runs view", kind == "custom_model_development",
-                       f"mlflow.experimentKind={kind}"))
+        from nas.adapters.mlflow_writer import StoreWriter
 
-        dom = _render(chromium, f"{base}/#/experiments/{exp.experiment_id}", out / "1-experiment.png")
-        checks.append(("the experiment page lists the search", args.search in dom, args.search))
+        dom = _render(chromium, f"{base}/#/experiments/{exp.experiment_id}", out / "1-experiment-plain-link.png")
+        checks.append(("(for comparison) the experiment's plain link opens the GenAI overview, not the runs",
+                       "Traces" in dom, "MLflow's default, whatever the experiment's kind tag says"))
 
-        dom = _render(chromium, f"{base}/#/experiments/{exp.experiment_id}/runs?isPreview=true&searchFilter="
-                      f"tags.%60mlflow.parentRunId%60%20%3D%20%27{parent.info.run_id}%27", out / "2-candidates.png")
-        shown = [c.info.run_name for c in children if c.info.run_name and c.info.run_name in dom]
-        checks.append(("candidate runs are listed by descriptive names", len(shown) >= min(3, len(children))
-                       and all(" acc=" in n and "ms" in n for n in shown), f"{len(shown)} of {len(children)} shown, "
-                       f"e.g. {shown[:2]}"))
+        link = StoreWriter(uri, args.experiment).ui_link(parent.info.run_id, base)
+        dom = _render(chromium, link, out / "2-candidates-by-reward.png")
+        ranked = sorted((c for c in children if "reward" in c.data.metrics), key=lambda c: -c.data.metrics["reward"])
+        names = [c.info.run_name for c in ranked if c.info.run_name]
+        where = [dom.find(n) for n in names]
+        checks.append(("the printed link lists the search's candidates by descriptive names",
+                       bool(names) and all(i >= 0 for i in where) and all(" acc " in n and " ms" in n for n in names),
+                       f"{sum(i >= 0 for i in where)} of {len(names)} shown, e.g. {names[:2]}"))
+        checks.append(("best reward first", all(i >= 0 for i in where) and where == sorted(where),
+                       f"rewards {[round(c.data.metrics['reward'], 4) for c in ranked]}"))
+        others = [r.info.run_name for r in runs if r.info.run_name and r.data.tags.get("mlflow.parentRunId")
+                  not in (None, parent.info.run_id)]
+        checks.append(("only this search's candidates", not any(n in dom for n in others),
+                       f"{len(others)} candidates of other searches in the store, none shown"))
 
         artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
         table = "leaderboard_table.json"
@@ -141,7 +156,7 @@ def main() -> int:
                        ", ".join(sorted(artifacts))))
         dom = _render(chromium, f"{base}/#/experiments/{exp.experiment_id}/runs/{parent.info.run_id}/artifacts/"
                       f"{table}", out / "3-leaderboard-table.png")
-        shown_ids = [c.data.tags.get("arch_id", "") for c in top if c.data.tags.get("arch_id", "") in dom]
+        shown_ids = [c.data.params["arch_id"] for c in top if c.data.params["arch_id"] in dom]
         checks.append(("the artifact view renders the leaderboard table", len(shown_ids) == len(top) > 0,
                        f"arch_ids of the top {len(top)} shown: {shown_ids}"))
 

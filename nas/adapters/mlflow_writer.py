@@ -22,6 +22,7 @@ import math
 import os
 import socket
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -163,7 +164,8 @@ class StoreWriter:
             else:
                 self.experiment_id = exp.experiment_id
             if exp is None or EXPERIMENT_KIND_TAG not in exp.tags:
-                # MLflow 3's UI opens an experiment without this tag in its GenAI view (traces, no runs).
+                # MLflow 3's UI opens an experiment without this tag in its GenAI view (traces, no runs);
+                # 3.17's global GenAI / model-training switch overrides it (see ui_link).
                 self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_DEVELOPMENT)
 
     def reader(self) -> StoreReader:
@@ -173,6 +175,21 @@ class StoreWriter:
     def ui_command(self) -> str:
         """The command that opens this store in the MLflow UI, bound to localhost."""
         return f"mlflow ui --backend-store-uri {self.uri} --host 127.0.0.1"
+
+    def ui_link(self, parent_run_id: str, base: str = "http://127.0.0.1:5000") -> str:
+        """The MLflow UI's page of one search's candidates, best reward first.
+
+        MLflow 3's UI keeps one GenAI / model-training switch for every experiment (GenAI unless
+        the browser has chosen otherwise) and, with it, ignores the experiment's kind tag: the
+        ``workflowType`` parameter is what opens the runs table rather than the traces overview.
+        """
+        query = urllib.parse.urlencode({
+            "workflowType": "machine_learning",
+            "orderByKey": "metrics.`reward`",
+            "orderByAsc": "false",
+            "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        }, quote_via=urllib.parse.quote)
+        return f"{base}/#/experiments/{self.experiment_id}/runs?{query}"
 
     # ------------------------------------------------------------------ a search
     def start_search(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:

@@ -529,6 +529,7 @@ def _print_summary(
         f"  files    {result.output_dir} (leaderboard.csv, best_arch.json, config.yaml)",
         f"  Ray Tune {result.ray_experiment_path}",
         f"Open in the MLflow UI: {writer.ui_command()}",
+        f"  then its candidates, best reward first: {writer.ui_link(result.parent_run_id)}",
     ]
     text = "\n".join(lines)
     print(text, flush=True)
