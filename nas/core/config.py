@@ -34,6 +34,7 @@ ZERO_COST_ESTIMATORS = ("naswot", "synflow", "grad_norm", "jacob_cov")
 ESTIMATORS = ("train", *ZERO_COST_ESTIMATORS)
 SAMPLERS = ("tpe", "random", "nsga2")
 SCHEDULERS = ("fifo", "asha")
+LATENCY_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 _DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -44,6 +45,9 @@ class LatencyConfig:
     Attributes:
         backend: the estimator's registry name (``onnxruntime``, ``torch``, ``tensorrt``, ...).
         input_shape: the deployment input shape, batch first.
+        precision: the deployment precision: ``fp32``, ``fp16``, ``bf16`` or ``int8``, as the
+            backend can run it (ONNX Runtime on the CPU: fp32, int8; TensorRT: fp32, fp16, int8;
+            torch: fp32, bf16, and fp16 on CUDA); a learned predictor must have been trained at it.
         options: backend-specific settings, passed to the backend, which checks them
             (e.g. ``provider``, ``intra_op_threads`` for ONNX Runtime).
         measure: measurement protocol settings (warm-up and timed runs, stability threshold).
@@ -51,6 +55,7 @@ class LatencyConfig:
 
     backend: str = "onnxruntime"
     input_shape: list[int] = field(default_factory=lambda: [1, 3, 224, 224])
+    precision: str = "fp32"
     options: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)
 
@@ -153,10 +158,13 @@ class AccuracyConfig:
             in place of accuracy by the reward: ``naswot`` (Mellor et al. 2021), ``synflow``,
             ``grad_norm`` or ``jacob_cov`` (see :mod:`nas.trial.zero_cost`).
         batch_size: images a training-free score looks at.
+        calibration_samples: with ``latency.precision=int8`` and ``train``: training images the
+            int8 network whose accuracy the reward uses is calibrated on (:mod:`nas.trial.precision`).
     """
 
     estimator: str = "train"
     batch_size: int = 64
+    calibration_samples: int = 256
 
 
 @dataclass
@@ -321,7 +329,8 @@ def validate(cfg: SearchConfig) -> None:
         raise ConfigError("resume", "resume=true continues a named search: add name=<the search's name>")
 
     lat = cfg.latency
-    # The backend name and options are checked by the backend registry when it is built.
+    # The backend name, options and precision are checked by the backend registry when it is built.
+    _choice("latency.precision", lat.precision, LATENCY_PRECISIONS)
     if len(lat.input_shape) != 4 or any(d < 1 for d in lat.input_shape):
         raise ConfigError(
             "latency.input_shape", f"must be [N, C, H, W] with every dimension >= 1, got {lat.input_shape}"
@@ -365,6 +374,7 @@ def validate(cfg: SearchConfig) -> None:
     acc = cfg.accuracy
     _choice("accuracy.estimator", acc.estimator, ESTIMATORS)
     _int_at_least("accuracy.batch_size", acc.batch_size, 2)
+    _int_at_least("accuracy.calibration_samples", acc.calibration_samples, 1)
 
     s = cfg.search
     _choice("search.sampler", s.sampler, SAMPLERS)
@@ -647,3 +657,4 @@ def validate_fidelity(cfg: FidelityConfig) -> None:
         raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
     sub = SearchConfig(space=cfg.space, target_ms=1.0, data=cfg.data, train=cfg.train, tracking=cfg.tracking)
     validate(sub)  # the data, train and tracking groups, checked as the search checks them
+

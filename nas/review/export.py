@@ -206,6 +206,8 @@ def latency_settings(
     )
     shape = cfg.latency.input_shape or searched.get("input_shape") or [1, 3, 224, 224]
     options = dict(searched.get("options") or {}) if backend == searched_backend else {}
+    if backend == searched_backend and searched.get("precision"):
+        options.setdefault("precision", searched["precision"])  # timed at the precision the search timed
     options.update(cfg.latency.options)
     measure = {**(searched.get("measure") or {}), **cfg.latency.measure}
     return backend, validate_input_shape([int(d) for d in shape]), options, measure
