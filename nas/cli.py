@@ -8,7 +8,8 @@ function, which never sees a DictConfig:
 * ``python -m nas.search``: :func:`search_main` -> :func:`nas.driver.run_search`;
 * ``python -m nas.leaderboard``: :func:`leaderboard_main` -> :func:`nas.review.leaderboard.run_leaderboard`;
 * ``python -m nas.export``: :func:`export_main` -> :func:`nas.review.export.run_export`;
-* ``python -m nas.fidelity``: :func:`fidelity_main` -> :func:`nas.studies.fidelity.run_fidelity`.
+* ``python -m nas.fidelity``: :func:`fidelity_main` -> :func:`nas.studies.fidelity.run_fidelity`;
+* ``python -m nas.optimize``: :func:`optimize_main` -> :func:`nas.deploy.optimize.run_optimize`.
 
 The built-in search spaces (``search_spaces/spaces/*.yaml``) are registered as the options of the
 ``space`` group, so ``+space=mobile`` picks one and ``space.stem_chs=[16]`` changes it. A user
@@ -30,7 +31,14 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nas.core.config import GROUP_SCHEMAS, ExportConfig, FidelityConfig, LeaderboardConfig, SearchConfig
+from nas.core.config import (
+    GROUP_SCHEMAS,
+    ExportConfig,
+    FidelityConfig,
+    LeaderboardConfig,
+    OptimizeConfig,
+    SearchConfig,
+)
 from nas.core.errors import USER_ERRORS
 from search_spaces import available_spaces
 from search_spaces.space import SPACES_DIR
@@ -53,6 +61,7 @@ def register_configs() -> None:
     cs.store(name="leaderboard_schema", node=LeaderboardConfig)
     cs.store(name="export_schema", node=ExportConfig)
     cs.store(name="fidelity_schema", node=FidelityConfig)
+    cs.store(name="optimize_schema", node=OptimizeConfig)
     for group, schema in GROUP_SCHEMAS.items():
         cs.store(group=group, name="schema", node=schema)
     for name in available_spaces():
@@ -187,3 +196,16 @@ def fidelity_main(dcfg: DictConfig) -> None:
     print(table(result, cfg))
     print(f"\nFiles: {result.folder} (fidelity.json, fidelity.md, fidelity.png, records.jsonl)")
     print(f"MLflow run {result.run_id}")
+
+
+# ---------------------------------------------------------------------- python -m nas.optimize
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="optimize")
+def optimize_main(dcfg: DictConfig) -> None:
+    """``python -m nas.optimize candidate=<arch_id> [prune.ratios=[0.3,0.5]] [precisions=[int8]] ...``."""
+    from nas.deploy.optimize import run_optimize, summary
+
+    cfg = _typed(dcfg, OptimizeConfig)
+    result = _run_or_exit(lambda: run_optimize(cfg))
+    print(summary(result), flush=True)

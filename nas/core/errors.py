@@ -74,5 +74,9 @@ class ExportError(NASError):
     """A candidate could not be exported, or an exported model failed its check."""
 
 
+class OptimizeError(NASError):
+    """An exported candidate could not be optimised, or an optimised variant failed its regression check."""
+
+
 USER_ERRORS: tuple[type[Exception], ...] = (NASError, SearchSpaceError, LatencyError)
 """Expected errors: a trial that raises one FAILS with its reason; a command prints it and exits 2."""

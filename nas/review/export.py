@@ -434,6 +434,8 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
     torch.manual_seed(cfg.seed)
     net = build(arch, num_classes=num_classes, in_chans=shape[1], dropout=cfg.train.dropout)
     training = _train(net, cfg, data()) if cfg.train.epochs > 0 else None
+    if training is not None:
+        training["data_config"] = asdict(data_cfg)  # what nas.optimize validates and calibrates on
     net.eval()
     fused = fuse_conv_bn(net)
 
