@@ -85,6 +85,12 @@ def _references_cifar10(args: argparse.Namespace, quick: bool, log: Callable[[st
     return references_cifar10.run(fidelity.cifar10_archive(args.cifar10), quick, workers=args.workers, log=log)
 
 
+def _deployment(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from benchmarks import deployment, fidelity
+
+    return deployment.run(fidelity.cifar10_archive(args.cifar10), quick, log=log)
+
+
 def _external(name: str) -> Runner:
     def runner(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         from benchmarks import external
@@ -111,6 +117,8 @@ def registry() -> dict[str, Benchmark]:
                   _fidelity, (4, 75), in_quick=False),
         Benchmark("references_cifar10", "searched vs hand-designed networks on CIFAR-10 at two latency targets",
                   _references_cifar10, (6, 85), in_quick=False),
+        Benchmark("deployment", "deployment variants on CIFAR-10: FP32 vs INT8 on ONNX Runtime CPU, pruned networks",
+                  _deployment, (6, 85), in_quick=False),
     ]
     for name, ext in external.SCRIPTS.items():
         if (common.ROOT / (ext.module.replace(".", "/") + ".py")).exists():
