@@ -24,7 +24,8 @@ into the narrower network; a network pruned to its own widths is the same functi
 
 Two shapes an :class:`Arch` cannot express are avoided: a block without an identity shortcut
 whose input and output groups end with equal widths (the :class:`Arch` would give it one) has its
-output group moved one ``multiple`` away (:func:`resolve_widths`).
+output group moved one ``multiple`` away, or, where that group cannot move, its input group
+(:func:`resolve_widths`).
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def resolve_widths(arch: Arch, widths: Mapping[str, int], multiple: int = 1) -> 
 
     A block without an identity shortcut whose input and output groups would end with equal
     counts would get one in the pruned :class:`Arch`; its output group is moved one ``multiple``
-    down (or up, when at its minimum and below its original count).
+    down (or up, when at its minimum and below its original count); when it can move neither way
+    (one ``multiple`` wide, and not pruned), the input group keeps one ``multiple`` more instead.
 
     Raises:
         ArchError: an unknown group, a count below 1 or above the group's size, or a clash that
@@ -149,6 +151,8 @@ def resolve_widths(arch: Arch, widths: Mapping[str, int], multiple: int = 1) -> 
                     new[out_group] = down
                 elif up <= current[out_group]:
                     new[out_group] = up
+                elif new[in_group] + multiple <= current[in_group]:  # the output group cannot move: the input
+                    new[in_group] += multiple  # group keeps one multiple more (it prunes less than asked)
                 else:
                     raise ArchError(f"block {i} would gain an identity shortcut at {new[out_group]} channels")
             in_group, chs = out_group, b.out_chs

@@ -129,6 +129,14 @@ def test_pruning_never_adds_a_shortcut_the_network_did_not_have() -> None:
     assert narrow.stem_chs == 16 and narrow.blocks[0].out_chs == 8  # moved one multiple away from the stem's width
 
 
+def test_a_shortcut_clash_the_output_group_cannot_resolve_keeps_the_input_group_wider() -> None:
+    # MobileNetV2 x0.35 in its 32x32 layout: stem 16 -> block 0 (stride 1) 8, already one multiple wide
+    arch = resolve_arch("act_relu6-stem_c16-mb_k3_e1_c8_s1-mb_k3_e6_c16_s2-mb_k3_e6_c16_s1-head_c64")
+    narrow = pruned_arch(arch, {"stem": 8, "blocks.1": 8}, multiple=8)
+    assert narrow.stem_chs == 16 and narrow.blocks[0] == arch.blocks[0]  # block 0 gains no shortcut
+    assert narrow.blocks[1].out_chs == 8  # the rest is pruned as asked
+
+
 @pytest.mark.parametrize(
     ("widths_", "expand", "words"),
     [
