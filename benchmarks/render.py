@@ -521,6 +521,9 @@ def _deployment(rec: Rec) -> str:
     front = [[x["variant"], _f(x["p50_ms"], 3), _pct(x["accuracy"]), "yes" if x["between"] else "no",
               "yes" if x["dominated"] else "no", "yes" if x["on_front"] else "no"] for x in fr["pruned"]]
     small = fr.get("next_smaller")
+    placed = (table(["variant", "p50", "accuracy", "between", "dominated", "on the front"], front) if front else
+              "No pruned variant of the searched network to place: " + (
+                  "none was timed." if small else "the search found no smaller network on its front."))
     ratios = " and ".join(f"{r:.0%}" for r in s["ratios"])
     anchors = (f"searched {_f(fr['searched']['p50_ms'], 3)} ms at {_pct(fr['searched']['accuracy'])}; next smaller "
                + (f"{_f(small['p50_ms'], 3)} ms at {_pct(small['accuracy'])}" if small else "none found"))
@@ -553,7 +556,7 @@ point lost):
 than the searched network, slower than the next smaller one and dominated by neither:
 **{"met" if fr["meets_goal"] else "not met"}**.
 
-{table(["variant", "p50", "accuracy", "between", "dominated", "on the front"], front)}"""
+{placed}"""
 
 
 RENDERERS: dict[str, Callable[[Rec], str]] = {

@@ -181,6 +181,13 @@ def test_render_the_deployment_section_with_its_goals(tmp_path: Path) -> None:
     assert "| searched | fp32 | fp32 | 1.000 (unstable) | 1.200 |" in section
     assert "| searched | fp32 | 1.67x | +0.50 | yes |" in section
     assert "**met**" in section and "| pruned-0.3 | 0.800 | 78.0% | yes | no | yes |" in section
+    figures = _deployment_figures()
+    figures["front"] = {"searched": {"p50_ms": 1.0, "accuracy": 0.8}, "next_smaller": None, "pruned": [],
+                        "meets_goal": False}
+    (tmp_path / "records" / "deployment.json").write_text(json.dumps(_rec("deployment", figures)))
+    section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("## Deployment")[1]
+    assert "next smaller none found" in section and "**not met**" in section
+    assert "the search found no smaller network on its front" in section
     assert "deployment" in suite.registry() and not suite.registry()["deployment"].in_quick
 
 
