@@ -27,7 +27,13 @@ The checks (:data:`CHECKS`), each reaching the code a user runs:
 * ``ray_half_gpu_tasks``: a local Ray cluster with one GPU and two half-GPU tasks: each task's
   ``CUDA_VISIBLE_DEVICES`` is its accelerator ids, and both name the same slot, the GPU's UUID;
 * ``search_gpus_per_trial_1``: a small search with ``ray.gpus_per_trial=1``, the torch backend
-  on ``cuda:0`` with CUDA graphs.
+  on ``cuda:0`` with CUDA graphs;
+* ``optimize_tensorrt``: ``nas.optimize`` timed with TensorRT on a briefly trained export: FP16 and
+  INT8 engines (INT8 calibrated on training images) of the network and of its pruned form, each
+  run on the validation images and checked against its FP32 network;
+* ``optimize_torch_half``: ``nas.optimize`` timed with eager torch on CUDA: fp16 and bf16 variants of
+  the same export, each run on the validation images and checked against its FP32 network;
+* ``int8_search_trial_tensorrt``: one search trial at ``latency.precision=int8`` on TensorRT.
 """
 
 from __future__ import annotations
@@ -497,6 +503,97 @@ def check_search_gpus_per_trial_1(ctx: Context) -> dict[str, Any]:
     return figures
 
 
+def _exported(ctx: Context) -> Path:
+    """A small network trained briefly on digits and exported (``nas.export``), once per run of the checks."""
+    from nas.core.config import DataConfig, ExportConfig, TrainConfig
+    from nas.review.export import ExportTarget, export_candidate
+    from search_spaces import Arch
+
+    folder = ctx.work / "exports" / Arch.decode(SMALL_ARCH).arch_id
+    if not (folder / "report.json").is_file():
+        cfg = ExportConfig(output_dir=str(ctx.work / "exports"), num_classes=10, engine=False,
+                           data=DataConfig(max_train_samples=1024, max_val_samples=256),
+                           train=TrainConfig(epochs=3, device="cuda"))
+        cfg.latency.input_shape = [1, 3, 32, 32]
+        cfg.latency.measure = dict(MEASURE)
+        cfg.latency.rounds = 1
+        export_candidate(ExportTarget(Arch.decode(SMALL_ARCH), "arch_string"), cfg)
+    return folder
+
+
+def _optimize(ctx: Context, backend: str, options: dict[str, Any], precisions: list[str] | None,
+              ratios: list[float]) -> dict[str, Any]:
+    from nas.core.config import OptimizeConfig, TrainConfig
+    from nas.core.errors import OptimizeError
+    from nas.deploy.optimize import run_optimize
+
+    cfg = OptimizeConfig(candidate=str(_exported(ctx)), precisions=precisions, engines=False, log=False,
+                         train=TrainConfig(epochs=1, lr=0.01, warmup_epochs=0.0, device="cuda"))
+    cfg.latency.backend = backend
+    cfg.latency.options = {**options, "slot_dir": str(ctx.work / "slots")}
+    cfg.latency.measure = dict(MEASURE)
+    cfg.latency.rounds = 1
+    cfg.calibration.samples = 256
+    cfg.check.min_agreement = 0.9  # briefly trained on digits: many near-ties among the logits
+    cfg.check.min_agreement_pruned = 0.0
+    cfg.prune.ratios = ratios
+    cfg.prune.steps = 1
+    cfg.prune.sensitivity_samples = 256
+    try:
+        result = run_optimize(cfg, log=lambda s: None)
+        rows = result.rows
+    except OptimizeError as err:
+        raise CheckFailed(str(err)) from None
+    figures = {"variants": [{"variant": r.variant, "precision": r.precision, "status": r.status, "reason": r.reason,
+                             "p50_ms": r.latency["p50_ms"] if r.latency else None, "accuracy": r.accuracy,
+                             "agreement": r.agreement, "source_agreement": r.source_agreement,
+                             "size_bytes": r.size_bytes} for r in rows]}
+    made = [r for r in rows if r.status != "skipped"]
+    wanted = {"fp32", *(precisions or [])}
+    if {r.precision for r in made} < wanted:
+        raise CheckFailed(f"precisions made: {sorted({r.precision for r in made})}; wanted {sorted(wanted)}", figures)
+    slow = [r.variant for r in made if not r.latency or r.latency["p50_ms"] <= MIN_P50_MS]
+    if slow:
+        raise CheckFailed(f"p50 at most {MIN_P50_MS * 1000:g} us (nothing timed): {slow}", figures)
+    return figures
+
+
+def check_optimize_tensorrt(ctx: Context) -> dict[str, Any]:
+    """``nas.optimize`` timed with TensorRT: FP16 and INT8 engines (calibrated on training images) of the
+    network and of its pruned form, each run on the validation images and checked."""
+    return _optimize(ctx, "tensorrt", {"device": "cuda:0", "cache_dir": str(ctx.work / "engines")},
+                     ["fp16", "int8"], [0.4])
+
+
+def check_optimize_torch_half(ctx: Context) -> dict[str, Any]:
+    """``nas.optimize`` timed with eager torch on CUDA: fp16 and bf16 variants, run and checked."""
+    return _optimize(ctx, "torch", {"device": "cuda:0"}, ["fp16", "bf16"], [])
+
+
+def check_int8_search_trial_tensorrt(ctx: Context) -> dict[str, Any]:
+    """One search trial at ``latency.precision=int8`` on TensorRT: an INT8 engine timed, the accuracy after
+    quantisation rewarded."""
+    from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, TrainConfig
+    from nas.data import load_dataset
+    from nas.trial.evaluate import TrialContext, evaluate_candidate
+    from search_spaces import load_space
+
+    data = load_dataset(DataConfig(max_train_samples=512, max_val_samples=128))
+    tc = TrialContext(space=load_space("tiny"), data=data, train=TrainConfig(epochs=1, device="cuda"),
+                      accuracy=AccuracyConfig(), target_ms=1.0, reward="squared", threads=1,
+                      latency=LatencyConfig(backend="tensorrt", input_shape=[1, 3, 32, 32], precision="int8",
+                                            options={"device": "cuda:0", "cache_dir": str(ctx.work / "engines")},
+                                            measure=dict(MEASURE)))
+    reports: list[dict[str, Any]] = []
+    evaluate_candidate(load_space("tiny").sample(np.random.default_rng(0)).encode(), tc, reports.append)
+    last = reports[-1]
+    figures = {k: last.get(k) for k in ("status", "latency_ms", "latency_precision", "accuracy", "accuracy_fp32",
+                                        "accuracy_precision", "failure_reason")}
+    if last.get("status") != "COMPLETED" or last.get("latency_precision") != "int8":
+        raise CheckFailed("the int8 trial did not complete with an int8 latency", figures)
+    return figures
+
+
 @dataclass(frozen=True)
 class Check:
     """A named check, what it needs, and its function."""
@@ -523,6 +620,9 @@ CHECKS: tuple[Check, ...] = (
     Check("engine_cache_fused_after_unfused", ("gpu", "tensorrt"), check_engine_cache_fused_after_unfused),
     Check("ray_half_gpu_tasks", ("gpu",), check_ray_half_gpu_tasks),
     Check("search_gpus_per_trial_1", ("gpu",), check_search_gpus_per_trial_1),
+    Check("optimize_tensorrt", ("gpu", "tensorrt"), check_optimize_tensorrt),
+    Check("optimize_torch_half", ("gpu",), check_optimize_torch_half),
+    Check("int8_search_trial_tensorrt", ("gpu", "tensorrt"), check_int8_search_trial_tensorrt),
 )
 
 

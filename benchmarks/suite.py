@@ -92,6 +92,12 @@ def _supernet(args: argparse.Namespace, quick: bool, log: Callable[[str], None])
                         fidelity_dir=args.fidelity_dir, work_dir=args.work_dir, log=log)
 
 
+def _deployment(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from benchmarks import deployment, fidelity
+
+    return deployment.run(fidelity.cifar10_archive(args.cifar10), quick, log=log)
+
+
 def _external(name: str) -> Runner:
     def runner(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         from benchmarks import external
@@ -121,6 +127,8 @@ def registry() -> dict[str, Benchmark]:
         Benchmark("supernet", "one-shot accuracy on CIFAR-10: a supernet in 90 minutes, its ranking against the "
                   "fidelity study's reference, cost per candidate, search vs the brief-training search", _supernet,
                   (12, 150), in_quick=False),
+        Benchmark("deployment", "deployment variants on CIFAR-10: FP32 vs INT8 on ONNX Runtime CPU, pruned networks",
+                  _deployment, (6, 85), in_quick=False),
     ]
     for name, ext in external.SCRIPTS.items():
         if (common.ROOT / (ext.module.replace(".", "/") + ".py")).exists():

@@ -46,6 +46,7 @@ def make_latency_estimator(
     num_classes: int,
     space: SearchSpace | None = None,
     target_ms: float | None = None,
+    precision: str = "fp32",
 ) -> LatencyEstimator:
     """The estimator the ``latency`` settings describe, for networks with ``num_classes`` outputs.
 
@@ -57,20 +58,32 @@ def make_latency_estimator(
         num_classes: classifier width of the measured networks.
         space: the search space, for estimators bound to one (a learned predictor).
         target_ms: the latency target (hybrid mode confirms candidates near it).
+        precision: the deployment precision (``latency.precision``): what a measuring backend
+            (local or through agents) runs at, and what a predictor must have been trained at.
 
     Raises:
-        LatencyError: unknown backend or option, invalid value, backend not available here, a
-            predictor made for another setting.
+        LatencyError: unknown backend or option, invalid value, a precision the backend cannot
+            run, backend not available here, a predictor made for another setting.
     """
     if backend == "remote":
-        return make_remote_estimator(tuple(input_shape), options, measure, num_classes)
+        return make_remote_estimator(tuple(input_shape), options, measure, num_classes, precision)
     if backend == "predictor":
         if space is None:
             raise ConfigError("latency=predictor needs the search space its predictor was trained for")
-        return make_predictor_estimator(tuple(input_shape), options, num_classes, space, target_ms)
+        return make_predictor_estimator(tuple(input_shape), options, num_classes, space, target_ms, precision)
     opts = dict(options)
+    _no_precision_option(opts, "latency.options")
     opts.setdefault("num_classes", num_classes)
-    return make_estimator(backend, input_shape=list(input_shape), measure=dict(measure), **opts)
+    return make_estimator(backend, input_shape=list(input_shape), measure=dict(measure), precision=precision, **opts)
+
+
+def _no_precision_option(options: Mapping[str, Any], where: str) -> None:
+    """The precision has one place, ``latency.precision``; a second one among the options is refused."""
+    if "precision" in options:
+        raise ConfigError(
+            f"{where}.precision: the precision is set in one place, latency.precision (e.g. latency.precision="
+            f"{options['precision']}); remove it from {where}"
+        )
 
 
 @dataclass(frozen=True)
@@ -137,7 +150,7 @@ class PredictorOptions:
 
 def make_predictor_estimator(
     input_shape: tuple[int, ...], options: Mapping[str, Any], num_classes: int, space: SearchSpace,
-    target_ms: float | None = None,
+    target_ms: float | None = None, precision: str = "fp32",
 ) -> LatencyEstimator:
     """The estimator ``latency=predictor`` describes, checked against what the search needs.
 
@@ -145,19 +158,21 @@ def make_predictor_estimator(
         ConfigError: bad options.
         PredictorFileError: the file cannot be read or has unexpected content.
         PredictorMismatchError: the predictor was trained for another space, input shape,
-            classifier width or device; the message names every difference.
+            classifier width, precision or device; the message names every difference.
         BackendUnavailableError: hybrid mode's measuring backend cannot run here.
     """
     opts = PredictorOptions.parse(options)
     pred = read_predictor(current_predictor_path(opts))
     if opts.hybrid:
+        _no_precision_option(opts.measure_options, "latency.options.measure_options")
         backend = make_estimator(opts.measure_backend, input_shape=list(input_shape), num_classes=num_classes,
-                                 **opts.measure_options)
+                                 precision=precision, **opts.measure_options)
         pred.target.check(PredictorTarget.create(space, backend), what="predictor")
         pred.space = space
         return HybridEstimator(pred, backend, opts, target_ms)
-    expected = PredictorTarget(space.name, space_digest(space), pred.target.fingerprint, tuple(input_shape),
-                               num_classes)
+    # The predictor's own device unless latency.options.device insists (below); the precision is the search's.
+    fingerprint = dataclasses.replace(pred.target.fingerprint, precision=precision)
+    expected = PredictorTarget(space.name, space_digest(space), fingerprint, tuple(input_shape), num_classes)
     pred.target.check(expected, what="predictor")
     if opts.device is not None:
         fp = pred.target.fingerprint
@@ -229,7 +244,8 @@ class RemoteOptions:
 
 
 def make_remote_estimator(
-    input_shape: tuple[int, ...], options: Mapping[str, Any], measure: Mapping[str, Any], num_classes: int
+    input_shape: tuple[int, ...], options: Mapping[str, Any], measure: Mapping[str, Any], num_classes: int,
+    precision: str = "fp32",
 ) -> RemoteEstimator:
     """The estimator ``latency=remote`` describes; no agent is asked yet (its ``environment()`` asks them all).
 
@@ -237,9 +253,11 @@ def make_remote_estimator(
         ConfigError: bad options, no token, an unknown backend option or protocol setting.
     """
     opts = RemoteOptions.parse(options)
+    _no_precision_option(opts.backend_options, "latency.options.backend_options")
     token = read_token(token_env=opts.token_env, token_file=opts.token_file)
     return RemoteEstimator(
-        opts.url, token=token, backend=opts.backend, backend_options=opts.backend_options, input_shape=input_shape,
+        opts.url, token=token, backend=opts.backend, backend_options={**opts.backend_options, "precision": precision},
+        input_shape=input_shape,
         num_classes=num_classes, measure=measure, timeout_s=opts.timeout_s, connect_timeout_s=opts.connect_timeout_s,
         down_s=opts.down_s,
     )

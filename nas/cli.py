@@ -10,6 +10,7 @@ function, which never sees a DictConfig:
 * ``python -m nas.export``: :func:`export_main` -> :func:`nas.review.export.run_export`;
 * ``python -m nas.fidelity``: :func:`fidelity_main` -> :func:`nas.studies.fidelity.run_fidelity`;
 * ``python -m nas.supernet``: :func:`supernet_main` -> :func:`nas.oneshot.train.run_supernet`.
+* ``python -m nas.optimize``: :func:`optimize_main` -> :func:`nas.deploy.optimize.run_optimize`.
 
 The built-in search spaces (``search_spaces/spaces/*.yaml``) are registered as the options of the
 ``space`` group, so ``+space=mobile`` picks one and ``space.stem_chs=[16]`` changes it. A user
@@ -33,7 +34,14 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nas.core.config import ExportConfig, FidelityConfig, LeaderboardConfig, SearchConfig, SupernetConfig
+from nas.core.config import (
+    ExportConfig,
+    FidelityConfig,
+    LeaderboardConfig,
+    OptimizeConfig,
+    SearchConfig,
+    SupernetConfig,
+)
 from nas.core.errors import USER_ERRORS, ConfigError
 from search_spaces import available_spaces
 from search_spaces.space import SPACES_DIR
@@ -62,6 +70,7 @@ def register_configs() -> None:
     cs.store(name="export_schema", node=ExportConfig)
     cs.store(name="fidelity_schema", node=FidelityConfig)
     cs.store(name="supernet_schema", node=SupernetConfig)
+    cs.store(name="optimize_schema", node=OptimizeConfig)
     for name in available_spaces():
         cs.store(group="space", name=name, node=yaml.safe_load((SPACES_DIR / f"{name}.yaml").read_text()))
 
@@ -310,3 +319,22 @@ def supernet_main() -> None:
     """``python -m nas.supernet +space=... [train.epochs=N]`` (the YAML files checked first)."""
     check_user_yaml(sys.argv[1:])
     _supernet()
+
+
+# ---------------------------------------------------------------------- python -m nas.optimize
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="optimize")
+def _optimize(dcfg: DictConfig) -> None:
+    """``python -m nas.optimize candidate=<arch_id> [prune.ratios=[0.3,0.5]] [precisions=[int8]] ...``."""
+    from nas.deploy.optimize import run_optimize, summary
+
+    cfg = _run_or_exit(lambda: _typed(dcfg, OptimizeConfig))
+    result = _run_or_exit(lambda: run_optimize(cfg))
+    print(summary(result), flush=True)
+
+
+def optimize_main() -> None:
+    """``python -m nas.optimize candidate=<arch_id> ...`` (the YAML files checked first)."""
+    check_user_yaml(sys.argv[1:])
+    _optimize()

@@ -24,6 +24,13 @@ work in it is wrong, so on a GPU provider this backend
   has loaded them), and TensorRT 10's ``libnvinfer.so.10`` by importing ``tensorrt``;
 * binds input and output to device memory (I/O binding, output buffer allocated once) and ends
   each run with ``synchronize_outputs``, so a run's time includes its device work and no copies.
+
+Precision (:data:`PRECISIONS`): ``fp32`` everywhere; ``int8`` on the CPU provider, where the
+exported network is quantised statically (QDQ format, per-channel weights, calibrated on
+``calibration_samples`` images: :mod:`latency_predictor.quantize`) before its session is made,
+and the graph ONNX Runtime optimised is read back to check that every convolution and matrix
+product runs in int8 (any left in float is an error, not an "int8" figure of a float network);
+``fp16`` with the ``tensorrt`` provider (its FP16 mode).
 """
 
 from __future__ import annotations
@@ -64,6 +71,15 @@ from latency_predictor.export import (
     sample_input,
 )
 from latency_predictor.protocol import LatencyResult
+from latency_predictor.quantize import (
+    CalibrationData,
+    GraphPrecision,
+    QuantizeSettings,
+    check_graph_precision,
+    precision_of_graph,
+    quantize_qdq,
+    random_calibration_data,
+)
 from latency_predictor.timing import MeasureConfig
 from search_spaces import Arch
 
@@ -87,6 +103,8 @@ NO_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
 """Session option: fail session creation when any node would run on the CPU."""
 NVINFER = "libnvinfer.so.10"
 """TensorRT 10's library, which ONNX Runtime's TensorRT provider loads by this name."""
+PRECISIONS: dict[str, tuple[str, ...]] = {"cpu": ("fp32", "int8"), "cuda": ("fp32",), "tensorrt": ("fp32", "fp16")}
+"""The precisions each provider runs: int8 (static QDQ quantisation) on the CPU, fp16 in TensorRT's FP16 mode."""
 ProviderList = list[str | tuple[str, dict[str, Any]]]
 
 
@@ -227,7 +245,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
     Args:
         input_shape: deployment shape ``(N, C, H, W)``.
         provider: ``cpu``, ``cuda`` or ``tensorrt``.
-        precision: ``fp32``; ``fp16`` only with the ``tensorrt`` provider (its FP16 mode).
+        precision: ``fp32``; ``int8`` with the ``cpu`` provider (static QDQ quantisation, checked to
+            run in int8); ``fp16`` with the ``tensorrt`` provider (its FP16 mode).
         intra_op_threads: threads inside one operator.
         inter_op_threads: threads running independent operators.
         device_id: GPU index for the ``cuda`` and ``tensorrt`` providers.
@@ -235,6 +254,9 @@ class OnnxRuntimeBackend(MeasuredBackend):
         graph_optimization: ``disable``, ``basic``, ``extended`` or ``all`` (ONNX Runtime's levels).
         cache_dir: root of the TensorRT provider's engine caches (default
             ``$LATNAS_CACHE_DIR/onnxruntime-tensorrt`` or ``~/.cache/latnas/onnxruntime-tensorrt``).
+        calibration_samples: int8: images the activation ranges are calibrated on.
+        calibration_data: int8: source of the calibration images (default: random normal images,
+            enough for timing; ``python -m nas.optimize`` calibrates a model to deploy on training images).
         measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
         slot: take the device's measurement slot while timing.
         slot_dir: directory of the slot lock files.
@@ -262,6 +284,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
         opset: int = DEFAULT_OPSET,
         graph_optimization: str = "all",
         cache_dir: str | Path | None = None,
+        calibration_samples: int = 32,
+        calibration_data: CalibrationData | None = None,
         measure: MeasureConfig | Mapping[str, Any] | None = None,
         slot: bool = True,
         slot_dir: str | Path | None = None,
@@ -269,12 +293,17 @@ class OnnxRuntimeBackend(MeasuredBackend):
         keep_samples: bool = False,
     ) -> None:
         self.provider = check_choice("provider", provider, list(PROVIDERS))
-        check_choice("precision", precision, ["fp32", "fp16"])
-        if precision == "fp16" and provider != "tensorrt":
+        check_choice("precision", precision, ["fp32", "fp16", "bf16", "int8"])
+        if precision not in PRECISIONS[provider]:
+            elsewhere = [n for n, ps in PRECISIONS.items() if precision in ps]
+            where = f"provider {elsewhere[0]!r} runs it" if elsewhere else "no ONNX Runtime provider runs it here"
             raise ConfigError(
-                "precision 'fp16' with ONNX Runtime needs provider='tensorrt'; for fp16 on CUDA use the "
-                "torch or tensorrt backend"
+                f"precision {precision!r} cannot run on ONNX Runtime's {provider} provider, which runs "
+                f"{list(PRECISIONS[provider])}; {where} (fp16 or bf16 on CUDA: the torch or tensorrt backend; "
+                "int8 on a GPU: the tensorrt backend)"
             )
+        self.calibration_samples = check_positive_int("calibration_samples", calibration_samples)
+        self.calibration_data = calibration_data or random_calibration_data
         self.intra_op_threads = check_positive_int("intra_op_threads", intra_op_threads)
         self.inter_op_threads = check_positive_int("inter_op_threads", inter_op_threads)
         if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
@@ -293,8 +322,10 @@ class OnnxRuntimeBackend(MeasuredBackend):
             )
         self.gpu_libraries = load_gpu_libraries(provider) if provider != "cpu" else {}
 
-    def session_options(self, profile_prefix: str | None = None) -> ort.SessionOptions:
-        """The session settings: explicit thread counts, sequential execution, optimisation level."""
+    def session_options(self, profile_prefix: str | None = None,
+                        optimized_path: Path | None = None) -> ort.SessionOptions:
+        """The session settings: explicit thread counts, sequential execution, optimisation level
+        (``optimized_path``: where ONNX Runtime writes the graph it optimised)."""
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.intra_op_threads
         so.inter_op_num_threads = self.inter_op_threads
@@ -308,6 +339,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
         if profile_prefix is not None:
             so.enable_profiling = True
             so.profile_file_prefix = profile_prefix
+        if optimized_path is not None:
+            so.optimized_model_filepath = str(optimized_path)
         return so
 
     def providers(self, model: bytes) -> ProviderList:
@@ -315,7 +348,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
         cache = ort_engine_cache_dir(self.cache_dir, model) if self.provider == "tensorrt" else None
         return execution_providers(self.provider, self.device_id, self.precision == "fp16", cache)
 
-    def create_session(self, model: bytes, profile_prefix: str | None = None) -> ort.InferenceSession:
+    def create_session(self, model: bytes, profile_prefix: str | None = None,
+                       optimized_path: Path | None = None) -> ort.InferenceSession:
         """An inference session on the requested provider, checked to really run there (:func:`open_session`).
 
         Raises:
@@ -325,18 +359,62 @@ class OnnxRuntimeBackend(MeasuredBackend):
         providers = self.providers(model)
         if self.provider == "tensorrt":
             ort_engine_cache_dir(self.cache_dir, model).mkdir(parents=True, exist_ok=True)
-        return open_session(model, self.session_options(profile_prefix), providers, self.provider)
+        return open_session(model, self.session_options(profile_prefix, optimized_path), providers, self.provider)
 
     def _prepare(self, arch: Arch, net: nn.Module, input_shape: tuple[int, ...]) -> Prepared:
         t0 = time.perf_counter()
         model = export_onnx(net, input_shape, self.opset)
         t1 = time.perf_counter()
-        sess = self.create_session(model)
+        stage_s = {"export_s": t1 - t0}
+        extra: dict[str, Any] = {}
+        if self.precision == "int8":
+            model = self.quantize(model, input_shape)
+            stage_s["quantize_s"] = time.perf_counter() - t1
+            extra["quantization"] = QuantizeSettings().describe() + f", {self.calibration_samples} calibration images"
         t2 = time.perf_counter()
+        sess, graph = self.checked_session(model)
         prepared = self._ready(sess, INPUT_NAME, OUTPUT_NAME, input_shape)
-        prepared.stage_s.update(export_s=t1 - t0, session_s=t2 - t1)
-        prepared.extra.update(onnx_bytes=len(model), opset=self.opset)
+        prepared.stage_s.update(stage_s, session_s=time.perf_counter() - t2)
+        prepared.extra.update(extra, onnx_bytes=len(model), opset=self.opset)
+        if graph:
+            prepared.extra["graph_precision"] = graph
         return prepared
+
+    def quantize(self, model: bytes, input_shape: tuple[int, ...]) -> bytes:
+        """``model`` quantised to int8 for timing, calibrated on ``calibration_samples`` images of ``calibration_data``.
+
+        Raises:
+            ConfigError: ``calibration_data`` returned images of the wrong shape.
+            ExportError: ONNX Runtime could not quantise the network.
+        """
+        count = -(-self.calibration_samples // input_shape[0]) * input_shape[0]
+        return quantize_qdq(model, self.calibration_data(count, input_shape), input_shape)
+
+    def checked_session(self, model: bytes) -> tuple[ort.InferenceSession, str | None]:
+        """A session of ``model`` (:meth:`create_session`) whose optimised graph computes in :attr:`precision`.
+
+        On the CPU provider the graph ONNX Runtime optimised for the session is written to a temporary
+        file and read back (:func:`~latency_predictor.quantize.precision_of_graph`): int8 requested and
+        any convolution or matrix product left in float, or fp32 requested of a quantised model, is an
+        error. Returns the session and what the graph computes in (None on GPU providers, whose graph
+        the TensorRT or CUDA provider compiles).
+
+        Raises:
+            MeasurementError: the session computes in another precision than requested.
+        """
+        sess, found = self._session_and_graph(model)
+        if found is None:
+            return sess, None
+        check_graph_precision(found, self.precision)
+        return sess, found.describe()
+
+    def _session_and_graph(self, model: bytes) -> tuple[ort.InferenceSession, GraphPrecision | None]:
+        if self.provider != "cpu":
+            return self.create_session(model), None
+        with tempfile.TemporaryDirectory(prefix="latnas-ort-graph-") as tmp:
+            path = Path(tmp) / "optimized.onnx"
+            sess = self.create_session(model, optimized_path=path)
+            return sess, precision_of_graph(path)
 
     def _ready(self, sess: ort.InferenceSession, input_name: str, output_name: str,
                input_shape: tuple[int, ...]) -> Prepared:
@@ -387,15 +465,18 @@ class OnnxRuntimeBackend(MeasuredBackend):
         """Measure an ONNX model as it is, with this estimator's settings and protocol.
 
         The model must take one float32 input of exactly :attr:`input_shape` (static shape) and is
-        timed at that shape only, so ``throughput_batch_sizes`` may list only its batch size.
-        ONNX Runtime parses the bytes; nothing else reads them.
+        timed at that shape only, so ``throughput_batch_sizes`` may list only its batch size. On the
+        CPU provider it must compute in :attr:`precision` (an int8 model is measured with
+        ``precision='int8'``, and must run every convolution in int8: :meth:`checked_session`).
+        ONNX Runtime parses the bytes; LatNAS reads only the graph ONNX Runtime optimised from them.
 
         Args:
             model: the serialised ONNX model.
             name: what the record is of (default ``onnx-<first 16 hex digits of its SHA-256>``).
 
         Raises:
-            InvalidModelError: ONNX Runtime cannot read the model, or it takes another input.
+            InvalidModelError: ONNX Runtime cannot read the model, it takes another input, or it
+                computes in another precision than :attr:`precision`.
             ConfigError: throughput batch sizes other than the model's own.
             MeasurementError: running the model failed or gave an invalid time.
         """
@@ -407,9 +488,16 @@ class OnnxRuntimeBackend(MeasuredBackend):
             )
         t0 = time.perf_counter()
         try:
-            sess = self.create_session(model)
+            sess, found = self._session_and_graph(model)
         except MeasurementError as err:  # ONNX Runtime refused the bytes on the CPU provider
             raise InvalidModelError(f"not a valid ONNX model: onnxruntime could not read it: {err}") from err
+        graph = None
+        if found is not None:
+            try:
+                check_graph_precision(found, self.precision)
+            except MeasurementError as err:
+                raise InvalidModelError(str(err)) from None
+            graph = found.describe()
         session_s = time.perf_counter() - t0
         inputs, outputs = sess.get_inputs(), sess.get_outputs()
         if len(inputs) != 1 or not outputs:
@@ -423,6 +511,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
         with self._run_scope():
             prepared = self._ready(sess, inputs[0].name, outputs[0].name, self.input_shape)
         prepared.extra["onnx_bytes"] = len(model)
+        if graph:
+            prepared.extra["graph_precision"] = graph
         label = name or "onnx-" + hashlib.sha256(model).hexdigest()[:16]
         return self.measure_prepared(label, {batch: prepared}, {"session_s": session_s})
 
@@ -435,6 +525,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
             "inter_op_threads": str(self.inter_op_threads),
             "graph_optimization": self.graph_optimization,
         }
+        if self.precision == "int8":
+            env["quantization"] = QuantizeSettings().describe()
         env["device_name"] = cpu_model() if self.provider == "cpu" else _gpu_name(self.device_id)
         if self.provider != "cpu":
             env["cpu_fallback"] = "disabled"
@@ -464,6 +556,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
         check_positive_int("runs", runs)
         net = self.build_net(arch)
         model = export_onnx(net, self.input_shape, self.opset)
+        if self.precision == "int8":
+            model = self.quantize(model, self.input_shape)
         x = sample_input(self.input_shape).numpy()
         with tempfile.TemporaryDirectory(prefix="latnas-ort-profile-") as tmp, self.held_slot():
             sess = self.create_session(model, profile_prefix=str(Path(tmp) / "profile"))

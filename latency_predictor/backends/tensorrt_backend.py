@@ -45,14 +45,13 @@ from latency_predictor.backends import gpu
 from latency_predictor.backends.base import MeasuredBackend, Prepared, cache_root, check_choice, check_positive_int
 from latency_predictor.errors import BackendUnavailableError, ConfigError, EngineBuildError, MeasurementError
 from latency_predictor.export import DEFAULT_INPUT_SHAPE, DEFAULT_OPSET, export_onnx, sample_input
+from latency_predictor.quantize import CalibrationData, random_calibration_data
 from latency_predictor.slot import normalise_device
 from latency_predictor.timing import MeasureConfig
 from search_spaces import Arch
 
 PRECISIONS = ("fp32", "fp16", "int8")
 TRT_FIX = "install the TensorRT extra on a machine with an NVIDIA GPU: pip install 'latnas[tensorrt]'"
-CalibrationData = Callable[[int, tuple[int, ...]], np.ndarray]
-"""``(count, input_shape) -> array of shape (count, *input_shape[1:])``: calibration images."""
 
 
 def import_tensorrt() -> ModuleType:
@@ -138,12 +137,6 @@ def load_or_build_engine(path: Path, build: Callable[[], bytes]) -> tuple[bytes,
     tmp.write_bytes(engine)
     os.replace(tmp, path)
     return engine, False
-
-
-def random_calibration_data(count: int, input_shape: tuple[int, ...]) -> np.ndarray:
-    """``count`` reproducible standard-normal images (the default calibration set)."""
-    rng = np.random.default_rng(0)
-    return rng.standard_normal((count, *input_shape[1:]), dtype=np.float32)
 
 
 class TensorRTBackend(MeasuredBackend):

@@ -352,6 +352,27 @@ class StoreWriter:
         except (MlflowException, OSError) as err:
             raise TrackingError(f"cannot finish the export run {run_id}: {err}") from None
 
+    def log_optimized_variant(
+        self, export_run_id: str, name: str, params: Mapping[str, Any], metrics: Mapping[str, float],
+        tags: Mapping[str, str], files: Iterable[Path], passed: bool,
+    ) -> str:
+        """Record one optimised variant of an exported candidate as a finished run nested under its export run
+        (``latnas.role=optimized``), ``FAILED`` when it failed its regression check; returns the run id."""
+        now = _now_ms()
+        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        all_tags = {ROLE_TAG: "optimized", PARENT_TAG: export_run_id, **tags}
+        try:
+            run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
+            run_id = str(run.info.run_id)
+            self._log(run_id, params=params, metrics=batch)
+            for f in files:
+                if f.is_file():
+                    self.client.log_artifact(run_id, str(f), artifact_path="variant")
+            self.client.set_terminated(run_id, "FINISHED" if passed else "FAILED")
+        except (MlflowException, OSError) as err:
+            raise TrackingError(f"cannot record the variant {name} in {self.uri}: {err}") from None
+        return run_id
+
     # ------------------------------------------------------------------ studies
     def log_finished_run(
         self, name: str, role: str, params: Mapping[str, Any], metrics: Mapping[str, float], files: Iterable[Path],

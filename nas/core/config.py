@@ -34,6 +34,7 @@ ZERO_COST_ESTIMATORS = ("naswot", "synflow", "grad_norm", "jacob_cov")
 ESTIMATORS = ("train", "supernet", *ZERO_COST_ESTIMATORS)
 SAMPLERS = ("tpe", "random", "nsga2", "evolution")
 SCHEDULERS = ("fifo", "asha")
+LATENCY_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 _DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -44,6 +45,9 @@ class LatencyConfig:
     Attributes:
         backend: the estimator's registry name (``onnxruntime``, ``torch``, ``tensorrt``, ...).
         input_shape: the deployment input shape, batch first.
+        precision: the deployment precision: ``fp32``, ``fp16``, ``bf16`` or ``int8``, as the
+            backend can run it (ONNX Runtime on the CPU: fp32, int8; TensorRT: fp32, fp16, int8;
+            torch: fp32, bf16, and fp16 on CUDA); a learned predictor must have been trained at it.
         options: backend-specific settings, passed to the backend, which checks them
             (e.g. ``provider``, ``intra_op_threads`` for ONNX Runtime).
         measure: measurement protocol settings (warm-up and timed runs, stability threshold).
@@ -51,6 +55,7 @@ class LatencyConfig:
 
     backend: str = "onnxruntime"
     input_shape: list[int] = field(default_factory=lambda: [1, 3, 224, 224])
+    precision: str = "fp32"
     options: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)
 
@@ -159,12 +164,15 @@ class AccuracyConfig:
             ``supernet.pt``), readable where the trials run.
         bn_batches: ``supernet``: training batches each subnet's BatchNorm statistics are
             recalibrated on before it is validated.
+        calibration_samples: with ``latency.precision=int8`` and ``train``: training images the
+            int8 network whose accuracy the reward uses is calibrated on (:mod:`nas.trial.precision`).
     """
 
     estimator: str = "train"
     batch_size: int = 64
     checkpoint: str | None = None
     bn_batches: int = 10
+    calibration_samples: int = 256
 
 
 @dataclass
@@ -335,7 +343,8 @@ def validate(cfg: SearchConfig) -> None:
         raise ConfigError("resume", "resume=true continues a named search: add name=<the search's name>")
 
     lat = cfg.latency
-    # The backend name and options are checked by the backend registry when it is built.
+    # The backend name, options and precision are checked by the backend registry when it is built.
+    _choice("latency.precision", lat.precision, LATENCY_PRECISIONS)
     if len(lat.input_shape) != 4 or any(d < 1 for d in lat.input_shape):
         raise ConfigError(
             "latency.input_shape", f"must be [N, C, H, W] with every dimension >= 1, got {lat.input_shape}"
@@ -383,6 +392,7 @@ def validate(cfg: SearchConfig) -> None:
     if acc.estimator == "supernet" and not acc.checkpoint:
         raise ConfigError("accuracy.checkpoint", "accuracy=supernet needs the supernet's checkpoint: "
                           "accuracy.checkpoint=/path/to/supernet.pt (made by python -m nas.supernet)")
+    _int_at_least("accuracy.calibration_samples", acc.calibration_samples, 1)
 
     s = cfg.search
     _choice("search.sampler", s.sampler, SAMPLERS)
@@ -795,3 +805,171 @@ def validate_fidelity(cfg: FidelityConfig) -> None:
         raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
     sub = SearchConfig(space=cfg.space, target_ms=1.0, data=cfg.data, train=cfg.train, tracking=cfg.tracking)
     validate(sub)  # the data, train and tracking groups, checked as the search checks them
+
+
+# ---------------------------------------------------------------------- deployment: precision and pruning
+
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+ACTIVATION_TYPES = ("uint8", "int8")
+
+
+@dataclass
+class CalibrationConfig:
+    """INT8 calibration of ``python -m nas.optimize`` (the ``calibration`` key).
+
+    Attributes:
+        samples: images the activation ranges are calibrated on.
+        min_samples: the fewest images accepted (fewer give unreliable ranges: an error).
+        path: a ``.npy`` array ``(N, C, H, W)`` of float32 images, normalised as the network's
+            inputs; None: ``samples`` training images of the candidate's dataset (normalised as in
+            training, resized to the input shape).
+        seed: seed of the training images' choice.
+        method: ``minmax``, ``entropy`` or ``percentile`` (ONNX Runtime's calibrators).
+        per_channel: one weight scale per output channel.
+        activation_type: ``uint8`` (the fast kernels on x86 CPUs without VNNI) or ``int8``.
+    """
+
+    samples: int = 512
+    min_samples: int = 100
+    path: str | None = None
+    seed: int = 0
+    method: str = "minmax"
+    per_channel: bool = True
+    activation_type: str = "uint8"
+
+
+@dataclass
+class PruneConfig:
+    """Structured channel pruning of ``python -m nas.optimize`` (the ``prune`` key).
+
+    Attributes:
+        ratios: shares of the network's MACs to remove, one pruned variant each, each in (0, 1);
+            empty: no pruning.
+        steps: the progressive schedule: the ratio is reached in this many steps, each one pruning,
+            recalibrating BatchNorm and fine-tuning (``train.epochs`` per step).
+        sensitivity_ratios: the share of each unit's channels removed, one at a time, in the
+            sensitivity analysis (each in (0, 1)).
+        sensitivity_samples: training images each sensitivity point is evaluated on.
+        multiple: channel counts stay multiples of this (SIMD kernels favour multiples of 8).
+        recalibration_batches: training batches BatchNorm statistics are re-estimated on after each step.
+        distill: fine-tune with knowledge distillation from the un-pruned FP32 network.
+        alpha: the weight of the soft (teacher) loss; ``1 - alpha`` weighs the hard (label) loss.
+        temperature: the softmax temperature of the soft loss (weighted by its square).
+    """
+
+    ratios: list[float] = field(default_factory=list)
+    steps: int = 3
+    sensitivity_ratios: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75])
+    sensitivity_samples: int = 1000
+    multiple: int = 8
+    recalibration_batches: int = 50
+    distill: bool = True
+    alpha: float = 0.7
+    temperature: float = 4.0
+
+
+@dataclass
+class OptimizeCheckConfig:
+    """The regression checks of ``python -m nas.optimize`` (the ``check`` key).
+
+    Attributes:
+        min_agreement: the least top-1 agreement of a quantised or half-precision variant with the
+            FP32 network it came from, on the validation images; below it the variant FAILS.
+        min_agreement_pruned: the least top-1 agreement of a pruned variant with the candidate's
+            FP32 network.
+        val_samples: validation images the variants are evaluated on (None: all).
+        atol: tolerance of the pruned network's ONNX model against its PyTorch network (as ``nas.export``).
+        rtol: relative tolerance of the same check.
+    """
+
+    min_agreement: float = 0.98
+    min_agreement_pruned: float = 0.85
+    val_samples: int | None = None
+    atol: float = 1e-4
+    rtol: float = 1e-3
+
+
+@dataclass
+class OptimizeConfig:
+    """Everything ``python -m nas.optimize`` takes.
+
+    Attributes:
+        candidate: the exported candidate: its arch_id (the folder ``<exports_dir>/<arch_id>/``
+            written by ``python -m nas.export``) or the folder's path.
+        exports_dir: where arch_ids are looked up; None: ``<home>/exports`` (``nas.export``'s default).
+        precisions: the precisions to produce besides fp32 (``int8``, ``fp16``, ``bf16``); each must
+            be one the latency backend runs; None: every one it runs.
+        engines: TensorRT FP16 and INT8 engines besides the backend's variants: None builds them
+            where TensorRT and a GPU are present; true requires them; false skips them.
+        latency: how variants are timed (unset values: the export's backend, shape and options).
+        calibration: INT8 calibration.
+        prune: structured pruning.
+        train: the fine-tuning recipe of each pruning step (``epochs`` per step).
+        data: the dataset (validation accuracy, calibration, fine-tuning); None: the one the export
+            was trained on, else the search's.
+        check: the regression checks.
+        log: log to MLflow under the candidate's export run; None: when the export has one.
+        tracking: the MLflow store (None: the export's).
+    """
+
+    candidate: str | None = None
+    exports_dir: str | None = None
+    precisions: list[str] | None = None
+    engines: bool | None = None
+    latency: ExportLatencyConfig = field(default_factory=ExportLatencyConfig)
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1, lr=0.01, warmup_epochs=0.0))
+    data: DataConfig | None = None
+    check: OptimizeCheckConfig = field(default_factory=OptimizeCheckConfig)
+    log: bool | None = None
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def validate_optimize(cfg: OptimizeConfig) -> None:
+    """Check ``python -m nas.optimize``'s values before any work.
+
+    Raises:
+        ConfigError: naming the key and what is allowed.
+    """
+    if not cfg.candidate:
+        raise ConfigError("candidate", "name the exported candidate: candidate=<arch_id> or the export folder")
+    for p in cfg.precisions or []:
+        _choice("precisions", p, [x for x in LATENCY_PRECISIONS if x != "fp32"])
+    cal = cfg.calibration
+    _int_at_least("calibration.min_samples", cal.min_samples, 1)
+    _int_at_least("calibration.samples", cal.samples, cal.min_samples)
+    _choice("calibration.method", cal.method, CALIBRATION_METHODS)
+    _choice("calibration.activation_type", cal.activation_type, ACTIVATION_TYPES)
+    pr = cfg.prune
+    for r in pr.ratios:
+        _in_open_unit("prune.ratios", r)
+    if len(set(pr.ratios)) != len(pr.ratios):
+        raise ConfigError("prune.ratios", f"each ratio once, got {pr.ratios}")
+    for r in pr.sensitivity_ratios:
+        _in_open_unit("prune.sensitivity_ratios", r)
+    if not pr.sensitivity_ratios:
+        raise ConfigError("prune.sensitivity_ratios", "at least one ratio is needed for the sensitivity analysis")
+    _int_at_least("prune.steps", pr.steps, 1)
+    _int_at_least("prune.sensitivity_samples", pr.sensitivity_samples, 1)
+    _int_at_least("prune.multiple", pr.multiple, 1)
+    _int_at_least("prune.recalibration_batches", pr.recalibration_batches, 1)
+    _in_range("prune.alpha", pr.alpha, 0.0, 1.0 + 1e-12, "[0, 1]")
+    _positive("prune.temperature", pr.temperature)
+    ch = cfg.check
+    _in_range("check.min_agreement", ch.min_agreement, 0.0, 1.0 + 1e-12, "[0, 1]")
+    _in_range("check.min_agreement_pruned", ch.min_agreement_pruned, 0.0, 1.0 + 1e-12, "[0, 1]")
+    if ch.val_samples is not None:
+        _int_at_least("check.val_samples", ch.val_samples, 1)
+    for key in ("atol", "rtol"):
+        _in_range(f"check.{key}", getattr(ch, key), 0.0, math.inf, "[0, inf)")
+    _int_at_least("latency.rounds", cfg.latency.rounds, 1)
+    _int_at_least("train.epochs", cfg.train.epochs, 0)
+    sub = SearchConfig(space={}, target_ms=1.0, train=cfg.train, tracking=cfg.tracking,
+                       data=cfg.data or DataConfig())
+    validate(sub)  # the train, data and tracking groups, checked as the search checks them
+
+
+def _in_open_unit(key: str, value: float) -> None:
+    if not math.isfinite(value) or not 0.0 < value < 1.0:
+        raise ConfigError(key, f"each ratio must be in (0, 1): the share removed, got {value!r}")

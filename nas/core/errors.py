@@ -87,5 +87,9 @@ class SupernetMismatchError(SupernetError):
     resolution, class list or data split than it is used with; the message names each difference."""
 
 
+class OptimizeError(NASError):
+    """An exported candidate could not be optimised, or an optimised variant failed its regression check."""
+
+
 USER_ERRORS: tuple[type[Exception], ...] = (NASError, SearchSpaceError, LatencyError)
 """Expected errors: a trial that raises one FAILS with its reason; a command prints it and exits 2."""

@@ -38,8 +38,8 @@ EPOCH_METRICS = ("accuracy", "val_loss", "train_loss", "reward")
 """Metrics logged once per epoch (MLflow step = epoch)."""
 
 PLACEMENT_TAGS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
-_REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "accuracy_estimator", *PLACEMENT_TAGS,
-                "latency_confirm_reason")
+_REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "latency_precision", "accuracy_estimator",
+                "accuracy_precision", *PLACEMENT_TAGS, "latency_confirm_reason")
 
 SORT_KEYS: dict[str, bool] = {
     # key -> descending
@@ -234,7 +234,7 @@ def candidate_from_reports(
     metrics: dict[str, float] = {}
     if status != FAILED:
         scores = tuple(k for k in last if k.endswith("_score"))  # a training-free estimator's own figure
-        for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms"):
+        for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms", "accuracy_fp32"):
             src = "latency_ms" if key == "latency_p50" else key
             v = _num(last.get(src))
             if v is not None:

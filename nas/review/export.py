@@ -233,6 +233,8 @@ def latency_settings(
     )
     shape = cfg.latency.input_shape or searched.get("input_shape") or [1, 3, 224, 224]
     options = dict(searched.get("options") or {}) if backend == searched_backend else {}
+    if backend == searched_backend and searched.get("precision"):
+        options.setdefault("precision", searched["precision"])  # timed at the precision the search timed
     options.update(cfg.latency.options)
     measure = {**(searched.get("measure") or {}), **cfg.latency.measure}
     return backend, validate_input_shape([int(d) for d in shape]), options, measure
@@ -469,6 +471,8 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
                                   cfg.supernet.bn_batches, cfg.supernet.batch_size, cfg.seed)
         net.dropout.p = cfg.train.dropout
     training = _train(net, cfg, data()) if cfg.train.epochs > 0 else None
+    if training is not None:
+        training["data_config"] = asdict(data_cfg)  # what nas.optimize validates and calibrates on
     net.eval()
     fused = fuse_conv_bn(net)
 

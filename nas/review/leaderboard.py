@@ -60,9 +60,12 @@ def measure_references(record: SearchRecord, names: Sequence[str] | None = None)
     """
     if not record.latency.get("backend"):
         raise LeaderboardError(f"search {record.name!r} recorded no latency settings to measure references with")
+    options = dict(record.latency.get("options") or {})
     cfg = LatencyConfig(
         backend=str(record.latency["backend"]), input_shape=list(record.latency.get("input_shape", [1, 3, 224, 224])),
-        options=dict(record.latency.get("options") or {}), measure=dict(record.latency.get("measure") or {}),
+        # searches recorded before latency.precision existed kept it among the options
+        precision=str(record.latency.get("precision") or options.pop("precision", "fp32")),
+        options=options, measure=dict(record.latency.get("measure") or {}),
     )
     est = latency_estimator(cfg, record.num_classes or 1000)
     here = est.environment().get("device_name", "")

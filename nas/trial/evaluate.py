@@ -44,6 +44,7 @@ from nas.core.record import COMPLETED, FAILED, RUNNING
 from nas.core.reward import meets_target, reward_fn
 from nas.data import ProxyData
 from nas.trial.faults import FaultPlan
+from nas.trial.precision import precision_evaluator
 from nas.trial.subnet import SubnetResult, SupernetTarget, load_supernet, subnet_accuracy
 from nas.trial.training import EpochResult, resolve_device, train_briefly
 from nas.trial.zero_cost import zero_cost_score
@@ -135,7 +136,7 @@ def latency_estimator(
         LatencyError: unknown backend or option, invalid value, backend not available here.
     """
     return make_latency_estimator(cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes, space,
-                                  target_ms)
+                                  target_ms, cfg.precision)
 
 
 def _estimator(
@@ -143,7 +144,8 @@ def _estimator(
 ) -> LatencyEstimator:
     # Built once per worker process: with reuse_actors the same process serves many trials.
     key = json.dumps(
-        [cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes, space.name, target_ms], sort_keys=True
+        [cfg.backend, cfg.input_shape, cfg.precision, cfg.options, cfg.measure, num_classes, space.name, target_ms],
+        sort_keys=True,
     )
     if key not in _ESTIMATORS:
         _ESTIMATORS[key] = latency_estimator(cfg, num_classes, space, target_ms)
@@ -166,6 +168,7 @@ def latency_metrics(lat: LatencyResult) -> dict[str, Any]:
         "latency_source": lat.source,
         "latency_backend": lat.backend,
         "latency_device": lat.device,
+        "latency_precision": lat.precision,
         "latency_stable": lat.stable,
         "latency_json": json.dumps(lat.to_dict()),
         # hybrid predictor mode: the prediction a confirming measurement replaced, and why
@@ -295,14 +298,26 @@ def _evaluate(
         })
         return
 
+    at_precision = precision_evaluator(ctx.latency.precision, ctx.data, device, ctx.accuracy.calibration_samples,
+                                       ctx.train.seed, ctx.threads)
+
     def on_epoch(e: EpochResult) -> None:
-        train_seconds = time.perf_counter() - t0
         last = e.epoch == ctx.train.epochs
-        latency_ms = final_latency(e.accuracy) if last else lat.latency_ms
+        accuracy, figures = e.accuracy, {}
+        if last and at_precision is not None:
+            # The reward weighs the deployed network: its accuracy at the precision its latency is for.
+            with guard():
+                accuracy = at_precision(model)
+            deadline.check(f"the end of the {ctx.latency.precision} evaluation")
+            figures = {"accuracy_fp32": e.accuracy, "accuracy_precision": ctx.latency.precision}
+        elif last:
+            figures = {"accuracy_precision": "fp32"}
+        train_seconds = time.perf_counter() - t0
+        latency_ms = final_latency(accuracy) if last else lat.latency_ms
         report({
-            **base, "status": COMPLETED if last else RUNNING, "epoch": e.epoch,
-            "accuracy": e.accuracy, "val_loss": e.val_loss, "train_loss": e.train_loss,
-            "train_seconds": train_seconds, "reward": reward(e.accuracy, latency_ms, ctx.target_ms),
+            **base, **figures, "status": COMPLETED if last else RUNNING, "epoch": e.epoch,
+            "accuracy": accuracy, "val_loss": e.val_loss, "train_loss": e.train_loss,
+            "train_seconds": train_seconds, "reward": reward(accuracy, latency_ms, ctx.target_ms),
         })
 
     train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard,

@@ -29,6 +29,9 @@ from nas.core.errors import TrainingError
 from nas.data import ProxyData
 from nas.trial.augment import make_augment
 
+LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""A training loss of ``(logits, labels, inputs)``."""
+
 
 @dataclass(frozen=True)
 class EpochResult:
@@ -148,6 +151,7 @@ def train_briefly(
     on_epoch: Callable[[EpochResult], None] | None = None,
     step_guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     step_check: Callable[[], None] | None = None,
+    loss_fn: LossFn | None = None,
 ) -> list[EpochResult]:
     """Train ``model`` for ``cfg.epochs`` epochs with the ``train`` group's recipe, evaluating after each.
 
@@ -163,6 +167,9 @@ def train_briefly(
             device overlaps a step).
         step_check: called after every training step and evaluation pass; raises to stop
             training (the search's per-trial time limit).
+        loss_fn: the training loss of ``(logits, labels, inputs)`` (the augmented, normalised batch
+            the logits came from); None: cross-entropy with the recipe's label smoothing.
+            Knowledge distillation passes a loss that also asks a teacher about ``inputs``.
 
     Raises:
         TrainingError: the loss became NaN or infinite, or the recipe cannot run on ``device``.
@@ -193,7 +200,10 @@ def train_briefly(
                     x = x.contiguous(memory_format=torch.channels_last)
                 with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
                     logits = model(x)
-                loss = F.cross_entropy(logits.float(), y, label_smoothing=cfg.label_smoothing)
+                if loss_fn is None:
+                    loss = F.cross_entropy(logits.float(), y, label_smoothing=cfg.label_smoothing)
+                else:
+                    loss = loss_fn(logits.float(), y, x)
                 if not torch.isfinite(loss):
                     raise TrainingError(
                         f"training loss became {loss.detach().item()} at epoch {epoch}, step {step + 1}; "

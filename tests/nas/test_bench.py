@@ -174,3 +174,88 @@ def test_render_the_supernet_record() -> None:
     assert "| **supernet** | 0.710 | 0.50 to 0.85 | 0.860 |" in out
     assert "median **1.50 s**" in out and "it meets the 2 s goal" in out
     assert "| 0123456789ab | 0.900 | 61.0% | 60.0% | 70.0% | 83.3 | " in out and "| 100.0 |" in out
+
+
+def _deployment_figures() -> dict:
+    def row(variant: str, precision: str, p50: float, acc: float) -> dict:
+        return {"variant": variant, "precision": precision, "status": "passed", "arch": "a", "macs": 12_000_000,
+                "size_bytes": 400_000, "accuracy": acc, "agreement": 0.99, "max_abs_diff": 0.1, "p50_ms": p50,
+                "p99_ms": p50 * 1.2, "stable": True, "round_p50_ms": [p50]}
+
+    searched = [row("fp32", "fp32", 1.0, 0.80), row("int8", "int8", 0.6, 0.795), row("pruned-0.3", "fp32", 0.8, 0.78)]
+    searched[0]["stable"] = False
+    return {
+        "dataset": "cifar10", "target_ms": 1.2, "search": {"candidates": 16},
+        "settings": {"train_samples": 10000, "epochs": 8, "calibration": 512, "ratios": [0.3], "steps": 2,
+                     "finetune_epochs": 1, "val": 2000, "rounds": 5, "min_agreement": 0.98,
+                     "min_agreement_pruned": 0.85},
+        "latency": "ONNX Runtime CPU", "goals": {"int8_speedup": 1.5, "int8_max_loss_points": 1.0},
+        "networks": [{"name": "searched", "multiplier": None, "variants": searched,
+                      "int8": {"fp32": {"speedup": 1.67, "accuracy_loss_points": 0.5, "meets_speedup": True,
+                                        "meets_accuracy": True}, "pruned-0.3": None}}],
+        "front": {"searched": {"p50_ms": 1.0, "accuracy": 0.8}, "next_smaller": {"p50_ms": 0.7, "accuracy": 0.75},
+                  "pruned": [{"variant": "pruned-0.3", "p50_ms": 0.8, "accuracy": 0.78, "between": True,
+                              "dominated": False, "on_front": True}], "meets_goal": True},
+        "summary": [],
+    }
+
+
+def test_render_the_deployment_section_with_its_goals(tmp_path: Path) -> None:
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "deployment.json").write_text(json.dumps(_rec("deployment", _deployment_figures())))
+    out = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text()
+    section = out.split("## Deployment variants on CIFAR-10: INT8 and pruning")[1]
+    assert "| searched | int8 | int8 | 0.600 | 0.720 |" in section
+    assert "| searched | fp32 | fp32 | 1.000 (unstable) | 1.200 |" in section
+    assert "| searched | fp32 | 1.67x | +0.50 | yes |" in section
+    assert "**met**" in section and "| pruned-0.3 | 0.800 | 78.0% | yes | no | yes |" in section
+    figures = _deployment_figures()
+    figures["front"] = {"searched": {"p50_ms": 1.0, "accuracy": 0.8}, "next_smaller": None, "pruned": [],
+                        "meets_goal": False}
+    (tmp_path / "records" / "deployment.json").write_text(json.dumps(_rec("deployment", figures)))
+    section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("## Deployment")[1]
+    assert "next smaller none found" in section and "**not met**" in section
+    assert "the search found no smaller network on its front" in section
+    assert "deployment" in suite.registry() and not suite.registry()["deployment"].in_quick
+
+
+def test_deployment_goals_are_judged_from_the_side_by_side_figures() -> None:
+    from types import SimpleNamespace
+
+    from benchmarks import deployment
+
+    def row(variant: str, p50: float | None, acc: float, status: str = "passed") -> dict:
+        return {"variant": variant, "p50_ms": p50, "accuracy": acc, "status": status}
+
+    fast = deployment.int8_verdict([row("fp32", 1.0, 0.80), row("int8", 0.5, 0.795)])
+    assert fast is not None and fast["speedup"] == pytest.approx(2.0)
+    assert fast["accuracy_loss_points"] == pytest.approx(0.5) and fast["meets_speedup"] and fast["meets_accuracy"]
+    slow = deployment.int8_verdict([row("pruned-0.3", 1.0, 0.8), row("pruned-0.3-int8", 0.9, 0.7)], "pruned-0.3")
+    assert slow is not None and not slow["meets_speedup"] and not slow["meets_accuracy"]
+    assert deployment.int8_verdict([row("fp32", 1.0, 0.8), row("int8", None, 0.1, "FAILED")]) is None
+
+    searched, smaller = row("fp32", 1.0, 0.80), row("fp32", 0.7, 0.75)
+    front = deployment.front_verdict(searched, smaller, [
+        row("pruned-0.3", 0.8, 0.78),  # between the two, better than the smaller one: on the front
+        row("pruned-0.4", 0.75, 0.74),  # slower and less accurate than the smaller one: dominated
+        row("pruned-0.5", 0.6, 0.70),  # faster than the smaller one: not between
+    ])
+    on = {p["variant"]: (p["between"], p["dominated"], p["on_front"]) for p in front["pruned"]}
+    assert on == {"pruned-0.3": (True, False, True), "pruned-0.4": (True, True, False),
+                  "pruned-0.5": (False, False, False)}
+    assert front["meets_goal"]
+    assert not deployment.front_verdict(searched, None, [row("pruned-0.3", 0.8, 0.78)])["meets_goal"]
+
+    def cand(ms: float) -> SimpleNamespace:
+        return SimpleNamespace(latency_p50=ms)
+
+    def timed(p50: float) -> SimpleNamespace:
+        return SimpleNamespace(stats=SimpleNamespace(p50=p50, p99=2 * p50), stable=True, extra={})
+
+    kept = deployment.keep_fastest({"fp32": [timed(1.2), timed(1.0), timed(1.1)]})  # type: ignore[list-item]
+    assert kept["fp32"]["p50_ms"] == 1.0 and kept["fp32"]["p99_ms"] == 2.0
+    assert kept["fp32"]["rounds"] == [1.2, 1.0, 1.1]  # every round, also those before the fastest
+
+    best, front_ = cand(1.0), [cand(0.4), cand(0.7), cand(1.0), cand(1.3)]
+    assert deployment.next_smaller(best, front_) is front_[1]  # type: ignore[arg-type]
+    assert deployment.next_smaller(best, [best, cand(1.3)]) is None  # type: ignore[arg-type]

@@ -27,7 +27,8 @@ ISSUE_CHECKS = {
     "versions", "pytest_gpu", "pytest_tensorrt", "ort_tensorrt_fp32", "ort_tensorrt_fp16", "ort_cuda_no_cpu_fallback",
     "tensorrt_outputs_fp32", "tensorrt_outputs_fp16", "clocks_torch_eager", "clocks_torch_graphs", "clocks_tensorrt",
     "graph_not_slower_than_eager", "graph_replay_after_empty_cache", "engine_cache_fused_after_unfused",
-    "ray_half_gpu_tasks", "search_gpus_per_trial_1",
+    "ray_half_gpu_tasks", "search_gpus_per_trial_1", "optimize_tensorrt", "optimize_torch_half",
+    "int8_search_trial_tensorrt",
 }
 
 

@@ -68,6 +68,12 @@ def test_mismatched_predictor_is_refused_naming_the_difference(
         make_predictor_estimator(shape, {"path": str(trained[0]), **options}, classes, load_space(space_name))
 
 
+def test_a_predictor_for_fp32_is_refused_for_int8(space: SearchSpace, trained: tuple[Path, Path]) -> None:
+    words = "device fingerprint: precision 'int8' here, 'fp32' in the predictor"
+    with pytest.raises(PredictorMismatchError, match=words):
+        make_predictor_estimator(SHAPE, {"path": str(trained[0])}, CLASSES, space, precision="int8")
+
+
 def test_bad_options_are_config_errors(space: SearchSpace, trained: tuple[Path, Path], tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"latency\.options\.path"):
         make_predictor_estimator(SHAPE, {}, CLASSES, space)
