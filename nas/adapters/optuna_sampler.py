@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import optuna
+from sqlalchemy.exc import SQLAlchemyError
 
 from nas.core.errors import ConfigError
 from nas.core.sampling import Outcome
@@ -125,7 +126,7 @@ class ArchSampler:
                 study_name=study_name, load_if_exists=storage is not None,
                 directions=["maximize" if mode == "max" else "minimize" for _, mode in self.objectives],
             )
-        except (ValueError, ImportError, optuna.exceptions.OptunaError) as err:
+        except (ValueError, ImportError, optuna.exceptions.OptunaError, SQLAlchemyError) as err:
             raise ConfigError("search.storage", f"Optuna cannot open {storage!r}: {err}") from None
         # Trials a stopped driver left running are over; finished ones stay for the sampler's model.
         self._stored: set[str] = set()

@@ -297,6 +297,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
 
+    sampler = make_sampler(cfg, space, name)  # opens search.storage: a URL Optuna cannot open is refused here
     writer = StoreWriter(uri, cfg.tracking.experiment)  # creates the store first, in this process only
     output_dir.mkdir(parents=True, exist_ok=True)
     with search_log(output_dir / "search.log"):
@@ -311,7 +312,6 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                 raise ConfigError("ray.gpus_per_trial", f"is 0 but train.device={cfg.train.device}: give trials a GPU")
             # What the trials will train on: Ray shows a trial only the GPUs it reserved.
             device = cfg.train.device if cfg.train.device != "auto" else ("cuda" if resources["gpu"] > 0 else "cpu")
-            sampler = make_sampler(cfg, space, name)
             ctx = TrialContext(
                 space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
                 threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
