@@ -78,7 +78,7 @@ def test_a_search_with_a_storage_optuna_cannot_open_creates_nothing(tmp_path: Pa
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
-def test_an_evolution_search_with_a_stored_study_resumes_without_repeating(tmp_path: Path) -> None:
+def test_an_evolution_search_resumes_without_repeating(tmp_path: Path) -> None:
     def cfg(n: int, *extra: str):  # type: ignore[no-untyped-def]
         return stored_config(
             tmp_path, "+space=tiny", "target_ms=1.0", f"search.n_trials={n}", "search.max_concurrent=2",
