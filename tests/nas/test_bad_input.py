@@ -134,6 +134,7 @@ def test_an_existing_search_is_resumed_only_on_request_and_with_its_settings(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_cli_resume_without_a_name(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA_")}
     proc = subprocess.run([sys.executable, "-m", "nas.search", "+space=tiny", "target_ms=5", "resume=true"],

@@ -117,6 +117,7 @@ def _runs(db: Path) -> list:
     return [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
 
 
+@pytest.mark.ci
 def test_a_search_without_the_clusters_token_stops_at_once_naming_the_cause(head: Head, tmp_path: Path) -> None:
     db = tmp_path / "mlflow.db"
     proc = subprocess.run(

@@ -231,6 +231,7 @@ def test_bad_candidates_fail_with_their_reason_and_the_search_goes_on(
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.ci
 def test_killed_trial_processes_are_retried_and_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # kill: the process dies on the first attempt only; die: on every attempt.
     spec = "die@0.25,kill@0.25,seed=1"
@@ -392,6 +393,7 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_candidates(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     args, db = _cli(tmp_path, "interrupted", "search.n_trials=40"), tmp_path / "mlflow.db"
     with _driver(args, tmp_path) as (proc, seen):

@@ -73,6 +73,7 @@ def test_search_with_two_agents_loses_nothing_when_one_is_killed_mid_search(tmp_
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.ci
 def test_search_refuses_to_start_when_an_agent_of_the_pool_does_not_answer(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
