@@ -86,6 +86,9 @@ def meta(rec: Rec) -> str:
     cpus = m.get("cpus_usable", "?")
     load = m.get("load_average")
     load_s = f", load average {'/'.join(_f(x) for x in load)} at the end" if load else ""
+    if not load and "load_average_before" in rec:  # records that keep the 1-minute load at both ends
+        load_s = (f", load average {_f(rec['load_average_before'])} before and "
+                  f"{_f(rec.get('load_average_after'))} after")
     vers = ", ".join(f"{k} {val}" for k, val in v.items() if val != "not installed")
     mode = " (quick mode)" if rec.get("mode") == "quick" else ""
     wall = f"; took {rec['wall_seconds']:.0f} s" if "wall_seconds" in rec else ""
