@@ -36,6 +36,7 @@ def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a wheel, a venv, two installs and a search: about 4 minutes, longer on a busy machine
 def test_the_wheel_installs_into_a_clean_venv_and_searches_from_an_empty_folder(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT), "-w", str(dist)])
