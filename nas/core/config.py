@@ -308,6 +308,12 @@ def _choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) -> None:
         raise ConfigError(key, f"{value!r} is not one of {list(allowed)}")
 
 
+def _run_name(name: str | None) -> None:
+    """A run's ``name`` (its folder and MLflow run): letters, digits, '_', '.' and '-'."""
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {name!r}")
+
+
 def _int_at_least(key: str, value: int | None, minimum: int) -> None:
     if value is None or value < minimum:
         raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
@@ -336,8 +342,7 @@ def validate(cfg: SearchConfig) -> None:
     if cfg.target_ms is None:
         raise ConfigError("target_ms", "the latency target is required, e.g. target_ms=50")
     _positive("target_ms", cfg.target_ms)
-    if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cfg.name):
-        raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
+    _run_name(cfg.name)
     _int_at_least("top_k", cfg.top_k, 1)
     if cfg.resume and cfg.name is None:
         raise ConfigError("resume", "resume=true continues a named search: add name=<the search's name>")
@@ -546,8 +551,7 @@ def validate_supernet(cfg: SupernetConfig) -> None:
     """
     if cfg.space is None:
         raise ConfigError("space", "no search space chosen; add +space=<name> (e.g. +space=mobile_cifar)")
-    if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cfg.name):
-        raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
+    _run_name(cfg.name)
     _int_at_least("random_subnets", cfg.random_subnets, 0)
     _int_at_least("bn_batches", cfg.bn_batches, 1)
     _choice("distributed.backend", cfg.distributed.backend, DIST_BACKENDS)
@@ -801,8 +805,7 @@ def validate_fidelity(cfg: FidelityConfig) -> None:
     _int_at_least("bootstrap", cfg.bootstrap, 100)
     _int_at_least("workers", cfg.workers, 1)
     validate_supernet_estimate(cfg.supernet, required=False, why="")
-    if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cfg.name):
-        raise ConfigError("name", f"use letters, digits, '_', '.' and '-' only, got {cfg.name!r}")
+    _run_name(cfg.name)
     sub = SearchConfig(space=cfg.space, target_ms=1.0, data=cfg.data, train=cfg.train, tracking=cfg.tracking)
     validate(sub)  # the data, train and tracking groups, checked as the search checks them
 
