@@ -643,7 +643,7 @@ shared two-core CPU host with no GPU. Some runs had it to themselves, others sha
 work; the notes and load averages say which. Ratios were measured side by side in one run, and
 spreads are reported.
 
-    python scripts/bench.py --quick     # every benchmark, small (8.5 minutes on a fresh clone, 2 cores)
+    python scripts/bench.py --quick     # the quick set, small (about 9.5 minutes on 2 cores; --list sums it)
     python scripts/bench.py --list      # the benchmarks and their expected durations
 """
 

@@ -192,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for b in known.values():
             note = "" if b.in_quick else " (not in --quick unless named)"
             print(f"{b.name:<12} quick ~{b.minutes[0]:g} min, full ~{b.minutes[1]:g} min  {b.summary}{note}")
+        quick_total = sum(b.minutes[0] for b in select([], known, quick=True))
+        full_total = sum(b.minutes[1] for b in known.values())
+        print(f"total: --quick ~{quick_total:g} min (the benchmarks not marked otherwise); "
+              f"every benchmark at full size ~{full_total:g} min; on 2 cores")
         return 0
     try:
         chosen = select(args.names, known, args.quick)

@@ -34,7 +34,7 @@ from latency_predictor.errors import ConfigError, PredictorMismatchError
 from latency_predictor.hybrid import HybridEstimator, current_predictor_path
 from latency_predictor.predictor import PredictorEstimator, read_predictor
 from latency_predictor.protocol import LatencyEstimator
-from latency_predictor.target import PredictorTarget, space_digest
+from latency_predictor.target import DeviceFingerprint, PredictorTarget, space_digest
 from search_spaces import SearchSpace
 
 
@@ -183,6 +183,38 @@ def make_predictor_estimator(
             )
     pred.space = space
     return cast(LatencyEstimator, pred)
+
+
+def predictor_measuring_backend(
+    input_shape: Sequence[int], options: Mapping[str, Any], num_classes: int, measure: Mapping[str, Any] | None = None,
+    precision: str = "fp32",
+) -> LatencyEstimator:
+    """A measuring backend of this machine that times networks the way ``latency=predictor``'s predictor was made.
+
+    For figures that sit beside a predictor's (reference networks outside the predictor's space,
+    for example): the backend is ``latency.options.measure_backend`` with its ``measure_options``,
+    and this machine must be the device the predictor was trained for.
+
+    Raises:
+        ConfigError: bad options.
+        PredictorFileError: the predictor file cannot be read.
+        PredictorMismatchError: this machine or backend is not the predictor's, every difference named.
+        BackendUnavailableError: the measuring backend cannot run here.
+    """
+    opts = PredictorOptions.parse(options)
+    pred = read_predictor(current_predictor_path(opts))
+    _no_precision_option(opts.measure_options, "latency.options.measure_options")
+    backend = make_estimator(opts.measure_backend, input_shape=list(input_shape), num_classes=num_classes,
+                             precision=precision, measure=dict(measure or {}), **opts.measure_options)
+    here = DeviceFingerprint.of_estimator(backend)
+    diffs = here.differences(pred.target.fingerprint, there="in the predictor")
+    if diffs:
+        raise PredictorMismatchError(
+            f"the predictor was made for {describe_device(pred)}; measuring here would not give comparable "
+            f"figures ({'; '.join(diffs)}): run this on that device (or set latency.options.measure_backend/"
+            "measure_options to what the predictor was measured with)"
+        )
+    return backend
 
 
 def describe_device(pred: PredictorEstimator) -> str:

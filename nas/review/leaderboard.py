@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from latency_predictor.configure import predictor_measuring_backend
 from nas.adapters.mlflow_reader import StoreReader
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import LatencyConfig, LeaderboardConfig, validate_leaderboard
@@ -67,7 +68,13 @@ def measure_references(record: SearchRecord, names: Sequence[str] | None = None)
         precision=str(record.latency.get("precision") or options.pop("precision", "fp32")),
         options=options, measure=dict(record.latency.get("measure") or {}),
     )
-    est = latency_estimator(cfg, record.num_classes or 1000)
+    if cfg.backend == "predictor":
+        # The search predicted its latencies; the references are measured the way the predictor's
+        # training data was, on the predictor's own device (refused elsewhere, every difference named).
+        est = predictor_measuring_backend(cfg.input_shape, cfg.options, record.num_classes or 1000, cfg.measure,
+                                          cfg.precision)
+    else:
+        est = latency_estimator(cfg, record.num_classes or 1000)
     here = est.environment().get("device_name", "")
     if record.device_name and here and here not in record.device_name:
         raise LeaderboardError(

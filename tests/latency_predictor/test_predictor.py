@@ -233,8 +233,13 @@ def test_train_command_line(data_dir: Path, tmp_path: Path, capsys: pytest.Captu
     assert train_main([f"data={data_dir}", f"out={out}", "test_fraction=0.25"]) == 0
     text = capsys.readouterr().out
     assert "noise ceiling" in text and "lookup_table" in text and out.exists()
+    # 24 architectures is far below the recommended size: the user is told, with how many more to collect
+    assert f"warning: only {N} usable architectures" in text and f"collect at least {100 - N} more" in text
     assert train_main(["--data", str(data_dir), "--out", str(out), "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    assert f"only {N} usable architectures" in captured.err
+    rep = json.loads(captured.out)
+    assert rep["warning"] and f"n={100 - N}" in rep["warning"]
     assert rep["n_test"] + rep["n_train"] + rep["excluded_disturbed"] == N
     assert set(rep["models"]["additive"]) >= {"rmse_ms", "mape", "within_5", "within_10", "spearman", "kendall"}
     assert train_main(["--data", str(tmp_path / "nothing"), "--out", str(out)]) == 2

@@ -14,13 +14,16 @@ from mlflow import MlflowClient
 from latency_predictor import ConfigError, PredictorMismatchError
 from latency_predictor.backends import make_estimator
 from latency_predictor.collect import collect
-from latency_predictor.configure import make_predictor_estimator
+from latency_predictor.configure import make_predictor_estimator, predictor_measuring_backend
 from latency_predictor.dataset import Dataset
 from latency_predictor.hybrid import POINTER_FILE, HybridEstimator
 from latency_predictor.train import train_predictor
+from nas.adapters.mlflow_reader import StoreReader, reference_latencies
+from nas.core.config import LeaderboardConfig, TrackingConfig
 from nas.core.record import pareto_points
 from nas.driver import run_search
-from search_spaces import SearchSpace, load_space
+from nas.review.leaderboard import run_leaderboard
+from search_spaces import REFERENCES, SearchSpace, load_space, reference
 from tests.nas.configs import stored_config
 
 SHAPE = (1, 3, 32, 32)
@@ -130,6 +133,30 @@ def test_search_with_predicted_latency(trained: tuple[Path, Path], tmp_path: Pat
     assert len(children) == 3 and result.parent_run_id
     assert all(c.data.tags["latency_source"] == "predicted" for c in children)
     assert all(c.data.tags["latency_backend"] == "predictor" for c in children)
+    # references=measure on a predicted search: the references are measured like the predictor's data
+    board = run_leaderboard(LeaderboardConfig(
+        tracking=TrackingConfig(uri=f"sqlite:///{tmp_path / 'mlflow.db'}"), search="predicted",
+        references="measure", plot_path=str(tmp_path / "pareto.png"),
+    ))
+    assert board.plot_path is not None and board.plot_path.exists()
+    refs, _ = reference_latencies(StoreReader(f"sqlite:///{tmp_path / 'mlflow.db'}", "latnas").get_run(
+        result.parent_run_id))
+    assert set(refs) == set(REFERENCES) and all(v > 0 for v in refs.values())
+
+
+def test_networks_outside_the_space_are_measured_the_way_the_predictor_was_made(
+    space: SearchSpace, trained: tuple[Path, Path]
+) -> None:
+    # A reference network is not in the predictor's space; it is measured on this machine with the
+    # backend and settings the predictor's data came from, and refused where those differ.
+    est = predictor_measuring_backend(SHAPE, {"path": str(trained[0])}, CLASSES, MEASURE)
+    arch = reference("mobilenetv2_100")
+    assert not space.contains(arch)
+    r = est.measure(arch)
+    assert r.source == "measured" and r.backend == "onnxruntime" and r.latency_ms > 0
+    with pytest.raises(PredictorMismatchError, match="intra_op_threads '2' here, '1' in the predictor"):
+        predictor_measuring_backend(SHAPE, {"path": str(trained[0]), "measure_options": {"intra_op_threads": 2}},
+                                    CLASSES, MEASURE)
 
 
 def test_register_predictor_records_files_and_a_model_version(trained: tuple[Path, Path], tmp_path: Path) -> None:
