@@ -44,9 +44,10 @@ import os
 import pickle
 import signal
 import socket
+import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -157,6 +158,24 @@ AUTH_HELP = (
 )
 
 
+_GRPC_UNIMPLEMENTED = 12
+"""gRPC's status code for a service or method the server does not have (an HTTP 404 included)."""
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 pointed at /dev/null for the block: Ray's C++ layer writes there directly."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _check_token(gcs: str, source: str, address: str) -> None:
     """Ask the cluster's GCS once, so a refused token or a wrong port is named, not a bare "Failed to connect".
 
@@ -167,7 +186,8 @@ def _check_token(gcs: str, source: str, address: str) -> None:
     try:
         from ray._raylet import InnerGcsClient  # type: ignore[attr-defined]
 
-        InnerGcsClient.standalone(gcs, None, 5000)
+        with _native_stderr_silenced():  # Ray's C++ client logs each failed attempt; the error below says it once
+            InnerGcsClient.standalone(gcs, None, 5000)
     except AuthenticationError as err:
         mode = os.environ.get("RAY_AUTH_MODE", "unset")
         raise ClusterError(
@@ -175,10 +195,17 @@ def _check_token(gcs: str, source: str, address: str) -> None:
             f"(RAY_AUTH_MODE is {mode}; Ray says: {str(err).split('. ')[0]}). {AUTH_HELP}"
         ) from None
     except RpcError as err:
+        port_help = "give the head node's GCS port (6379 unless `ray start --head --port` chose another)"
         if "Timed out" in str(err):
             raise ClusterError(
                 f"{source} {address!r}: something listens at {gcs} but does not answer as a Ray cluster's GCS "
-                "within 5 s; give the head node's GCS port (6379 unless `ray start --head --port` chose another)"
+                f"within 5 s; {port_help}"
+            ) from None
+        if getattr(err, "rpc_code", None) == _GRPC_UNIMPLEMENTED:
+            # an HTTP server, proxy or another gRPC service: it answered, but not as Ray's GCS
+            raise ClusterError(
+                f"{source} {address!r}: something listens at {gcs} but it is not a Ray cluster's GCS (it answered: "
+                f"{err}); {port_help}"
             ) from None
     except Exception:  # a probe only: ray.init gives the verdict
         return

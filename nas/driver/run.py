@@ -21,6 +21,7 @@ import hashlib
 import json
 import platform
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -299,27 +300,36 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
 
     sampler = make_sampler(cfg, space, name)  # opens search.storage: a URL Optuna cannot open is refused here
     writer = StoreWriter(uri, cfg.tracking.experiment)  # creates the store first, in this process only
+    created = not output_dir.exists()
     output_dir.mkdir(parents=True, exist_ok=True)
-    with search_log(output_dir / "search.log"):
-        status(f"search {name}: starting Ray ({cfg.ray.address or 'a local cluster'}); files in {output_dir}")
-        cluster = ray_tune.connect(cfg.ray)
-        try:
-            resources = ray_tune.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
-            if on_cluster:
-                # Checked where trials run: the driver's machine may lack their device (a CPU-only head node).
-                device_name = ray_tune.check_latency_on_trial_node(cfg.latency, data.num_classes, space, resources)
-            if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
-                raise ConfigError("ray.gpus_per_trial", f"is 0 but train.device={cfg.train.device}: give trials a GPU")
-            # What the trials will train on: Ray shows a trial only the GPUs it reserved.
-            device = cfg.train.device if cfg.train.device != "auto" else ("cuda" if resources["gpu"] > 0 else "cpu")
-            ctx = TrialContext(
-                space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
-                threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
-            )
-            run = _Run(name, output_dir, params, previous, changed, resume_command(command, name), device_name or "")
-            return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
-        finally:
-            ray_tune.disconnect(cluster)
+    begun = False
+    try:
+        with search_log(output_dir / "search.log"):
+            status(f"search {name}: starting Ray ({cfg.ray.address or 'a local cluster'}); files in {output_dir}")
+            cluster = ray_tune.connect(cfg.ray)
+            try:
+                resources = ray_tune.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
+                if on_cluster:
+                    # Checked where trials run: the driver's machine may lack their device (a CPU-only head node).
+                    device_name = ray_tune.check_latency_on_trial_node(cfg.latency, data.num_classes, space, resources)
+                if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
+                    raise ConfigError("ray.gpus_per_trial",
+                                      f"is 0 but train.device={cfg.train.device}: give trials a GPU")
+                # What the trials will train on: Ray shows a trial only the GPUs it reserved.
+                device = cfg.train.device if cfg.train.device != "auto" else ("cuda" if resources["gpu"] > 0 else "cpu")
+                ctx = TrialContext(
+                    space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
+                    threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
+                )
+                run = _Run(name, output_dir, params, previous, changed, resume_command(command, name),
+                           device_name or "")
+                begun = True  # from here on the search has records: its folder stays whatever happens
+                return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
+            finally:
+                ray_tune.disconnect(cluster)
+    finally:
+        if created and not begun:  # refused before the search began: leave no folder behind
+            shutil.rmtree(output_dir, ignore_errors=True)
 
 
 def make_sampler(cfg: SearchConfig, space: SearchSpace, name: str) -> Sampler:

@@ -51,7 +51,7 @@ from nas.core.errors import ExportError
 from nas.core.paths import default_tracking_uri, project_home
 from nas.core.record import COMPLETED, Candidate, SearchRecord
 from nas.data import ProxyData, load_dataset
-from nas.review.export_report import fmt_num, render_report
+from nas.review.export_report import fmt_num, render_report, training_warning
 from nas.review.fuse import count_batchnorms, fuse_conv_bn
 from nas.trial.subnet import data_config_of, normalised_as_supernet, supernet_init
 from nas.trial.training import resolve_device, train_briefly
@@ -704,6 +704,13 @@ def summary(result: ExportResult) -> str:
     for c in r["checks"]:
         lines.append(f"  check  {c['name']}: max |diff| {c['max_abs_diff']:.2g}, {c['scaled_diff']:.2g} of the "
                      f"largest logit (atol {c['atol']:g}, rtol {c['rtol']:g}) {'passed' if c['passed'] else 'FAILED'}")
+    if r["training"]:
+        t = r["training"]
+        lines.append(f"  trained {t['epochs']} epoch(s) on {t['dataset']['name']}: validation accuracy "
+                     f"{t['accuracy']:.4f}")
+        warning = training_warning(t)
+        if warning:
+            lines.append(f"  warning: {warning}")
     lines.append(f"  latency {lat['backend']} p50 {lat['unfused']['p50_ms']:.3f} ms unfused, "
                  f"{lat['fused']['p50_ms']:.3f} ms Conv+BN fused; search: "
                  f"{fmt_num(r['search']['metrics'].get('latency_p50'))} ms ({r['search']['latency_source'] or '-'})")

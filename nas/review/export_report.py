@@ -5,6 +5,24 @@ from __future__ import annotations
 import math
 from typing import Any
 
+CHANCE_FACTOR = 1.5
+"""Validation accuracy below this multiple of chance (1 / classes) after training is warned about."""
+
+
+def training_warning(training: dict[str, Any] | None) -> str | None:
+    """A warning when the export's training ended near chance accuracy (None: fine or not trained)."""
+    if not training:
+        return None
+    classes = len(training.get("preprocessing", {}).get("classes") or []) or 0
+    if classes < 2:
+        return None
+    chance = 1 / classes
+    if training["accuracy"] >= CHANCE_FACTOR * chance:
+        return None
+    return (f"the exported network is at chance accuracy: {training['accuracy']:.3f} on the validation split after "
+            f"{training['epochs']} epoch(s), where guessing gives {chance:.3f} ({classes} classes); train longer "
+            "(train.epochs=..., more data.max_train_samples) before deploying it")
+
 
 def fmt_num(x: Any) -> str:
     """A number with 3 decimals, or ``-`` when missing or not finite."""
@@ -34,6 +52,9 @@ def render_report(r: dict[str, Any]) -> str:
         t = r["training"]
         lines.append(f"| final accuracy after {t['epochs']} epochs on {t['dataset']['name']} | {t['accuracy']:.4f} |")
         lines.append(f"| final validation loss | {t['val_loss']:.4f} |")
+        warning = training_warning(t)
+        if warning:
+            lines += ["", f"**Warning**: {warning}."]
     lines += [
         "", "## Latency (ms)", "",
         f"Re-measured now with `{lat['backend']}` on {lat['environment'].get('device_name', '?')} "

@@ -16,7 +16,7 @@ from hydra.errors import HydraException
 from mlflow import MlflowClient
 
 from nas.cli import compose_search_config
-from nas.core.errors import ConfigError, TrackingError
+from nas.core.errors import ClusterError, ConfigError, TrackingError
 from nas.driver import run_search
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,3 +121,35 @@ def test_processes_creating_one_new_store_at_once_all_succeed(tmp_path: Path) ->
     ids = {out.split()[-1] for out, _ in outs}
     assert len(ids) == 1  # one experiment, found by all four
     assert [e.name for e in MlflowClient(uri).search_experiments()].count("latnas") == 1
+
+
+def test_an_address_where_no_ray_cluster_answers_is_one_line_and_leaves_no_folder(tmp_path: Path) -> None:
+    # A real HTTP server where the user meant a Ray head: Ray's C++ client would log each retry.
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline().split(" port ")[1].split()[0])
+        proc = _cli(tmp_path, "+space=tiny", "target_ms=5", f"ray.address=127.0.0.1:{port}", "name=nowhere")
+    finally:
+        server.kill()
+        server.wait()
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: ray.address '127.0.0.1:{port}': something listens at 127.0.0.1:{port} but does not answer as a "
+        "Ray cluster's GCS within 5 s; give the head node's GCS port (6379 unless `ray start --head --port` chose "
+        "another)"
+    ], proc.stderr
+    assert "gcs_client" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "home" / "searches").exists()
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_search_refused_after_ray_started_leaves_no_folder(tmp_path: Path) -> None:
+    out = tmp_path / "home" / "searches" / "too-big"
+    cfg = compose_search_config("+space=tiny", "target_ms=5", "ray.cpus_per_trial=4096", "name=too-big",
+                                f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={out}",
+                                "progress=false")
+    with pytest.raises(ClusterError, match=r"ray.cpus_per_trial=4096 but the cluster has"):
+        run_search(cfg)
+    assert not out.exists()

@@ -25,8 +25,10 @@ from nas.review.export import (
     engine_options,
     export_candidate,
     run_export,
+    summary,
     training_calibration,
 )
+from nas.review.export_report import render_report
 from nas.review.fuse import fuse_conv_bn
 from search_spaces import Arch, build
 from tests.nas.review_search import SmallSearch, small_search_once
@@ -120,6 +122,21 @@ def test_torchscript_and_fused_graph_match_the_state_dict(exported: tuple[Path, 
         torch.testing.assert_close(fuse_conv_bn(net)(x), net(x), atol=1e-5, rtol=1e-4)
     assert report["fusion"]["batchnorms_before"] > 0 and report["fusion"]["batchnorms_after"] == 0
     assert all(c["passed"] for c in report["checks"])
+
+
+@pytest.mark.parametrize(("accuracy", "warned"), [(0.097, True), (0.14, True), (0.16, False), (0.62, False)])
+def test_training_at_chance_accuracy_is_printed_with_a_warning(
+    exported: tuple[Path, dict], accuracy: float, warned: bool
+) -> None:
+    folder, report = exported
+    training = {"epochs": 1, "dataset": {"name": "cifar10"}, "accuracy": accuracy, "val_loss": 2.3,
+                "preprocessing": {"classes": [str(i) for i in range(10)]}}
+    r = {**report, "training": training}
+    printed = summary(ExportResult(folder, r))
+    assert f"trained 1 epoch(s) on cifar10: validation accuracy {accuracy:.4f}" in printed
+    assert ("warning: the exported network is at chance accuracy" in printed) == warned
+    assert ("where guessing gives 0.100 (10 classes)" in printed) == warned
+    assert ("**Warning**: the exported network is at chance accuracy" in render_report(r)) == warned
 
 
 def test_report_has_latency_before_and_after_fusion_and_the_environment(exported: tuple[Path, dict]) -> None:
