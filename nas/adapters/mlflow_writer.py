@@ -253,6 +253,23 @@ class StoreWriter:
                                        end_time=int(cand.end_time * 1000))
         return run_id
 
+    def log_revised(self, cand: Candidate, metrics: Mapping[str, float], tags: Mapping[str, str]) -> None:
+        """New values of some of a recorded candidate's metrics (and tags), e.g. after the final
+        latency pass. Each is logged at the step of the metric's last value with a later time, so
+        MLflow shows it as the latest while the history keeps the value it replaces."""
+        if cand.run_id is None:
+            raise TrackingError(f"candidate {cand.arch_id} has no MLflow run to revise")
+        steps: dict[str, int] = {}
+        for row in cand.history:
+            for key in row:
+                if key != "epoch":
+                    steps[key] = max(steps.get(key, 0), int(row["epoch"]))
+        now = _now_ms()
+        logged = [Metric(k, float(v), now, steps.get(k, 0)) for k, v in metrics.items() if math.isfinite(v)]
+        run_id = cand.run_id
+        with mlflow_errors(lambda: f"cannot revise the record of candidate {cand.arch_id} (run {run_id})"):
+            self._log(run_id, metrics=logged, tags=tags)
+
     def log_table(self, run_id: str, rows: list[dict[str, Any]], artifact_file: str) -> None:
         """A table on a run, as MLflow's UI shows tables (its artifact view renders it, sortable)."""
         columns = list(rows[0]) if rows else []

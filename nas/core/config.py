@@ -51,6 +51,10 @@ class LatencyConfig:
         options: backend-specific settings, passed to the backend, which checks them
             (e.g. ``provider``, ``intra_op_threads`` for ONNX Runtime).
         measure: measurement protocol settings (warm-up and timed runs, stability threshold).
+        final_pass_top_k: after the trials, the driver measures again the top ``k`` candidates by
+            reward and the whole Pareto front, with no trial running, and the final table,
+            leaderboard and export use those figures (the in-search ones stay in MLflow as
+            ``latency_in_search_*``); 0: off (see :mod:`nas.driver.final_pass`).
     """
 
     backend: str = "onnxruntime"
@@ -58,6 +62,7 @@ class LatencyConfig:
     precision: str = "fp32"
     options: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)
+    final_pass_top_k: int = 5
 
 
 @dataclass
@@ -350,6 +355,7 @@ def validate(cfg: SearchConfig) -> None:
     lat = cfg.latency
     # The backend name, options and precision are checked by the backend registry when it is built.
     _choice("latency.precision", lat.precision, LATENCY_PRECISIONS)
+    _int_at_least("latency.final_pass_top_k", lat.final_pass_top_k, 0)
     if len(lat.input_shape) != 4 or any(d < 1 for d in lat.input_shape):
         raise ConfigError(
             "latency.input_shape", f"must be [N, C, H, W] with every dimension >= 1, got {lat.input_shape}"

@@ -37,6 +37,10 @@ the training-free estimator)."""
 EPOCH_METRICS = ("accuracy", "val_loss", "train_loss", "reward")
 """Metrics logged once per epoch (MLflow step = epoch)."""
 
+FINAL_PASS_TAG = "latency_final_pass"
+"""Tag (``true``) of a candidate whose latency figures come from the driver's final latency pass
+(:mod:`nas.driver.final_pass`); the in-search figures are then ``latency_in_search_*``."""
+
 PLACEMENT_TAGS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
 _REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "latency_precision", "accuracy_estimator",
                 "accuracy_precision", *PLACEMENT_TAGS, "latency_confirm_reason")
@@ -363,8 +367,8 @@ def latency_sources(candidates: Iterable[Candidate]) -> dict[str, int]:
 
 LEADERBOARD_COLUMNS = (
     "rank", "arch_id", "status", "accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99",
-    "latency_source", "params", "macs", "reward", "meets_target", "train_seconds", "measure_seconds",
-    "accuracy_estimator", "run_id", "failure_reason", "arch",
+    "latency_source", "latency_in_search_p50", "params", "macs", "reward", "meets_target", "train_seconds",
+    "measure_seconds", "accuracy_estimator", "run_id", "failure_reason", "arch",
 )
 """Columns of a leaderboard row (``leaderboard.csv``, the leaderboard's CSV and JSON)."""
 
@@ -382,6 +386,7 @@ def leaderboard_row(ranked: Ranked) -> dict[str, Any]:
         "rank": ranked.rank, "arch_id": c.arch_id, "status": c.status, "accuracy": num("accuracy"),
         "val_loss": num("val_loss"), "latency_p50": num("latency_p50"), "latency_p90": num("latency_p90"),
         "latency_p99": num("latency_p99"), "latency_source": c.latency_source or None,
+        "latency_in_search_p50": num("latency_in_search_p50"),
         "params": None if params is None else int(params), "macs": None if macs is None else int(macs),
         "reward": num("reward"), "meets_target": c.meets_target, "train_seconds": num("train_seconds"),
         "measure_seconds": num("measure_seconds"), "accuracy_estimator": c.tags.get("accuracy_estimator"),

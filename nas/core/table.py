@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from nas.core.record import Candidate, Ranked, best_of
+from nas.core.record import FINAL_PASS_TAG, Candidate, Ranked, best_of
 
 
 def accuracy_label(estimator: str | None) -> str:
@@ -38,8 +38,11 @@ def _meets(c: Candidate, _key: str) -> str:
 
 def _source(c: Candidate, _key: str) -> str:
     src = c.latency_source or "-"
-    if "latency_confirm_reason" in c.tags:
-        src += f" ({c.tags['latency_confirm_reason']})"
+    reason = c.tags.get("latency_confirm_reason")
+    if reason is None and c.tags.get(FINAL_PASS_TAG) == "true":
+        reason = "final_pass"
+    if reason is not None:
+        src += f" ({reason.replace('_', ' ')})"
     return src
 
 
@@ -51,6 +54,7 @@ _CELLS: dict[str, Callable[[Candidate, str], str]] = {
     "latency_p50": _num(".2f"),
     "latency_p90": _num(".2f"),
     "latency_p99": _num(".2f"),
+    "latency_in_search_p50": _num(".2f"),
     "latency_source": _source,
     "params": lambda c, k: human(c.metric(k)),
     "macs": lambda c, k: human(c.metric(k)),
@@ -60,11 +64,12 @@ _CELLS: dict[str, Callable[[Candidate, str], str]] = {
 }
 _HEADERS = {
     "latency_p50": "p50_ms", "latency_p90": "p90_ms", "latency_p99": "p99_ms", "latency_source": "latency",
+    "latency_in_search_p50": "in_search_p50",
     "meets_target": "meets",
 }
 TABLE_COLUMNS = (
-    "rank", "arch_id", "accuracy", "latency_p50", "latency_p99", "latency_source", "params", "macs", "reward",
-    "meets_target", "status", "failure_reason",
+    "rank", "arch_id", "accuracy", "latency_p50", "latency_p99", "latency_source", "latency_in_search_p50", "params",
+    "macs", "reward", "meets_target", "status", "failure_reason",
 )
 _LEFT = {"arch_id", "status", "latency_source", "failure_reason"}
 
@@ -82,6 +87,8 @@ def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, a
     cols = list(columns or TABLE_COLUMNS)
     if columns is None and all(r.candidate.completed for r in rows):
         cols = [c for c in cols if c not in ("status", "failure_reason")]
+    if columns is None and not any(math.isfinite(r.candidate.metric("latency_in_search_p50")) for r in rows):
+        cols.remove("latency_in_search_p50")  # no final latency pass: one latency per candidate
     headers = dict(_HEADERS, accuracy=accuracy_label.replace(" ", "_"))
     lines = [[headers.get(c, c) for c in cols]]
     for r in rows:

@@ -43,6 +43,7 @@ from nas.core.errors import ConfigError, NotRecordedError, SearchError
 from nas.core.evolution import EvolutionSampler
 from nas.core.paths import default_tracking_uri, project_home, unwritable
 from nas.core.record import (
+    FINAL_PASS_TAG,
     LEADERBOARD_COLUMNS,
     Candidate,
     SearchRecord,
@@ -55,6 +56,7 @@ from nas.core.record import (
 from nas.core.sampling import Outcome, Sampler
 from nas.core.table import accuracy_label, format_best, format_table
 from nas.data import load_dataset
+from nas.driver.final_pass import FinalPass, run_final_pass
 from nas.driver.progress import Progress, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
 from nas.trial.evaluate import TrialContext, latency_estimator
@@ -99,6 +101,7 @@ class SearchResult:
         retries: trial processes that died and were started again (this run).
         ray_trials: trials Ray Tune ran (this run).
         optuna_states: Optuna trial states of the evaluated architectures (all runs).
+        final_pass: the final latency pass (see :mod:`nas.driver.final_pass`).
     """
 
     name: str
@@ -120,6 +123,7 @@ class SearchResult:
     retries: int = 0
     ray_trials: int = 0
     optuna_states: dict[str, int] = field(default_factory=dict)
+    final_pass: FinalPass = field(default_factory=FinalPass)
 
 
 # ---------------------------------------------------------------------- the record's context
@@ -354,6 +358,10 @@ def _recorded_search(uri: str, experiment: str, name: str) -> SearchRecord | Non
     return reader.find_search(runs[0].run_id) if runs else None
 
 
+REVISED_TAGS = (FINAL_PASS_TAG, "latency_source", "latency_confirm_reason")
+"""Tags the final latency pass may change on a candidate's run."""
+
+
 @dataclass(frozen=True)
 class _Run:
     """This run of a search: its name, folder, params, the record it resumes (if any), and the
@@ -429,7 +437,11 @@ def _search(
                  cand.accuracy, cand.latency_p50, cand.latency_source or "-",
                  f", {cand.failure_reason}" if cand.failure_reason else "", cand.run_id)
 
-    status = "FAILED"
+    def record_revised(cand: Candidate, metrics: dict[str, float]) -> None:
+        writer.log_revised(cand, metrics, {k: cand.tags[k] for k in REVISED_TAGS if k in cand.tags})
+
+    final = FinalPass()
+    run_status = "FAILED"
     ray_counts = {"n_ray_trials": 0.0}  # this run's, for the check that Ray Tune, the sampler and MLflow agree
     try:
         remaining = cfg.search.n_trials - resumed
@@ -444,9 +456,12 @@ def _search(
             outcome = ray_tune.TuneOutcome(experiment_path="(no trials left to run)", finished_trials=0)
         timings["tune_seconds"] = outcome.wall_seconds
         ray_counts["n_ray_trials"] = outcome.ray_trials
-        status = "KILLED" if outcome.interrupted else ("FAILED" if outcome.crashes else "FINISHED")
+        if not outcome.interrupted:
+            final = run_final_pass(candidates, cfg, ctx.data.num_classes, space, record_revised,
+                                   lambda text: status(f"search {name}: {text}"))
+        run_status = "KILLED" if outcome.interrupted else ("FAILED" if outcome.crashes else "FINISHED")
     except KeyboardInterrupt:
-        status = "KILLED"
+        run_status = "KILLED"
         hint = run.resume_command or f"run the same search again with resume=true name={name}"
         print(f"\nInterrupted; what ended is recorded and the parent run is KILLED. To resume it: {hint}",
               file=sys.stderr, flush=True)
@@ -464,16 +479,18 @@ def _search(
             timings["artifacts_seconds"] = time.perf_counter() - t0
             summary = _summary(candidates, sampler, best, timings, t_start)
             summary.update(ray_counts, n_optuna_trials=sum(sampler.counts().values()))
+            summary.update(final.metrics())
             writer.log_summary(parent, summary, {"best_arch_id": best.arch_id, "best_arch": best.arch} if best else {})
         finally:
-            writer.end_run(parent, status)
+            writer.end_run(parent, run_status)
 
     result = SearchResult(
-        name=name, status=status, best=best, candidates=candidates, leaderboard=rows,
+        name=name, status=run_status, best=best, candidates=candidates, leaderboard=rows,
         parent_run_id=parent, experiment_id=writer.experiment_id, tracking_uri=writer.uri, output_dir=output_dir,
         ray_experiment_path=outcome.experiment_path, duplicates=sampler.duplicates,
         wall_seconds=time.perf_counter() - t_start, files=files, timings=timings, resumed=resumed, stale_runs=stale,
         retries=outcome.retries, ray_trials=outcome.ray_trials, optuna_states=sampler.counts(),
+        final_pass=final,
     )
     _print_summary(result, cfg, writer, outcome, run.resume_command)
     if outcome.crashes:
@@ -525,6 +542,8 @@ def _print_summary(
     lines.append(format_best(result.candidates, target_ms, label))
     if cfg.data.name == "digits":
         lines += ["", DEMO_NOTE]
+    if result.final_pass.summary_line():
+        lines.append(str(result.final_pass.summary_line()))
     sources = latency_sources(result.candidates)
     if "predicted" in sources:
         confirmed = {k.removeprefix("confirmed_"): v for k, v in sources.items() if k.startswith("confirmed_")}

@@ -1,0 +1,167 @@
+"""The final latency pass: once every trial has ended, the driver measures again the candidates a
+user will look at (the top ``latency.final_pass_top_k`` by reward and the whole Pareto front), one
+after another, with no trial training or measuring beside them.
+
+Inside a search a measurement shares the machine with other trials' training, exports, data
+handling and Ray's own processes, which the device slot does not hold back; the same network
+then measures differently from one search to the next. The final pass gives the figures the
+final table, ``leaderboard.csv``, the leaderboard command and the export read. The in-search
+figures stay in MLflow as ``latency_in_search_p50`` / ``_p90`` / ``_p99`` (and the reward the
+search used as ``reward_in_search``), and each re-measured candidate is tagged
+``latency_final_pass=true``. The reward and ``meets_target`` are recomputed from the new p50 with
+the search's reward.
+
+A predicted latency (``latency=predictor``) is measured in this pass only in hybrid mode, with
+its measuring backend on the predictor's device; a predictor alone keeps its predictions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
+from latency_predictor.configure import predictor_measuring_backend
+from nas.core.config import SearchConfig
+from nas.core.record import FINAL_PASS_TAG, Candidate, pareto_front, rank
+from nas.core.reward import meets_target, reward_fn
+from nas.trial.evaluate import latency_estimator
+from search_spaces import Arch, SearchSpace
+
+log = logging.getLogger(__name__)
+
+IN_SEARCH = {"latency_p50": "latency_in_search_p50", "latency_p90": "latency_in_search_p90",
+             "latency_p99": "latency_in_search_p99", "reward": "reward_in_search"}
+"""Metric -> the name its in-search value keeps after the final pass."""
+
+
+@dataclass
+class FinalPass:
+    """What the final pass did.
+
+    Attributes:
+        measured: candidates re-measured (their figures were updated in place).
+        skipped: why nothing was measured, when nothing was (None otherwise).
+        ratios: per re-measured candidate, in-search p50 / final p50.
+        seconds: wall time of the pass.
+    """
+
+    measured: list[Candidate] = field(default_factory=list)
+    skipped: str | None = None
+    ratios: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary_line(self) -> str | None:
+        """One line for the search's final output (None when the pass is off)."""
+        if self.skipped:
+            return f"Final latency pass: {self.skipped}."
+        if not self.measured:
+            return None
+        lo, hi = min(self.ratios), max(self.ratios)
+        return (f"Final latency pass: {len(self.measured)} candidates (the top by reward and the Pareto front) "
+                f"measured again with no trial running, in {self.seconds:.0f} s; in-search / final p50: median "
+                f"{statistics.median(self.ratios):.3f}, range {lo:.3f}-{hi:.3f}. The table uses the final figures.")
+
+    def metrics(self) -> dict[str, float]:
+        """Summary metrics for the search's parent run."""
+        if not self.measured:
+            return {}
+        return {"final_pass_candidates": float(len(self.measured)),
+                "final_pass_ratio_median": statistics.median(self.ratios),
+                "final_pass_ratio_max": max(self.ratios), "final_pass_ratio_min": min(self.ratios),
+                "final_pass_seconds": self.seconds}
+
+
+def select(candidates: Sequence[Candidate], top_k: int) -> list[Candidate]:
+    """The completed candidates the pass measures: the ``top_k`` best by reward, then the rest of the
+    Pareto front (accuracy against latency), each once; those measured by an earlier pass are left out."""
+    fresh = [c for c in candidates if c.completed and c.tags.get(FINAL_PASS_TAG) != "true"]
+    chosen = [r.candidate for r in rank(fresh, "reward", top_k)] if fresh else []
+    for c in pareto_front(fresh):
+        if not any(c is x for x in chosen):
+            chosen.append(c)
+    return chosen
+
+
+def measuring_estimator(cfg: SearchConfig, num_classes: int, space: SearchSpace) -> LatencyEstimator | None:
+    """The backend the pass measures with (None: latencies are a predictor's alone, nothing to measure).
+
+    Raises:
+        LatencyError: the backend cannot run here, or (hybrid) this is not the predictor's device.
+    """
+    lat = cfg.latency
+    if lat.backend == "predictor":
+        if not lat.options.get("hybrid"):
+            return None
+        return predictor_measuring_backend(lat.input_shape, lat.options, num_classes, lat.measure, lat.precision)
+    return latency_estimator(lat, num_classes, space, cfg.target_ms)
+
+
+def apply(cand: Candidate, result: LatencyResult, target_ms: float, reward: Callable[[float, float, float], float]
+          ) -> dict[str, float]:
+    """Update ``cand`` with the re-measured ``result``; returns the metrics that changed or were added."""
+    new: dict[str, float] = {}
+    for key, keep in IN_SEARCH.items():
+        if key in cand.metrics:
+            new[keep] = cand.metrics[key]
+    p50 = result.latency_ms
+    new.update(latency_ms=p50, latency_p50=p50, latency_p90=result.stats.p90, latency_p99=result.stats.p99,
+               meets_target=float(meets_target(p50, target_ms)), reward=reward(cand.accuracy, p50, target_ms))
+    cand.metrics.update(new)
+    cand.tags[FINAL_PASS_TAG] = "true"
+    if cand.tags.get("latency_source") == "predicted":
+        cand.tags["latency_source"] = "measured"
+        cand.tags["latency_confirm_reason"] = "final_pass"
+        new["latency_predicted_ms"] = new.get("latency_in_search_p50", math.nan)
+    return new
+
+
+def run_final_pass(
+    candidates: Sequence[Candidate], cfg: SearchConfig, num_classes: int, space: SearchSpace,
+    record: Callable[[Candidate, dict[str, float]], None], status: Callable[[str], None] = print,
+) -> FinalPass:
+    """Measure again :func:`select`'s candidates, update them in place and ``record`` each.
+
+    Raises:
+        LatencyError: the backend cannot be built here (a candidate that then fails to measure
+            keeps its in-search figures, with a warning, and the pass goes on).
+    """
+    out = FinalPass()
+    top_k = cfg.latency.final_pass_top_k
+    if top_k == 0:
+        return out
+    chosen = select(candidates, top_k)
+    if not chosen:
+        return out
+    est = measuring_estimator(cfg, num_classes, space)
+    if est is None:
+        out.skipped = "not run: the latencies are a predictor's (latency.options.hybrid=true measures them)"
+        return out
+    status(f"final latency pass: measuring {len(chosen)} candidates again (top {top_k} by reward and the Pareto "
+           "front), no trial running")
+    reward = reward_fn(cfg.search.reward)
+    target = float(cfg.target_ms or math.nan)
+    t0 = time.perf_counter()
+    for cand in chosen:
+        before = cand.latency_p50
+        try:
+            result = est.measure(Arch.decode(cand.arch))
+        except LatencyError as err:  # one candidate's failure must not cost the others their figures
+            log.warning("final latency pass: %s could not be measured again (%s: %s); it keeps its in-search "
+                        "figures", cand.arch_id, type(err).__name__, err)
+            continue
+        changed = apply(cand, result, target, reward)
+        record(cand, changed)
+        out.measured.append(cand)
+        out.ratios.append(before / result.latency_ms)
+        log.info("final latency pass: %s p50 %.3f ms in the search, %.3f ms now", cand.arch_id, before,
+                 result.latency_ms)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+__all__ = ["FINAL_PASS_TAG", "IN_SEARCH", "FinalPass", "apply", "run_final_pass", "select"]

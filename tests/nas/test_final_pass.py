@@ -1,0 +1,87 @@
+"""The final latency pass: which candidates it measures again and what a re-measurement changes.
+
+The pass itself runs in every real search (tests/nas/test_search_e2e.py checks the record it
+leaves in MLflow); here its choices and its arithmetic, on a real ONNX Runtime measurement."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from latency_predictor.backends import make_estimator
+from nas.core.config import LatencyConfig, SearchConfig, validate
+from nas.core.errors import ConfigError
+from nas.core.record import COMPLETED, FAILED, Candidate, rank
+from nas.core.reward import squared_penalty
+from nas.core.table import format_table
+from nas.driver.final_pass import apply, measuring_estimator, select
+from search_spaces import load_space
+from tests.nas.configs import compose_config
+
+QUICK = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 0.5, "max_repeats": 1}
+
+
+def _cand(i: int, accuracy: float, latency: float, status: str = COMPLETED, **tags: str) -> Candidate:
+    reward = squared_penalty(accuracy, latency, 10.0) if status == COMPLETED else math.nan
+    return Candidate(arch=f"a{i}", arch_id=f"id{i}", status=status, tags=dict(tags),
+                     metrics={"accuracy": accuracy, "latency_ms": latency, "latency_p50": latency,
+                              "latency_p90": latency * 1.1, "latency_p99": latency * 1.2, "reward": reward,
+                              "meets_target": float(latency <= 10.0)})
+
+
+def test_the_top_by_reward_and_the_pareto_front_are_chosen_once_each() -> None:
+    cands = [
+        _cand(0, 0.90, 9.0),   # best reward (and on the front)
+        _cand(1, 0.85, 8.0),   # second (on the front)
+        _cand(2, 0.50, 1.0),   # low reward, but the fastest: on the front
+        _cand(3, 0.40, 5.0),   # slower and worse than #2: dominated
+        _cand(4, 0.95, 30.0),  # the most accurate (on the front), its reward cut by the penalty
+        _cand(5, 0.99, 2.0, status=FAILED),
+        _cand(6, 0.30, 20.0),  # dominated
+    ]
+    ids = [c.arch_id for c in select(cands, top_k=2)]
+    assert ids == ["id0", "id1", "id2", "id4"]  # the top 2 by reward, then the rest of the front, fastest first
+    assert [c.arch_id for c in select(cands, top_k=5)] == ["id0", "id1", "id2", "id3", "id4"]  # #6: neither
+
+
+def test_a_candidate_measured_by_an_earlier_pass_is_not_measured_again() -> None:
+    cands = [_cand(0, 0.9, 9.0, latency_final_pass="true"), _cand(1, 0.8, 8.0)]
+    assert [c.arch_id for c in select(cands, top_k=5)] == ["id1"]
+
+
+def test_a_re_measurement_replaces_the_figures_and_keeps_the_search_ones() -> None:
+    est = make_estimator("onnxruntime", input_shape=(1, 3, 32, 32), num_classes=10, slot=False, measure=QUICK)
+    result = est.measure(load_space("tiny").sample(np.random.default_rng(0)))
+    # the search saw it at 3x its real latency, over a target the real figure meets
+    target = result.latency_ms * 2
+    cand = _cand(0, 0.8, result.latency_ms * 3)
+    cand.metrics["reward"] = squared_penalty(0.8, result.latency_ms * 3, target)
+    before = dict(cand.metrics)
+    changed = apply(cand, result, target, squared_penalty)
+    assert cand.latency_p50 == result.latency_ms == changed["latency_p50"] == cand.metrics["latency_ms"]
+    assert cand.metrics["latency_p99"] == result.stats.p99
+    assert cand.meets_target is True and cand.reward == pytest.approx(0.8)  # target met now: reward = accuracy
+    assert changed["latency_in_search_p50"] == before["latency_p50"]
+    assert changed["reward_in_search"] == before["reward"] < cand.reward
+    assert cand.tags["latency_final_pass"] == "true"
+    table = format_table(rank([cand]))
+    assert "in_search_p50" in table and "(final pass)" in table
+
+
+def test_a_predicted_latency_confirmed_by_the_pass_says_so() -> None:
+    cand = _cand(0, 0.8, 5.0, latency_source="predicted")
+    est = make_estimator("onnxruntime", input_shape=(1, 3, 32, 32), num_classes=10, slot=False, measure=QUICK)
+    result = est.measure(load_space("tiny").sample(np.random.default_rng(1)))
+    changed = apply(cand, result, 10.0, squared_penalty)
+    assert cand.latency_source == "measured" and cand.tags["latency_confirm_reason"] == "final_pass"
+    assert changed["latency_predicted_ms"] == 5.0
+
+
+def test_a_predictor_alone_has_nothing_to_measure_and_a_negative_k_is_refused() -> None:
+    cfg = SearchConfig(latency=LatencyConfig(backend="predictor", options={"path": "/nonexistent"}))
+    assert measuring_estimator(cfg, 10, load_space("tiny")) is None
+    bad = compose_config("+space=tiny", "target_ms=5", "latency.final_pass_top_k=-1", space_source=None)
+    with pytest.raises(ConfigError, match=r"latency.final_pass_top_k"):
+        validate(bad)
