@@ -37,6 +37,9 @@ SCRIPTS: dict[str, Script] = {
     "latency": Script("benchmarks.latency", "latency.json",
                       "latency measurement: repeatability, overhead, backend agreement, GPU modes",
                       ("--processes", "3"), (), (0.5, 2)),
+    "spread": Script("benchmarks.spread", "spread.json",
+                     "latency across searches: the same networks in separate searches, in-search and final pass",
+                     ("--searches", "2", "--trials", "3"), (), (3, 9), in_quick=False),
     "predictor": Script("benchmarks.predictor", "predictor.json",
                         "latency predictor: held-out accuracy, splits, throughput",
                         # quick: a fresh machine collects 60 architectures (an existing dataset is used as it is)

@@ -20,10 +20,11 @@ from typing import Any
 
 Rec = dict[str, Any]
 
-ORDER = ("latency", "predictor", "transfer", "agent", "search", "contention", "reliability", "sampler", "screening",
-         "scale", "fidelity", "supernet", "references", "deployment")
+ORDER = ("latency", "spread", "predictor", "transfer", "agent", "search", "contention", "reliability", "sampler",
+         "screening", "scale", "fidelity", "supernet", "references", "deployment")
 TITLES = {
-    "latency": "Latency measurement", "predictor": "Latency predictor",
+    "latency": "Latency measurement", "spread": "Latency across searches: the final latency pass",
+    "predictor": "Latency predictor",
     "transfer": "A predictor for a new device from a few measurements", "agent": "Measurement agent overhead",
     "search": "Search overhead",
     "contention": "Measurement under load", "reliability": "Reliability (fault injection)",
@@ -221,6 +222,33 @@ p50 ratio, median over the networks: **{_f(f['p50_ratio_median'], 4)}** (range {
 {_f(f['p50_ratio_range'][1], 4)}; goal <= {f['goal_p50_ratio']}: {'met' if f['met'] else 'missed'}); transport
 {_f(f['transport_s_median'] * 1e3, 1)} ms per candidate; a candidate's wall time through the agent over here:
 {_f(f['wall_ratio_median'], 3)}."""
+
+
+def _spread(rec: Rec) -> str:
+    f, st = rec["figures"], rec["settings"]
+    n = st["searches"]
+    rows = [[r["arch_id"], " / ".join(_f(v, 2) for v in r["in_search"]), _f(r["in_search_spread"], 3),
+             " / ".join(_f(v, 2) for v in r["final"]), _f(r["final_spread"], 3)] for r in f["archs"]]
+    summary = table(["figures", "median spread", "largest spread", f"within {f['goal']}x"], [
+        [label, _f(f[k]["median_spread"], 3), _f(f[k]["max_spread"], 3), _pct(f[k]["within_goal"])]
+        for k, label in (("in_search", "in the search (the trial's own measurement)"),
+                         ("final", "final latency pass (what the leaderboard shows)"))])
+    io = f["in_search_over_final"]
+    return f"""The quickstart (`python -m nas.search +space=mobile target_ms=50`: digits, ONNX Runtime on the CPU,
+one thread, 1x3x224x224, two trials at a time) run {n} times, one after another, each in a fresh process and
+project home, with the random sampler and seed {st['seed']} so that every search evaluates the same
+{st['trials']} architectures, and the final latency pass measuring all of them again. For each architecture,
+its p50 (ms) in search 1 / 2 / ..., and the spread across the searches (largest / smallest): as its trial
+measured it, with the other trial training beside it, and as the final pass measured it, with nothing else
+running.
+
+{table(['arch_id', 'in-search p50 ms', 'spread', 'final p50 ms', 'spread'], rows)}
+
+{summary}
+
+Goal: the leaderboard's figures repeat across searches within {f['goal']}x for every architecture:
+{'met' if f['met'] else 'missed'}. Within a search, in-search p50 over final p50: median {_f(io['median'], 3)},
+range {_f(io['min'], 3)} - {_f(io['max'], 3)}."""
 
 
 def _search(rec: Rec) -> str:
@@ -627,8 +655,8 @@ than the searched network, slower than the next smaller one and dominated by nei
 
 
 RENDERERS: dict[str, Callable[[Rec], str]] = {
-    "latency": _latency, "predictor": _predictor, "transfer": _transfer, "agent": _agent, "search": _search,
-    "sampler": _sampler,
+    "latency": _latency, "spread": _spread, "predictor": _predictor, "transfer": _transfer, "agent": _agent,
+    "search": _search, "sampler": _sampler,
     "screening": _screening, "scale": _scale, "references": _references, "contention": _contention,
     "reliability": _reliability, "fidelity": _fidelity, "supernet": _supernet, "deployment": _deployment,
 }

@@ -1,0 +1,148 @@
+"""How far the latencies of separate searches land from each other, with and without the final pass.
+
+Usage::
+
+    python -m benchmarks.spread [--searches 3] [--trials 8] [--out benchmarks/records/spread.json]
+
+Runs the quickstart (``python -m nas.search +space=mobile target_ms=50``: digits, ONNX Runtime
+on the CPU, one thread, 1x3x224x224, two trials at a time) ``--searches`` times, each in a fresh
+process and project home, one after another, with the random sampler and one seed, so every
+search evaluates the same ``--trials`` architectures; the final latency pass measures all of them
+again (``latency.final_pass_top_k`` = ``--trials``). Each candidate's run then holds the p50 its
+trial measured (``latency_in_search_p50``, while the other trial trained beside it) and the p50
+of the final pass (``latency_p50``, nothing else running).
+
+Figures, per architecture evaluated by every search: the spread of its p50 across the searches
+(largest / smallest), in-search and final; over the architectures: the median and largest
+spread and the share within 1.10x. Goal: the leaderboard's figures (the final ones) repeat
+across searches within 1.10x for every architecture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from latency_predictor.environment import base_environment, package_version
+
+GOAL = 1.10
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--searches", type=int, default=3, help="searches, one after another (default 3)")
+    p.add_argument("--trials", type=int, default=8, help="architectures per search (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="the sampler's seed, the same in every search (default 0)")
+    p.add_argument("--out", type=Path, default=Path("benchmarks/records/spread.json"), help="JSON record to write")
+    return p
+
+
+def run_search(home: Path, k: int, trials: int, seed: int) -> float:
+    """One quickstart search in a fresh process with its own project home; returns its wall time."""
+    cmd = [sys.executable, "-m", "nas.search", "+space=mobile", "target_ms=50", "search.sampler=random",
+           f"search.seed={seed}", f"search.n_trials={trials}", f"latency.final_pass_top_k={trials}",
+           "progress=false", f"name=spread-{k}"]
+    env = {**os.environ, "LATNAS_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=home.parent, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"search {k} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - t0
+
+
+def read_latencies(home: Path, k: int) -> dict[str, dict[str, float]]:
+    """arch_id -> in-search and final p50 of search ``k``'s completed candidates."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("latnas")
+    if exp is None:
+        raise RuntimeError(f"search {k} left no experiment in {home}")
+    out: dict[str, dict[str, float]] = {}
+    for run in client.search_runs([exp.experiment_id], "tags.`latnas.role` = 'candidate'"):
+        m = run.data.metrics
+        if run.data.tags.get("status") != "COMPLETED" or "latency_in_search_p50" not in m:
+            continue
+        out[run.data.params["arch_id"]] = {"in_search": m["latency_in_search_p50"], "final": m["latency_p50"]}
+    return out
+
+
+def summarise(per_search: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """Per architecture measured by every search, the spread across searches; and over them."""
+    common = sorted(set.intersection(*(set(s) for s in per_search)))
+    rows = []
+    for arch_id in common:
+        row: dict[str, Any] = {"arch_id": arch_id}
+        for kind in ("in_search", "final"):
+            values = [s[arch_id][kind] for s in per_search]
+            row[kind] = values
+            row[f"{kind}_spread"] = max(values) / min(values)
+        rows.append(row)
+    figures: dict[str, Any] = {"archs": rows, "n_common": len(common), "goal": GOAL}
+    for kind in ("in_search", "final"):
+        spreads = np.array([r[f"{kind}_spread"] for r in rows])
+        figures[kind] = {"median_spread": float(np.median(spreads)) if len(rows) else None,
+                         "max_spread": float(spreads.max()) if len(rows) else None,
+                         "within_goal": float(np.mean(spreads <= GOAL)) if len(rows) else None}
+    # within a search: how far the final pass moved each figure (in-search / final)
+    ratios = [s[a]["in_search"] / s[a]["final"] for s in per_search for a in s]
+    figures["in_search_over_final"] = {"median": float(np.median(ratios)), "min": float(min(ratios)),
+                                       "max": float(max(ratios))}
+    figures["met"] = bool(rows) and figures["final"]["max_spread"] <= GOAL
+    return figures
+
+
+def main() -> int:
+    """Run the benchmark; returns 0 (a goal missed is reported, not turned into a failure)."""
+    args = _parser().parse_args()
+    if args.searches < 2 or args.trials < 1:
+        print("error: --searches must be >= 2 and --trials >= 1", file=sys.stderr)
+        return 2
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    per_search, walls = [], []
+    with tempfile.TemporaryDirectory(prefix="latnas-spread-") as tmp:
+        for k in range(args.searches):
+            home = Path(tmp) / f"search-{k}" / ".latnas"
+            home.parent.mkdir(parents=True)
+            walls.append(run_search(home, k, args.trials, args.seed))
+            per_search.append(read_latencies(home, k))
+            print(f"search {k + 1}/{args.searches}: {len(per_search[-1])} candidates in {walls[-1]:.0f} s", flush=True)
+    figures = summarise(per_search)
+    wall = time.perf_counter() - t0
+    for kind, label in (("in_search", "in the search"), ("final", "final pass")):
+        f = figures[kind]
+        print(f"{label:>13}: spread across {args.searches} searches over {figures['n_common']} architectures: "
+              f"median {f['median_spread']:.3f}, largest {f['max_spread']:.3f}, within {GOAL}x: {f['within_goal']:.0%}")
+    print(f"goal (final figures within {GOAL}x for every architecture): {'met' if figures['met'] else 'MISSED'}; "
+          f"{wall:.0f} s in all")
+    record = {
+        "command": ["python", "-m", "benchmarks.spread", *sys.argv[1:]],
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
+                        "ray": package_version("ray"), "mlflow": package_version("mlflow")},
+        "settings": {"searches": args.searches, "trials": args.trials, "seed": args.seed, "sampler": "random",
+                     "command": "python -m nas.search +space=mobile target_ms=50 (the quickstart's defaults)",
+                     "final_pass_top_k": args.trials},
+        "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0], "wall_seconds": wall,
+        "search_wall_seconds": walls, "figures": figures,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
