@@ -42,6 +42,7 @@ from latency_predictor.backends import make_estimator
 from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx
 from latency_predictor.timing import MeasureConfig
 from nas.core.config import DataConfig, TrainConfig
+from nas.core.workers import die_with_parent
 from nas.data import load_dataset
 from nas.review.fuse import fuse_conv_bn
 from nas.trial.training import train_briefly
@@ -180,7 +181,7 @@ def run(archive: Path, quick: bool, workers: int = 2, log: Callable[[str], None]
     unique = [(arch, s, data_cfg, size["train_samples"], size["epochs"]) for arch, s in keys]
     log(f"  training {len(unique)} networks x seeds ({size['train_samples']} images x {size['epochs']} epochs), "
         f"{workers} at a time")
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=die_with_parent) as pool:
         trained = {(r["arch"], r["seed"]): r for r in pool.map(_train, unique)}
     if not quick:
         for p in EXPORT_DIR.glob("*/"):

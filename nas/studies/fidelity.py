@@ -47,6 +47,7 @@ from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import DataConfig, FidelityConfig, SupernetEstimateConfig, TrainConfig, validate_fidelity
 from nas.core.errors import NASError
 from nas.core.paths import default_tracking_uri, project_home
+from nas.core.workers import die_with_parent
 from nas.data import ProxyData, load_dataset
 from nas.studies.stats import Agreement, agreement
 from nas.trial.subnet import LoadedSupernet, SupernetTarget, check_supernet, load_supernet, subnet_accuracy
@@ -120,6 +121,7 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(ctx: _Context) -> None:
+    die_with_parent()  # a killed study leaves no worker training on
     torch.set_num_threads(ctx.threads)
     _WORKER["ctx"] = ctx
     _WORKER["data"] = load_dataset(ctx.data)

@@ -1,0 +1,57 @@
+"""A pool's workers end when the process that started them is killed (Linux)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+PARENT = """
+import sys, time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from nas.core.workers import die_with_parent
+
+def task(_):
+    import os
+    print(os.getpid(), flush=True)
+    time.sleep(120)
+
+if __name__ == "__main__":
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=die_with_parent) as pool:
+        pool.submit(task, 0)
+        time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] if Path(f"/proc/{pid}").exists() else "X"
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_parent_leaves_no_worker_behind(tmp_path: Path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    assert parent.stdout is not None
+    worker = int(parent.stdout.readline())  # the worker is running its task
+    assert _alive(worker)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(worker), "the worker outlived its killed parent"
