@@ -34,6 +34,7 @@ from latency_predictor.errors import ConfigError, PredictorMismatchError
 from latency_predictor.hybrid import HybridEstimator, current_predictor_path
 from latency_predictor.predictor import PredictorEstimator, read_predictor
 from latency_predictor.protocol import LatencyEstimator
+from latency_predictor.statistic import check_stat, protocol_for
 from latency_predictor.target import DeviceFingerprint, PredictorTarget, space_digest
 from search_spaces import SearchSpace
 
@@ -47,6 +48,7 @@ def make_latency_estimator(
     space: SearchSpace | None = None,
     target_ms: float | None = None,
     precision: str = "fp32",
+    target_stat: str = "p50",
 ) -> LatencyEstimator:
     """The estimator the ``latency`` settings describe, for networks with ``num_classes`` outputs.
 
@@ -60,16 +62,27 @@ def make_latency_estimator(
         target_ms: the latency target (hybrid mode confirms candidates near it).
         precision: the deployment precision (``latency.precision``): what a measuring backend
             (local or through agents) runs at, and what a predictor must have been trained at.
+        target_stat: the statistic the target bounds (:mod:`latency_predictor.statistic`): a
+            measuring protocol gets the timed runs it needs; a predictor (which predicts the
+            p50) is refused for any other.
 
     Raises:
         LatencyError: unknown backend or option, invalid value, a precision the backend cannot
             run, backend not available here, a predictor made for another setting.
     """
+    check_stat(target_stat)
+    measure = protocol_for(target_stat, measure)
     if backend == "remote":
         return make_remote_estimator(tuple(input_shape), options, measure, num_classes, precision)
     if backend == "predictor":
         if space is None:
             raise ConfigError("latency=predictor needs the search space its predictor was trained for")
+        if target_stat != "p50":
+            raise PredictorMismatchError(
+                f"this predictor was made for another setting: statistic {target_stat!r} here, 'p50' in the "
+                "predictor (predictors learn the median); measure the candidates (latency=onnxruntime, ...) for a "
+                f"{target_stat} target"
+            )
         return make_predictor_estimator(tuple(input_shape), options, num_classes, space, target_ms, precision)
     opts = dict(options)
     _no_precision_option(opts, "latency.options")

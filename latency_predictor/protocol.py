@@ -34,6 +34,7 @@ class LatencyStats:
     p99: float
     cv: float
     iqr_rel: float
+    ci95: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
     def from_samples(cls, samples_ms: Any) -> LatencyStats:
@@ -53,7 +54,23 @@ class LatencyStats:
         return cls(
             n=int(x.size), min=float(x.min()), mean=mean, std=std, p50=float(p50), p90=float(p90),
             p95=float(p95), p99=float(p99), cv=std / mean, iqr_rel=float((p75 - p25) / p50),
+            ci95={f"p{round(q * 100)}": percentile_ci(np.sort(x), q) for q in (0.5, 0.9, 0.95, 0.99)},
         )
+
+
+def percentile_ci(sorted_x: np.ndarray, q: float, z: float = 1.96) -> list[float]:
+    """A distribution-free ~95% confidence interval of the ``q`` quantile from sorted samples.
+
+    The rank of the quantile among ``n`` samples is Binomial(n, q); the interval runs between the
+    order statistics ``z`` standard deviations either side of ``n q``. Where that reaches past the
+    slowest run, the upper end is the slowest run and the interval is open above (too few runs
+    for this percentile: see :mod:`latency_predictor.statistic`).
+    """
+    n = len(sorted_x)
+    half = z * math.sqrt(n * q * (1 - q))
+    lo = min(max(math.floor(n * q - half), 1), n)
+    hi = min(max(math.ceil(n * q + half) + 1, 1), n)
+    return [float(sorted_x[lo - 1]), float(sorted_x[hi - 1])]
 
 
 @dataclass(frozen=True)

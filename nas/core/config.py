@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from latency_predictor.statistic import TARGET_STATS
 from nas.core.errors import ConfigError
 from nas.core.record import SORT_KEYS
 from nas.core.reward import REWARDS
@@ -51,6 +52,11 @@ class LatencyConfig:
         options: backend-specific settings, passed to the backend, which checks them
             (e.g. ``provider``, ``intra_op_threads`` for ONNX Runtime).
         measure: measurement protocol settings (warm-up and timed runs, stability threshold).
+        target_stat: the statistic the target bounds, ``p50`` (default), ``p90``, ``p95`` or
+            ``p99``: the reward, "meets target", the Pareto front and the final pass use it; the
+            protocol then times at least the runs it needs (1,000 for a p99; see
+            :mod:`latency_predictor.statistic`), and a predictor (which learns the p50) is refused
+            for any other.
         final_pass_top_k: after the trials, the driver measures again the top ``k`` candidates by
             reward and the whole Pareto front, with no trial running, and the final table,
             leaderboard and export use those figures (the in-search ones stay in MLflow as
@@ -62,6 +68,7 @@ class LatencyConfig:
     precision: str = "fp32"
     options: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)
+    target_stat: str = "p50"
     final_pass_top_k: int = 5
 
 
@@ -356,6 +363,7 @@ def validate(cfg: SearchConfig) -> None:
     # The backend name, options and precision are checked by the backend registry when it is built.
     _choice("latency.precision", lat.precision, LATENCY_PRECISIONS)
     _int_at_least("latency.final_pass_top_k", lat.final_pass_top_k, 0)
+    _choice("latency.target_stat", lat.target_stat, TARGET_STATS)
     if len(lat.input_shape) != 4 or any(d < 1 for d in lat.input_shape):
         raise ConfigError(
             "latency.input_shape", f"must be [N, C, H, W] with every dimension >= 1, got {lat.input_shape}"

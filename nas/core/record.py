@@ -28,7 +28,7 @@ KILLED = "KILLED"
 """A candidate record the driver was writing when it stopped (marked so on resume)."""
 
 FINAL_METRICS = (
-    "accuracy", "val_loss", "latency_ms", "latency_p50", "latency_p90", "latency_p99", "params", "macs",
+    "accuracy", "val_loss", "latency_ms", "latency_p50", "latency_p90", "latency_p95", "latency_p99", "params", "macs",
     "reward", "train_seconds", "measure_seconds", "trial_seconds", "meets_target",
 )
 """Metrics every completed candidate trained on the proxy task has (``val_loss`` is absent for
@@ -42,12 +42,14 @@ FINAL_PASS_TAG = "latency_final_pass"
 (:mod:`nas.driver.final_pass`); the in-search figures are then ``latency_in_search_*``."""
 
 PLACEMENT_TAGS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
-_REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "latency_precision", "accuracy_estimator",
+_REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "latency_precision", "latency_target_stat",
+                "accuracy_estimator",
                 "accuracy_precision", *PLACEMENT_TAGS, "latency_confirm_reason")
 
 SORT_KEYS: dict[str, bool] = {
     # key -> descending
-    "reward": True, "accuracy": True, "latency_p50": False, "latency_p99": False, "params": False, "macs": False,
+    "reward": True, "accuracy": True, "latency_p50": False, "latency_p90": False, "latency_p95": False,
+    "latency_p99": False, "params": False, "macs": False,
 }
 
 
@@ -106,6 +108,16 @@ class Candidate:
     def latency_p50(self) -> float:
         """The latency the reward used, in ms."""
         return self.metric("latency_p50")
+
+    @property
+    def target_stat(self) -> str:
+        """The latency statistic the search's target bounds (``p50`` unless recorded otherwise)."""
+        return self.tags.get("latency_target_stat", "p50")
+
+    @property
+    def latency_objective(self) -> float:
+        """The latency the reward, "meets target" and the Pareto front used: :attr:`target_stat`'s, in ms."""
+        return self.metric(f"latency_{self.target_stat}")
 
     @property
     def latency_p99(self) -> float:
@@ -245,7 +257,8 @@ def candidate_from_reports(
                 metrics[key] = v
         metrics["epochs_completed"] = float(last.get("epoch", 0))
     else:
-        for key in ("latency_ms", "latency_p90", "latency_p99", "params", "macs", "measure_seconds", "trial_seconds"):
+        for key in ("latency_ms", "latency_p90", "latency_p95", "latency_p99", "params", "macs", "measure_seconds",
+                    "trial_seconds"):
             v = _num(last.get(key))
             if v is not None:
                 metrics["latency_p50" if key == "latency_ms" else key] = v
@@ -279,17 +292,18 @@ def best_of(candidates: Iterable[Candidate]) -> Candidate | None:
 
 
 def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """The completed candidates no other completed candidate beats on both lower latency p50 and
-    higher accuracy, fastest first."""
-    done = [c for c in candidates if c.completed and math.isfinite(c.latency_p50) and math.isfinite(c.accuracy)]
-    lat = np.array([c.latency_p50 for c in done], dtype=np.float64)
+    """The completed candidates no other completed candidate beats on both lower latency (the
+    statistic the target bounds: :attr:`Candidate.latency_objective`) and higher accuracy, fastest first."""
+    done = [c for c in candidates
+            if c.completed and math.isfinite(c.latency_objective) and math.isfinite(c.accuracy)]
+    lat = np.array([c.latency_objective for c in done], dtype=np.float64)
     acc = np.array([c.accuracy for c in done], dtype=np.float64)
     return [done[int(i)] for i in _front_indices(lat, acc)]
 
 
 def pareto_points(candidates: Iterable[Candidate]) -> list[list[float]]:
-    """``[latency_p50, accuracy]`` of :func:`pareto_front`, fastest first (handed to trials)."""
-    return [[c.latency_p50, c.accuracy] for c in pareto_front(candidates)]
+    """``[latency, accuracy]`` of :func:`pareto_front` (the target's statistic), fastest first (handed to trials)."""
+    return [[c.latency_objective, c.accuracy] for c in pareto_front(candidates)]
 
 
 @dataclass(frozen=True)

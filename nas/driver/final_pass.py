@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
 from latency_predictor.configure import predictor_measuring_backend
+from latency_predictor.statistic import check_runs, stat_value
 from nas.core.config import SearchConfig
 from nas.core.record import FINAL_PASS_TAG, Candidate, pareto_front, rank
 from nas.core.reward import meets_target, reward_fn
@@ -35,7 +36,8 @@ from search_spaces import Arch, SearchSpace
 log = logging.getLogger(__name__)
 
 IN_SEARCH = {"latency_p50": "latency_in_search_p50", "latency_p90": "latency_in_search_p90",
-             "latency_p99": "latency_in_search_p99", "reward": "reward_in_search"}
+             "latency_p95": "latency_in_search_p95", "latency_p99": "latency_in_search_p99",
+             "reward": "reward_in_search"}
 """Metric -> the name its in-search value keeps after the final pass."""
 
 
@@ -103,14 +105,23 @@ def measuring_estimator(cfg: SearchConfig, num_classes: int, space: SearchSpace)
 
 def apply(cand: Candidate, result: LatencyResult, target_ms: float, reward: Callable[[float, float, float], float]
           ) -> dict[str, float]:
-    """Update ``cand`` with the re-measured ``result``; returns the metrics that changed or were added."""
+    """Update ``cand`` with the re-measured ``result``; returns the metrics that changed or were added.
+
+    The reward and "meets target" use the statistic the search's target bounds (the candidate's
+    ``latency_target_stat``, p50 by default).
+
+    Raises:
+        MeasurementError: the statistic rests on fewer timed runs than it needs.
+    """
+    check_runs(result, cand.target_stat)
     new: dict[str, float] = {}
     for key, keep in IN_SEARCH.items():
         if key in cand.metrics:
             new[keep] = cand.metrics[key]
-    p50 = result.latency_ms
-    new.update(latency_ms=p50, latency_p50=p50, latency_p90=result.stats.p90, latency_p99=result.stats.p99,
-               meets_target=float(meets_target(p50, target_ms)), reward=reward(cand.accuracy, p50, target_ms))
+    p50, bound = result.latency_ms, stat_value(result, cand.target_stat)
+    new.update(latency_ms=p50, latency_p50=p50, latency_p90=result.stats.p90, latency_p95=result.stats.p95,
+               latency_p99=result.stats.p99, meets_target=float(meets_target(bound, target_ms)),
+               reward=reward(cand.accuracy, bound, target_ms))
     cand.metrics.update(new)
     cand.tags[FINAL_PASS_TAG] = "true"
     if cand.tags.get("latency_source") == "predicted":
@@ -150,11 +161,11 @@ def run_final_pass(
         before = cand.latency_p50
         try:
             result = est.measure(Arch.decode(cand.arch))
+            changed = apply(cand, result, target, reward)
         except LatencyError as err:  # one candidate's failure must not cost the others their figures
             log.warning("final latency pass: %s could not be measured again (%s: %s); it keeps its in-search "
                         "figures", cand.arch_id, type(err).__name__, err)
             continue
-        changed = apply(cand, result, target, reward)
         record(cand, changed)
         out.measured.append(cand)
         out.ratios.append(before / result.latency_ms)

@@ -34,6 +34,7 @@ import yaml
 
 from latency_predictor import ConfigError as LatencyConfigError
 from latency_predictor.environment import cpu_model, package_version
+from latency_predictor.statistic import MIN_RUNS
 from nas.adapters import ray_tune
 from nas.adapters.mlflow_reader import StoreReader, sqlite_path
 from nas.adapters.mlflow_writer import StoreWriter, check_reachable
@@ -298,6 +299,13 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     on_cluster = ray_tune.joins_cluster(cfg.ray)
     if not on_cluster:
         status(f"search {name}: checking the latency backend ({cfg.latency.backend})")
+    stat = cfg.latency.target_stat
+    if stat != "p50" and cfg.latency.backend != "predictor":
+        given = cfg.latency.measure.get("min_runs")
+        if given is None or int(given) < MIN_RUNS[stat]:
+            status(f"search {name}: latency.target_stat={stat}: each candidate is timed at least {MIN_RUNS[stat]} "
+                   f"times (latency.measure.min_runs {given if given is not None else 'default'} raised, the "
+                   "per-attempt time cap lifted), so that its percentile rests on enough runs")
     device_name = None if on_cluster else _check_latency(cfg, data.num_classes, space)
     if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")

@@ -38,6 +38,7 @@ import torch
 from latency_predictor import LatencyEstimator, LatencyResult
 from latency_predictor.configure import make_latency_estimator
 from latency_predictor.slot import device_work
+from latency_predictor.statistic import check_runs, stat_value
 from nas.core.config import AccuracyConfig, LatencyConfig, TrainConfig
 from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
 from nas.core.record import COMPLETED, FAILED, RUNNING
@@ -136,7 +137,7 @@ def latency_estimator(
         LatencyError: unknown backend or option, invalid value, backend not available here.
     """
     return make_latency_estimator(cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes, space,
-                                  target_ms, cfg.precision)
+                                  target_ms, cfg.precision, cfg.target_stat)
 
 
 def _estimator(
@@ -144,7 +145,8 @@ def _estimator(
 ) -> LatencyEstimator:
     # Built once per worker process: with reuse_actors the same process serves many trials.
     key = json.dumps(
-        [cfg.backend, cfg.input_shape, cfg.precision, cfg.options, cfg.measure, num_classes, space.name, target_ms],
+        [cfg.backend, cfg.input_shape, cfg.precision, cfg.options, cfg.measure, num_classes, space.name, target_ms,
+         cfg.target_stat],
         sort_keys=True,
     )
     if key not in _ESTIMATORS:
@@ -164,6 +166,7 @@ def latency_metrics(lat: LatencyResult) -> dict[str, Any]:
     return {
         "latency_ms": lat.latency_ms,
         "latency_p90": lat.stats.p90,
+        "latency_p95": lat.stats.p95,
         "latency_p99": lat.stats.p99,
         "latency_source": lat.source,
         "latency_backend": lat.backend,
@@ -244,10 +247,12 @@ def _evaluate(
     t0 = time.perf_counter()
     estimator = _estimator(ctx.latency, ctx.data.num_classes, ctx.space, ctx.target_ms)
     lat = estimator.measure(arch)
+    stat = ctx.latency.target_stat
+    check_runs(lat, stat)
     base["measure_seconds"] = time.perf_counter() - t0
     deadline.check("the end of the latency measurement")
-    base.update(latency_metrics(lat))
-    base["meets_target"] = meets_target(lat.latency_ms, ctx.target_ms)
+    base.update(latency_metrics(lat), latency_target_stat=stat)
+    base["meets_target"] = meets_target(stat_value(lat, stat), ctx.target_ms)
     reward = reward_fn(ctx.reward)
 
     def final_latency(objective: float) -> float:
@@ -256,7 +261,7 @@ def _evaluate(
         # the final reward uses.
         nonlocal lat
         if front is None:
-            return lat.latency_ms
+            return stat_value(lat, stat)
         deadline.check("the start of the final latency")
         t1 = time.perf_counter()
         final = estimator.final_latency(arch, lat, objective, front)
@@ -264,8 +269,8 @@ def _evaluate(
             lat = final
             base["measure_seconds"] += time.perf_counter() - t1
             base.update(latency_metrics(lat))
-            base["meets_target"] = meets_target(lat.latency_ms, ctx.target_ms)
-        return lat.latency_ms
+            base["meets_target"] = meets_target(stat_value(lat, stat), ctx.target_ms)
+        return stat_value(lat, stat)
 
     device = resolve_device(ctx.train.device)
     guard = _work_guard(ctx.latency, device)
@@ -313,7 +318,7 @@ def _evaluate(
         elif last:
             figures = {"accuracy_precision": "fp32"}
         train_seconds = time.perf_counter() - t0
-        latency_ms = final_latency(accuracy) if last else lat.latency_ms
+        latency_ms = final_latency(accuracy) if last else stat_value(lat, stat)
         report({
             **base, **figures, "status": COMPLETED if last else RUNNING, "epoch": e.epoch,
             "accuracy": accuracy, "val_loss": e.val_loss, "train_loss": e.train_loss,

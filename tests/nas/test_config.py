@@ -104,6 +104,8 @@ def test_wrong_type_and_unknown_key_name_the_key() -> None:
         ("search", "n_trials", 0, "search.n_trials"),
         ("search", "max_concurrent", 0, "search.max_concurrent"),
         ("search", "sampler", "cmaes", "search.sampler"),
+        ("latency", "target_stat", "p42", "latency.target_stat"),
+        ("latency", "final_pass_top_k", -1, "latency.final_pass_top_k"),
         ("search", "reward", "cubic", "search.reward"),
         ("search", "scheduler", "hyperband", "search.scheduler"),
         ("train", "epochs", 0, "train.epochs"),

@@ -10,15 +10,14 @@ import math
 import numpy as np
 import pytest
 
+from latency_predictor import MeasurementError
 from latency_predictor.backends import make_estimator
-from nas.core.config import LatencyConfig, SearchConfig, validate
-from nas.core.errors import ConfigError
+from nas.core.config import LatencyConfig, SearchConfig
 from nas.core.record import COMPLETED, FAILED, Candidate, rank
 from nas.core.reward import squared_penalty
 from nas.core.table import format_table
 from nas.driver.final_pass import apply, measuring_estimator, select
 from search_spaces import load_space
-from tests.nas.configs import compose_config
 
 QUICK = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 0.5, "max_repeats": 1}
 
@@ -79,9 +78,22 @@ def test_a_predicted_latency_confirmed_by_the_pass_says_so() -> None:
     assert changed["latency_predicted_ms"] == 5.0
 
 
-def test_a_predictor_alone_has_nothing_to_measure_and_a_negative_k_is_refused() -> None:
+def test_a_predictor_alone_has_nothing_to_measure() -> None:
     cfg = SearchConfig(latency=LatencyConfig(backend="predictor", options={"path": "/nonexistent"}))
     assert measuring_estimator(cfg, 10, load_space("tiny")) is None
-    bad = compose_config("+space=tiny", "target_ms=5", "latency.final_pass_top_k=-1", space_source=None)
-    with pytest.raises(ConfigError, match=r"latency.final_pass_top_k"):
-        validate(bad)
+
+
+def test_a_p99_target_is_judged_on_the_re_measured_p99() -> None:
+    est = make_estimator("onnxruntime", input_shape=(1, 3, 16, 16), num_classes=10, slot=False,
+                         measure={**QUICK, "min_runs": 1000, "max_time_s": None})
+    result = est.measure(load_space("tiny").sample(np.random.default_rng(2)))
+    cand = _cand(0, 0.8, 5.0, latency_target_stat="p99")
+    target = result.stats.p50 * 1.001  # met by the median, not by the tail
+    apply(cand, result, target, squared_penalty)
+    assert cand.latency_objective == result.stats.p99 and cand.metrics["latency_p95"] == result.stats.p95
+    assert cand.reward == squared_penalty(0.8, result.stats.p99, target)
+    assert cand.meets_target == (result.stats.p99 <= target)  # judged on the p99
+    few = make_estimator("onnxruntime", input_shape=(1, 3, 16, 16), num_classes=10, slot=False, measure=QUICK)
+    with pytest.raises(MeasurementError, match="needs at least 1000"):
+        apply(_cand(1, 0.8, 5.0, latency_target_stat="p99"), few.measure(load_space("tiny").sample(
+            np.random.default_rng(2))), target, squared_penalty)

@@ -63,6 +63,22 @@ def test_trial_reports_every_epoch_with_the_reward(data: Dataset) -> None:
     assert last["train_seconds"] > 0 and last["measure_seconds"] > 0
 
 
+def test_a_p99_target_times_enough_runs_and_rewards_the_p99(data: Dataset) -> None:
+    # The quick protocol above asks for 10 runs; a p99 target raises that to 1,000 and lifts the cap.
+    ctx = _ctx(data)
+    ctx.latency = dataclasses.replace(ctx.latency, input_shape=[1, 3, 16, 16], target_stat="p99")
+    reports: list[dict[str, Any]] = []
+    evaluate_candidate(_arch(), ctx, reports.append)
+    last = reports[-1]
+    lat = LatencyResult.from_dict(json.loads(last["latency_json"]))
+    assert last["status"] == COMPLETED and lat.stats.n >= 1000
+    assert last["latency_target_stat"] == "p99" and last["latency_p99"] == lat.stats.p99 >= last["latency_ms"]
+    assert last["reward"] == squared_penalty(last["accuracy"], lat.stats.p99, 0.5)
+    assert last["meets_target"] == (lat.stats.p99 <= 0.5)
+    lo, hi = lat.stats.ci95["p99"]
+    assert lo <= lat.stats.p99 <= hi
+
+
 def test_diverging_training_is_a_failed_trial_with_a_reason(data: Dataset) -> None:
     reports: list[dict[str, Any]] = []
     evaluate_candidate(_arch(1), _ctx(data, lr=1e12, momentum=0.0), reports.append)
