@@ -10,7 +10,7 @@ process and project home, one after another, with the random sampler and one see
 search evaluates the same ``--trials`` architectures; the final latency pass measures all of them
 again (``latency.final_pass_top_k`` = ``--trials``). Each candidate's run then holds the p50 its
 trial measured (``latency_in_search_p50``, while the other trial trained beside it) and the p50
-of the final pass (``latency_p50``, nothing else running).
+of the final pass (``latency_p50``, none of the search's trials running).
 
 Figures, per architecture evaluated by every search: the spread of its p50 across the searches
 (largest / smallest), in-search and final; over the architectures: the median and largest
