@@ -8,11 +8,14 @@ then measures differently from one search to the next. The final pass gives the 
 final table, ``leaderboard.csv``, the leaderboard command and the export read. The in-search
 figures stay in MLflow as ``latency_in_search_p50`` / ``_p90`` / ``_p99`` (and the reward the
 search used as ``reward_in_search``), and each re-measured candidate is tagged
-``latency_final_pass=true``. The reward and ``meets_target`` are recomputed from the new p50 with
-the search's reward.
+``latency_final_pass=true``. The reward and ``meets_target`` are recomputed with the search's
+reward from the new figure of the statistic the target bounds (``latency.target_stat``).
 
 A predicted latency (``latency=predictor``) is measured in this pass only in hybrid mode, with
-its measuring backend on the predictor's device; a predictor alone keeps its predictions.
+its measuring backend on the predictor's device; a predictor alone keeps its predictions. A
+search that joined a cluster measured on its trial nodes, which the driver's machine may not be:
+there the pass is not run (a remote measurement agent, ``latency=remote``, is the same device
+from anywhere, and is).
 """
 
 from __future__ import annotations
@@ -134,8 +137,11 @@ def apply(cand: Candidate, result: LatencyResult, target_ms: float, reward: Call
 def run_final_pass(
     candidates: Sequence[Candidate], cfg: SearchConfig, num_classes: int, space: SearchSpace,
     record: Callable[[Candidate, dict[str, float]], None], status: Callable[[str], None] = print,
+    on_cluster: bool = False,
 ) -> FinalPass:
     """Measure again :func:`select`'s candidates, update them in place and ``record`` each.
+
+    ``on_cluster``: the search joined a cluster (its trials measured on other nodes).
 
     Raises:
         LatencyError: the backend cannot be built here (a candidate that then fails to measure
@@ -147,6 +153,10 @@ def run_final_pass(
         return out
     chosen = select(candidates, top_k)
     if not chosen:
+        return out
+    if on_cluster and cfg.latency.backend != "remote":
+        out.skipped = ("not run: the trials measured on the cluster's nodes, and this driver's machine may be "
+                       "another device (latency=remote measures on one device from anywhere)")
         return out
     est = measuring_estimator(cfg, num_classes, space)
     if est is None:

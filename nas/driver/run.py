@@ -466,7 +466,7 @@ def _search(
         ray_counts["n_ray_trials"] = outcome.ray_trials
         if not outcome.interrupted:
             final = run_final_pass(candidates, cfg, ctx.data.num_classes, space, record_revised,
-                                   lambda text: status(f"search {name}: {text}"))
+                                   lambda text: status(f"search {name}: {text}"), on_cluster=cluster.joined_here)
         run_status = "KILLED" if outcome.interrupted else ("FAILED" if outcome.crashes else "FINISHED")
     except KeyboardInterrupt:
         run_status = "KILLED"
