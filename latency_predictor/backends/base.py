@@ -256,6 +256,10 @@ class MeasuredBackend(ABC):
         others = {b: m.stats.p50 for b, m in measured.items() if b != self.input_shape[0]}
         if others:
             extra["throughput_p50_ms"] = others
+            # every batch's own percentiles: a bound on a batch's latency is checked on them (server scenario)
+            extra["batch_stats"] = {str(b): {"n": m.stats.n, "p50": m.stats.p50, "p90": m.stats.p90,
+                                             "p95": m.stats.p95, "p99": m.stats.p99}
+                                    for b, m in sorted(measured.items())}
         if self.keep_samples:
             extra["samples_ms"] = list(main.samples_ms)
         return LatencyResult(

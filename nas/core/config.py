@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from latency_predictor.errors import ConfigError as LatencyConfigError
+from latency_predictor.scenario import SCENARIOS, check_scenario
 from latency_predictor.statistic import TARGET_STATS
 from nas.core.errors import ConfigError
 from nas.core.record import SORT_KEYS
@@ -57,6 +59,13 @@ class LatencyConfig:
             protocol then times at least the runs it needs (1,000 for a p99; see
             :mod:`latency_predictor.statistic`), and a predictor (which learns the p50) is refused
             for any other.
+        scenario: ``single_stream`` (one image at a time: the target bounds its latency) or
+            ``server``: each candidate is measured at every size of ``batch_sizes``, the target
+            bounds a batch's latency, and the reward's efficiency term is the throughput within
+            that bound against ``throughput_goal`` (see :mod:`latency_predictor.scenario` and
+            :func:`nas.core.reward.throughput_reward`).
+        batch_sizes: the server scenario's batch sizes.
+        throughput_goal: images per second the server scenario asks for (required there).
         final_pass_top_k: after the trials, the driver measures again the top ``k`` candidates by
             reward and the whole Pareto front, with no trial running, and the final table,
             leaderboard and export use those figures (the in-search ones stay in MLflow as
@@ -69,6 +78,9 @@ class LatencyConfig:
     options: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)
     target_stat: str = "p50"
+    scenario: str = "single_stream"
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    throughput_goal: float | None = None
     final_pass_top_k: int = 5
 
 
@@ -364,6 +376,19 @@ def validate(cfg: SearchConfig) -> None:
     _choice("latency.precision", lat.precision, LATENCY_PRECISIONS)
     _int_at_least("latency.final_pass_top_k", lat.final_pass_top_k, 0)
     _choice("latency.target_stat", lat.target_stat, TARGET_STATS)
+    _choice("latency.scenario", lat.scenario, SCENARIOS)
+    if lat.scenario == "server":
+        try:
+            check_scenario(lat.scenario, lat.batch_sizes)
+        except LatencyConfigError as err:
+            raise ConfigError("latency.batch_sizes", str(err)) from None
+        if lat.throughput_goal is None:
+            raise ConfigError("latency.throughput_goal", "the server scenario needs the images per second to sustain, "
+                              "e.g. latency.throughput_goal=500")
+        _positive("latency.throughput_goal", lat.throughput_goal)
+        if lat.backend == "predictor":
+            raise ConfigError("latency.scenario", "server measures every batch size; a predictor predicts batch 1: "
+                              "measure (latency=onnxruntime, ...)")
     if len(lat.input_shape) != 4 or any(d < 1 for d in lat.input_shape):
         raise ConfigError(
             "latency.input_shape", f"must be [N, C, H, W] with every dimension >= 1, got {lat.input_shape}"

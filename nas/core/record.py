@@ -34,6 +34,9 @@ FINAL_METRICS = (
 """Metrics every completed candidate trained on the proxy task has (``val_loss`` is absent for
 the training-free estimator)."""
 
+SERVER_METRICS = ("server_batch", "throughput_per_s")
+"""Metrics of a candidate in the server scenario: the batch chosen within the bound, its images per second."""
+
 EPOCH_METRICS = ("accuracy", "val_loss", "train_loss", "reward")
 """Metrics logged once per epoch (MLflow step = epoch)."""
 
@@ -43,7 +46,7 @@ FINAL_PASS_TAG = "latency_final_pass"
 
 PLACEMENT_TAGS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
 _REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "latency_precision", "latency_target_stat",
-                "accuracy_estimator",
+                "latency_scenario", "accuracy_estimator",
                 "accuracy_precision", *PLACEMENT_TAGS, "latency_confirm_reason")
 
 SORT_KEYS: dict[str, bool] = {
@@ -116,7 +119,11 @@ class Candidate:
 
     @property
     def latency_objective(self) -> float:
-        """The latency the reward, "meets target" and the Pareto front used: :attr:`target_stat`'s, in ms."""
+        """The cost the Pareto front weighs against accuracy, in ms: the latency at :attr:`target_stat`,
+        or in the server scenario the time per image at its throughput within the bound."""
+        if self.tags.get("latency_scenario") == "server":
+            t = self.metric("throughput_per_s")
+            return 1e3 / t if t > 0 else math.nan
         return self.metric(f"latency_{self.target_stat}")
 
     @property
@@ -250,7 +257,7 @@ def candidate_from_reports(
     metrics: dict[str, float] = {}
     if status != FAILED:
         scores = tuple(k for k in last if k.endswith("_score"))  # a training-free estimator's own figure
-        for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms", "accuracy_fp32"):
+        for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms", "accuracy_fp32", *SERVER_METRICS):
             src = "latency_ms" if key == "latency_p50" else key
             v = _num(last.get(src))
             if v is not None:

@@ -9,6 +9,12 @@ Pure functions of floats. All forms are MnasNet's weighted product (Tan et al. 2
 * ``mnas_soft``: ``alpha = beta = -0.07``, MnasNet's soft constraint (a faster network is
   rewarded a little even below the target);
 * ``mnas_hard``: ``alpha = 0, beta = -1``, MnasNet's hard constraint.
+
+In the server scenario (``latency.scenario=server``) the target bounds each batch's latency and
+the efficiency term is the throughput within that bound (:func:`throughput_reward`)::
+
+    reward = accuracy                               if throughput >= goal
+    reward = accuracy * (throughput / goal) ** 2    if throughput <  goal
 """
 
 from __future__ import annotations
@@ -83,6 +89,23 @@ def reward_fn(name: str) -> RewardFn:
         return REWARDS[name]
     except KeyError:
         raise RewardError(f"unknown reward {name!r}; choose one of {sorted(REWARDS)}") from None
+
+
+def throughput_reward(accuracy: float, throughput_per_s: float, goal_per_s: float) -> float:
+    """The server scenario's reward, the squared penalty with throughput in place of latency:
+    ``accuracy`` when the throughput within the latency bound reaches the goal, else
+    ``accuracy * (throughput / goal) ** 2``.
+
+    Raises:
+        RewardError: a non-finite or out-of-range input.
+    """
+    if not math.isfinite(accuracy) or accuracy < 0:
+        raise RewardError(f"accuracy must be a finite number >= 0, got {accuracy!r}")
+    if not math.isfinite(throughput_per_s) or throughput_per_s < 0:
+        raise RewardError(f"throughput must be a finite number >= 0, got {throughput_per_s!r}")
+    if not math.isfinite(goal_per_s) or goal_per_s <= 0:
+        raise RewardError(f"the throughput goal must be a finite number > 0, got {goal_per_s!r}")
+    return accuracy * min(1.0, throughput_per_s / goal_per_s) ** 2
 
 
 def meets_target(latency_ms: float, target_ms: float) -> bool:

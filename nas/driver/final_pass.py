@@ -8,8 +8,8 @@ then measures differently from one search to the next. The final pass gives the 
 final table, ``leaderboard.csv``, the leaderboard command and the export read. The in-search
 figures stay in MLflow as ``latency_in_search_p50`` / ``_p90`` / ``_p99`` (and the reward the
 search used as ``reward_in_search``), and each re-measured candidate is tagged
-``latency_final_pass=true``. The reward and ``meets_target`` are recomputed with the search's
-reward from the new figure of the statistic the target bounds (``latency.target_stat``).
+``latency_final_pass=true``. The reward and ``meets_target`` are scored again as the trial
+scored them (:class:`nas.core.objective.Objective`: the statistic the target bounds, the scenario).
 
 A predicted latency (``latency=predictor``) is measured in this pass only in hybrid mode, with
 its measuring backend on the predictor's device; a predictor alone keeps its predictions. A
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 
 from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
 from latency_predictor.configure import predictor_measuring_backend
-from latency_predictor.statistic import check_runs, stat_value
+from latency_predictor.statistic import check_runs
 from nas.core.config import SearchConfig
+from nas.core.objective import Objective
 from nas.core.record import FINAL_PASS_TAG, Candidate, pareto_front, rank
-from nas.core.reward import meets_target, reward_fn
 from nas.trial.evaluate import latency_estimator
 from search_spaces import Arch, SearchSpace
 
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 IN_SEARCH = {"latency_p50": "latency_in_search_p50", "latency_p90": "latency_in_search_p90",
              "latency_p95": "latency_in_search_p95", "latency_p99": "latency_in_search_p99",
-             "reward": "reward_in_search"}
+             "throughput_per_s": "throughput_in_search_per_s", "reward": "reward_in_search"}
 """Metric -> the name its in-search value keeps after the final pass."""
 
 
@@ -106,25 +106,24 @@ def measuring_estimator(cfg: SearchConfig, num_classes: int, space: SearchSpace)
     return latency_estimator(lat, num_classes, space, cfg.target_ms)
 
 
-def apply(cand: Candidate, result: LatencyResult, target_ms: float, reward: Callable[[float, float, float], float]
-          ) -> dict[str, float]:
+def apply(cand: Candidate, result: LatencyResult, objective: Objective) -> dict[str, float]:
     """Update ``cand`` with the re-measured ``result``; returns the metrics that changed or were added.
 
-    The reward and "meets target" use the statistic the search's target bounds (the candidate's
-    ``latency_target_stat``, p50 by default).
+    The reward and "meets target" are scored as the trial scored them (:class:`Objective`: the
+    statistic the target bounds, the serving scenario).
 
     Raises:
         MeasurementError: the statistic rests on fewer timed runs than it needs.
     """
-    check_runs(result, cand.target_stat)
+    check_runs(result, objective.stat)
     new: dict[str, float] = {}
     for key, keep in IN_SEARCH.items():
         if key in cand.metrics:
             new[keep] = cand.metrics[key]
-    p50, bound = result.latency_ms, stat_value(result, cand.target_stat)
+    p50 = result.latency_ms
     new.update(latency_ms=p50, latency_p50=p50, latency_p90=result.stats.p90, latency_p95=result.stats.p95,
-               latency_p99=result.stats.p99, meets_target=float(meets_target(bound, target_ms)),
-               reward=reward(cand.accuracy, bound, target_ms))
+               latency_p99=result.stats.p99, **objective.figures(result),
+               reward=objective.score(cand.accuracy, result))
     cand.metrics.update(new)
     cand.tags[FINAL_PASS_TAG] = "true"
     if cand.tags.get("latency_source") == "predicted":
@@ -164,14 +163,13 @@ def run_final_pass(
         return out
     status(f"final latency pass: measuring {len(chosen)} candidates again (top {top_k} by reward and the Pareto "
            "front), no trial running")
-    reward = reward_fn(cfg.search.reward)
-    target = float(cfg.target_ms or math.nan)
+    objective = Objective.of(cfg.latency, float(cfg.target_ms or math.nan), cfg.search.reward)
     t0 = time.perf_counter()
     for cand in chosen:
         before = cand.latency_p50
         try:
             result = est.measure(Arch.decode(cand.arch))
-            changed = apply(cand, result, target, reward)
+            changed = apply(cand, result, objective)
         except LatencyError as err:  # one candidate's failure must not cost the others their figures
             log.warning("final latency pass: %s could not be measured again (%s: %s); it keeps its in-search "
                         "figures", cand.arch_id, type(err).__name__, err)

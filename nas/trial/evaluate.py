@@ -37,12 +37,13 @@ import torch
 
 from latency_predictor import LatencyEstimator, LatencyResult
 from latency_predictor.configure import make_latency_estimator
+from latency_predictor.scenario import check_scenario
 from latency_predictor.slot import device_work
-from latency_predictor.statistic import check_runs, stat_value
+from latency_predictor.statistic import check_runs
 from nas.core.config import AccuracyConfig, LatencyConfig, TrainConfig
 from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
+from nas.core.objective import Objective
 from nas.core.record import COMPLETED, FAILED, RUNNING
-from nas.core.reward import meets_target, reward_fn
 from nas.data import ProxyData
 from nas.trial.faults import FaultPlan
 from nas.trial.precision import precision_evaluator
@@ -136,7 +137,10 @@ def latency_estimator(
     Raises:
         LatencyError: unknown backend or option, invalid value, backend not available here.
     """
-    return make_latency_estimator(cfg.backend, cfg.input_shape, cfg.options, cfg.measure, num_classes, space,
+    measure = dict(cfg.measure)
+    if cfg.scenario == "server":  # every batch size timed, each with its own percentiles
+        measure["throughput_batch_sizes"] = list(check_scenario(cfg.scenario, cfg.batch_sizes))
+    return make_latency_estimator(cfg.backend, cfg.input_shape, cfg.options, measure, num_classes, space,
                                   target_ms, cfg.precision, cfg.target_stat)
 
 
@@ -146,7 +150,7 @@ def _estimator(
     # Built once per worker process: with reuse_actors the same process serves many trials.
     key = json.dumps(
         [cfg.backend, cfg.input_shape, cfg.precision, cfg.options, cfg.measure, num_classes, space.name, target_ms,
-         cfg.target_stat],
+         cfg.target_stat, cfg.scenario, cfg.batch_sizes],
         sort_keys=True,
     )
     if key not in _ESTIMATORS:
@@ -247,30 +251,28 @@ def _evaluate(
     t0 = time.perf_counter()
     estimator = _estimator(ctx.latency, ctx.data.num_classes, ctx.space, ctx.target_ms)
     lat = estimator.measure(arch)
-    stat = ctx.latency.target_stat
-    check_runs(lat, stat)
+    check_runs(lat, ctx.latency.target_stat)
+    scoring = Objective.of(ctx.latency, ctx.target_ms, ctx.reward)
     base["measure_seconds"] = time.perf_counter() - t0
     deadline.check("the end of the latency measurement")
-    base.update(latency_metrics(lat), latency_target_stat=stat)
-    base["meets_target"] = meets_target(stat_value(lat, stat), ctx.target_ms)
-    reward = reward_fn(ctx.reward)
+    base.update(latency_metrics(lat), latency_target_stat=ctx.latency.target_stat,
+                latency_scenario=ctx.latency.scenario, **scoring.figures(lat))
 
-    def final_latency(objective: float) -> float:
+    def final_latency(objective: float) -> LatencyResult:
         # Now that the objective is known, the estimator may settle the latency (hybrid mode
         # measures a predicted candidate that could join the Pareto front); returns the latency
-        # the final reward uses.
+        # record the final reward uses.
         nonlocal lat
         if front is None:
-            return stat_value(lat, stat)
+            return lat
         deadline.check("the start of the final latency")
         t1 = time.perf_counter()
         final = estimator.final_latency(arch, lat, objective, front)
         if final is not lat:
             lat = final
             base["measure_seconds"] += time.perf_counter() - t1
-            base.update(latency_metrics(lat))
-            base["meets_target"] = meets_target(stat_value(lat, stat), ctx.target_ms)
-        return stat_value(lat, stat)
+            base.update(latency_metrics(lat), **scoring.figures(lat))
+        return lat
 
     device = resolve_device(ctx.train.device)
     guard = _work_guard(ctx.latency, device)
@@ -279,10 +281,10 @@ def _evaluate(
         with guard():
             res = _supernet_accuracy(arch, ctx, device)
         deadline.check("the end of the supernet evaluation")
-        latency_ms = final_latency(res.accuracy)
+        settled = final_latency(res.accuracy)
         report({
             **base, "status": COMPLETED, "epoch": 0, "accuracy": res.accuracy, "val_loss": res.val_loss,
-            "train_seconds": time.perf_counter() - t0, "reward": reward(res.accuracy, latency_ms, ctx.target_ms),
+            "train_seconds": time.perf_counter() - t0, "reward": scoring.score(res.accuracy, settled),
         })
         return
     torch.manual_seed(ctx.train.seed)
@@ -296,10 +298,10 @@ def _evaluate(
             score = zero_cost_score(name, model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
         deadline.check(f"the end of the {name} score")
         train_seconds = time.perf_counter() - t0
-        latency_ms = final_latency(score)
+        settled = final_latency(score)
         report({
             **base, "status": COMPLETED, "epoch": 0, "accuracy": score, f"{name}_score": score,
-            "train_seconds": train_seconds, "reward": reward(score, latency_ms, ctx.target_ms),
+            "train_seconds": train_seconds, "reward": scoring.score(score, settled),
         })
         return
 
@@ -318,11 +320,11 @@ def _evaluate(
         elif last:
             figures = {"accuracy_precision": "fp32"}
         train_seconds = time.perf_counter() - t0
-        latency_ms = final_latency(accuracy) if last else stat_value(lat, stat)
+        settled = final_latency(accuracy) if last else lat
         report({
             **base, **figures, "status": COMPLETED if last else RUNNING, "epoch": e.epoch,
             "accuracy": accuracy, "val_loss": e.val_loss, "train_loss": e.train_loss,
-            "train_seconds": train_seconds, "reward": reward(accuracy, latency_ms, ctx.target_ms),
+            "train_seconds": train_seconds, "reward": scoring.score(accuracy, settled),
         })
 
     train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard,

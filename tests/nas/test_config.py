@@ -105,6 +105,7 @@ def test_wrong_type_and_unknown_key_name_the_key() -> None:
         ("search", "max_concurrent", 0, "search.max_concurrent"),
         ("search", "sampler", "cmaes", "search.sampler"),
         ("latency", "target_stat", "p42", "latency.target_stat"),
+        ("latency", "scenario", "batched", "latency.scenario"),
         ("latency", "final_pass_top_k", -1, "latency.final_pass_top_k"),
         ("search", "reward", "cubic", "search.reward"),
         ("search", "scheduler", "hyperband", "search.scheduler"),
@@ -237,3 +238,20 @@ def test_cli_bad_input_exits_non_zero_with_a_clear_message(tmp_path: Path) -> No
     proc = _cli(tmp_path, "+space=tiny", "target_ms=5", "search=bogus")
     assert proc.returncode != 0
     assert "Could not find 'search/bogus'" in proc.stderr
+
+
+@pytest.mark.parametrize(("overrides", "key", "words"), [
+    (["latency.scenario=server"], "latency.throughput_goal", "images per second"),
+    (["latency.scenario=server", "latency.throughput_goal=100", "latency.batch_sizes=[]"], "latency.batch_sizes",
+     "at least one batch size"),
+    (["latency.scenario=server", "latency.throughput_goal=100", "latency.batch_sizes=[1,-2]"], "latency.batch_sizes",
+     "got -2"),
+    (["latency.scenario=server", "latency.throughput_goal=0"], "latency.throughput_goal", ""),
+    (["latency=predictor", "latency.scenario=server", "latency.throughput_goal=100"], "latency.scenario",
+     "a predictor predicts batch 1"),
+])
+def test_the_server_scenario_is_checked_before_any_trial(overrides: list[str], key: str, words: str) -> None:
+    cfg = _compose("+space=tiny", "target_ms=5", *overrides)
+    with pytest.raises(ConfigError, match=words) as err:
+        validate(cfg)
+    assert err.value.key == key

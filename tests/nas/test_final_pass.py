@@ -13,6 +13,7 @@ import pytest
 from latency_predictor import MeasurementError
 from latency_predictor.backends import make_estimator
 from nas.core.config import LatencyConfig, SearchConfig
+from nas.core.objective import Objective
 from nas.core.record import COMPLETED, FAILED, Candidate, rank
 from nas.core.reward import squared_penalty
 from nas.core.table import format_table
@@ -58,7 +59,7 @@ def test_a_re_measurement_replaces_the_figures_and_keeps_the_search_ones() -> No
     cand = _cand(0, 0.8, result.latency_ms * 3)
     cand.metrics["reward"] = squared_penalty(0.8, result.latency_ms * 3, target)
     before = dict(cand.metrics)
-    changed = apply(cand, result, target, squared_penalty)
+    changed = apply(cand, result, Objective(target))
     assert cand.latency_p50 == result.latency_ms == changed["latency_p50"] == cand.metrics["latency_ms"]
     assert cand.metrics["latency_p99"] == result.stats.p99
     assert cand.meets_target is True and cand.reward == pytest.approx(0.8)  # target met now: reward = accuracy
@@ -73,7 +74,7 @@ def test_a_predicted_latency_confirmed_by_the_pass_says_so() -> None:
     cand = _cand(0, 0.8, 5.0, latency_source="predicted")
     est = make_estimator("onnxruntime", input_shape=(1, 3, 32, 32), num_classes=10, slot=False, measure=QUICK)
     result = est.measure(load_space("tiny").sample(np.random.default_rng(1)))
-    changed = apply(cand, result, 10.0, squared_penalty)
+    changed = apply(cand, result, Objective(10.0))
     assert cand.latency_source == "measured" and cand.tags["latency_confirm_reason"] == "final_pass"
     assert changed["latency_predicted_ms"] == 5.0
 
@@ -89,11 +90,11 @@ def test_a_p99_target_is_judged_on_the_re_measured_p99() -> None:
     result = est.measure(load_space("tiny").sample(np.random.default_rng(2)))
     cand = _cand(0, 0.8, 5.0, latency_target_stat="p99")
     target = result.stats.p50 * 1.001  # met by the median, not by the tail
-    apply(cand, result, target, squared_penalty)
+    apply(cand, result, Objective(target, stat="p99"))
     assert cand.latency_objective == result.stats.p99 and cand.metrics["latency_p95"] == result.stats.p95
     assert cand.reward == squared_penalty(0.8, result.stats.p99, target)
     assert cand.meets_target == (result.stats.p99 <= target)  # judged on the p99
     few = make_estimator("onnxruntime", input_shape=(1, 3, 16, 16), num_classes=10, slot=False, measure=QUICK)
     with pytest.raises(MeasurementError, match="needs at least 1000"):
         apply(_cand(1, 0.8, 5.0, latency_target_stat="p99"), few.measure(load_space("tiny").sample(
-            np.random.default_rng(2))), target, squared_penalty)
+            np.random.default_rng(2))), Objective(target, stat="p99"))

@@ -16,6 +16,7 @@ from nas.core.reward import (
     mnasnet_reward,
     reward_fn,
     squared_penalty,
+    throughput_reward,
 )
 
 
@@ -99,3 +100,20 @@ def test_meets_target_includes_equality() -> None:
     assert meets_target(50.0, 50.0)
     assert meets_target(49.9, 50.0)
     assert not meets_target(50.01, 50.0)
+
+
+@pytest.mark.parametrize(("acc", "thr", "goal", "expected"), [
+    (0.8, 600.0, 500.0, 0.8),          # the goal reached: the accuracy
+    (0.8, 500.0, 500.0, 0.8),          # exactly reached
+    (0.8, 250.0, 500.0, 0.8 * 0.25),   # half the goal: a quarter
+    (0.8, 0.0, 500.0, 0.0),
+])
+def test_throughput_reward_is_the_squared_penalty_on_throughput(acc: float, thr: float, goal: float,
+                                                                 expected: float) -> None:
+    assert throughput_reward(acc, thr, goal) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("acc", "thr", "goal"), [(math.nan, 1.0, 1.0), (0.5, -1.0, 1.0), (0.5, 1.0, 0.0)])
+def test_throughput_reward_refuses_bad_input(acc: float, thr: float, goal: float) -> None:
+    with pytest.raises(RewardError):
+        throughput_reward(acc, thr, goal)

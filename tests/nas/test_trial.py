@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from latency_predictor import LatencyResult
+from latency_predictor.scenario import server_point
 from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, TrainConfig
 from nas.core.errors import TrainingError
 from nas.core.record import COMPLETED, FAILED, RUNNING
-from nas.core.reward import squared_penalty
+from nas.core.reward import squared_penalty, throughput_reward
 from nas.data import Dataset, load_dataset
 from nas.trial.evaluate import TrialContext, evaluate_candidate, profile_arch
 from nas.trial.faults import FaultPlan
@@ -66,7 +67,8 @@ def test_trial_reports_every_epoch_with_the_reward(data: Dataset) -> None:
 def test_a_p99_target_times_enough_runs_and_rewards_the_p99(data: Dataset) -> None:
     # The quick protocol above asks for 10 runs; a p99 target raises that to 1,000 and lifts the cap.
     ctx = _ctx(data)
-    ctx.latency = dataclasses.replace(ctx.latency, input_shape=[1, 3, 16, 16], target_stat="p99")
+    ctx = dataclasses.replace(ctx, latency=dataclasses.replace(ctx.latency, input_shape=[1, 3, 16, 16],
+                                                               target_stat="p99"))
     reports: list[dict[str, Any]] = []
     evaluate_candidate(_arch(), ctx, reports.append)
     last = reports[-1]
@@ -77,6 +79,23 @@ def test_a_p99_target_times_enough_runs_and_rewards_the_p99(data: Dataset) -> No
     assert last["meets_target"] == (lat.stats.p99 <= 0.5)
     lo, hi = lat.stats.ci95["p99"]
     assert lo <= lat.stats.p99 <= hi
+
+
+def test_a_server_target_scores_the_throughput_of_the_best_batch_within_the_bound(data: Dataset) -> None:
+    ctx = _ctx(data)
+    server = dataclasses.replace(ctx.latency, input_shape=[1, 3, 16, 16], scenario="server", batch_sizes=[1, 4, 16],
+                                 throughput_goal=1e9)  # a goal no CPU reaches
+    ctx = dataclasses.replace(ctx, latency=server, target_ms=1e3)  # every batch within the bound
+    reports: list[dict[str, Any]] = []
+    evaluate_candidate(_arch(), ctx, reports.append)
+    last = reports[-1]
+    lat = LatencyResult.from_dict(json.loads(last["latency_json"]))
+    point = server_point(lat, 1e3)
+    assert last["status"] == COMPLETED and last["latency_scenario"] == "server"
+    assert set(lat.extra["batch_stats"]) == {"1", "4", "16"}
+    assert last["server_batch"] == point.batch and last["throughput_per_s"] == point.throughput_per_s
+    assert last["reward"] == throughput_reward(last["accuracy"], point.throughput_per_s, 1e9) < last["accuracy"]
+    assert last["meets_target"] == 0.0  # within the bound, short of the goal
 
 
 def test_diverging_training_is_a_failed_trial_with_a_reason(data: Dataset) -> None:
