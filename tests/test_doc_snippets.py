@@ -49,8 +49,13 @@ def test_the_documents_have_python_snippets() -> None:
     assert len(SNIPPETS) >= 3, [where for where, _ in SNIPPETS]
 
 
-@pytest.mark.parametrize("where,code", [s for s in SNIPPETS if "mobile-cpu.json" not in s[1]],
-                         ids=[w for w, c in SNIPPETS if "mobile-cpu.json" not in c])
+def _param(where: str, code: str) -> object:
+    # a snippet that times a full-size network takes tens of seconds: it runs in the slow set, and in CI
+    heavy = ".measure(" in code
+    return pytest.param(where, code, id=where, marks=[pytest.mark.slow, pytest.mark.ci] if heavy else [])
+
+
+@pytest.mark.parametrize("where,code", [_param(w, c) for w, c in SNIPPETS if "mobile-cpu.json" not in c])
 def test_a_snippet_runs_as_written_in_a_fresh_folder(where: str, code: str, tmp_path: Path) -> None:
     _run([sys.executable, "-c", code], cwd=tmp_path)
 

@@ -28,6 +28,8 @@ def _cli(cwd: Path, *args: str, module: str = "nas.search") -> subprocess.Comple
                           timeout=300)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_schemas_are_not_group_options(tmp_path: Path) -> None:
     with pytest.raises(HydraException, match=r"Could not find 'latency/schema'"):
         compose_search_config("+space=tiny", "target_ms=5", "latency=schema")
@@ -48,6 +50,8 @@ def test_an_unknown_key_added_with_plus_is_refused_naming_the_keys_that_exist() 
     assert cfg.latency.options["enable_mem_pattern"] is False
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_an_unknown_key_on_the_command_line_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
     proc = _cli(tmp_path, "+space=tiny", "target_ms=5", "+search.storag=x")
     assert proc.returncode == 2
@@ -123,6 +127,8 @@ def test_processes_creating_one_new_store_at_once_all_succeed(tmp_path: Path) ->
     assert [e.name for e in MlflowClient(uri).search_experiments()].count("latnas") == 1
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_an_address_where_no_ray_cluster_answers_is_one_line_and_leaves_no_folder(tmp_path: Path) -> None:
     # A real HTTP server where the user meant a Ray head: Ray's C++ client would log each retry.
     server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"], cwd=tmp_path,

@@ -222,6 +222,8 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_cli_without_space_lists_spaces(tmp_path: Path) -> None:
     proc = _cli(tmp_path)
     assert proc.returncode == 2
@@ -230,6 +232,8 @@ def test_cli_without_space_lists_spaces(tmp_path: Path) -> None:
     assert f"available spaces: {', '.join(available_spaces())}" in proc.stderr and "mobile_cifar" in proc.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_cli_bad_input_exits_non_zero_with_a_clear_message(tmp_path: Path) -> None:
     proc = _cli(tmp_path, "+space=tiny", "target_ms=0")
     assert proc.returncode == 2

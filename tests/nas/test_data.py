@@ -243,6 +243,8 @@ def test_stream_auto_streams_above_the_size_limit(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- the real CIFAR-10 archive
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 @pytest.mark.skipif(not CIFAR10_JPEG.is_file(), reason="the CIFAR-10 JPEG archive is not available here")
 def test_the_cifar10_jpeg_archive_loads_with_a_carved_validation_split(tmp_path: Path) -> None:
     cfg = DataConfig(name="image_folder", path=str(CIFAR10_JPEG), resolution=32, val_fraction=0.1,

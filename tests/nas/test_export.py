@@ -301,6 +301,8 @@ def test_unknown_arch_id_and_run_without_architecture_fail_clearly(small_search:
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_command_line_error_is_one_line_and_non_zero(small_search: SmallSearch, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "nas.export", "candidate=0123456789ab", f"tracking.uri={small_search.uri}"],

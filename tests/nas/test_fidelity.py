@@ -71,6 +71,8 @@ def _cfg(tmp_path: Path, **kw: object) -> FidelityConfig:
     return cfg
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_a_small_study_is_recorded_and_resumes_without_redoing_anything(
     tmp_path: Path, trained_supernet: SupernetResult
 ) -> None:

@@ -138,6 +138,8 @@ def test_unknown_search_and_missing_store_are_clear_errors(small_search: SmallSe
         run_leaderboard(_cfg(small_search, tmp_path, sort="speed"))
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_command_line_prints_the_table(small_search: SmallSearch, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "nas.leaderboard", f"tracking.uri={small_search.uri}", "top_k=3", "plot=false"],

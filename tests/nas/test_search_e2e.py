@@ -32,6 +32,8 @@ def _config(tmp_path: Path, *overrides: str) -> SearchConfig:
     )
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 @pytest.mark.usefixtures("ray_cluster")
 def test_four_trial_search_is_recorded_faithfully(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = _config(tmp_path)

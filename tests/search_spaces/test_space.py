@@ -141,6 +141,8 @@ def test_unknown_space_name_lists_available() -> None:
         load_space("nonexistent")
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_describe_command_prints_space() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "search_spaces.describe", "+space=tiny", "samples=5"],
