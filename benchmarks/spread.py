@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import write_record
 from latency_predictor.environment import base_environment, package_version
 
 GOAL = 1.10
@@ -138,9 +138,7 @@ def main() -> int:
         "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0], "wall_seconds": wall,
         "search_wall_seconds": walls, "figures": figures,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {write_record(args.out, record)}")
     return 0
 
 
