@@ -40,6 +40,9 @@ SCRIPTS: dict[str, Script] = {
     "spread": Script("benchmarks.spread", "spread.json",
                      "latency across searches: the same networks in separate searches, in-search and final pass",
                      ("--searches", "2", "--trials", "3"), (), (3, 9), in_quick=False),
+    "tail": Script("benchmarks.tail", "tail.json",
+                   "tail latency: p50 and p99 with intervals, throughput within a p99 bound, p99 predictor, p99 search",
+                   ("--predictor-n", "30", "--search-trials", "3", "--remeasure", "1"), (), (6, 15), in_quick=False),
     "predictor": Script("benchmarks.predictor", "predictor.json",
                         "latency predictor: held-out accuracy, splits, throughput",
                         # quick: a fresh machine collects 60 architectures (an existing dataset is used as it is)

@@ -20,10 +20,11 @@ from typing import Any
 
 Rec = dict[str, Any]
 
-ORDER = ("latency", "spread", "predictor", "transfer", "agent", "search", "contention", "reliability", "sampler",
-         "screening", "scale", "fidelity", "supernet", "references", "deployment")
+ORDER = ("latency", "spread", "tail", "predictor", "transfer", "agent", "search", "contention", "reliability",
+         "sampler", "screening", "scale", "fidelity", "supernet", "references", "deployment")
 TITLES = {
     "latency": "Latency measurement", "spread": "Latency across searches: the final latency pass",
+    "tail": "Tail latency, batches and throughput",
     "predictor": "Latency predictor",
     "transfer": "A predictor for a new device from a few measurements", "agent": "Measurement agent overhead",
     "search": "Search overhead",
@@ -249,6 +250,64 @@ running.
 Goal: the leaderboard's figures repeat across searches within {f['goal']}x for every architecture:
 {'met' if f['met'] else 'missed'}. Within a search, in-search p50 over final p50: median {_f(io['median'], 3)},
 range {_f(io['min'], 3)} - {_f(io['max'], 3)}."""
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "-" if not ci else f"{_f(ci[0], 3)} - {_f(ci[1], 3)}"
+
+
+def _tail(rec: Rec) -> str:
+    f, st = rec["figures"], rec["settings"]
+    pr = f["percentiles"]
+    rows = [[r["network"], b, _f(r[b]["p50"], 3), _ci(r[b]["ci95_p50"]), _f(r[b]["p99"], 3), _ci(r[b]["ci95_p99"]),
+             _f(r[b]["p99_over_p50"], 2), _f(r[b]["n"])] for r in pr["rows"] for b in ("onnxruntime", "torch")]
+    ratios = "; ".join(f"{b}: median {_f(v['median'], 2)} (range {_f(v['min'], 2)} - {_f(v['max'], 2)})"
+                       for b, v in pr["p99_over_p50"].items())
+    th = f["throughput"]
+    bounds = [f"{b:g}" for b in th["bounds_ms"]]
+    trows = []
+    for r in th["rows"]:
+        per = r["per_batch"]
+        cells = [f"{_f(per[str(b)]['p99'], 2)}" for b in th["batches"]]
+        best = [f"{p['batch'] or 'none'}: {_f(p['throughput_per_s'], 0)}/s" for p in (r["bounds"][k] for k in bounds)]
+        trows.append([r["network"], *cells, *best])
+    pred = f["predictor"]
+    prow = [[stat, _f(pred[stat]["n_train"]), _f(pred[stat]["n_test"]), _pct(pred[stat]["additive"]["mape"]),
+             _pct(pred[stat]["additive"]["within_10"]), _f(pred[stat]["additive"]["kendall"], 3),
+             _pct(pred[stat]["macs"]["within_10"]), _pct(pred[stat]["noise_ceiling_10"])] for stat in ("p50", "p99")]
+    pheader = ['statistic', 'trained on', 'held out', 'MAPE', 'within 10%', 'Kendall', 'MACs within 10%',
+               'noise ceiling 10%']
+    s = f["search"]
+    checks = ", ".join(_f(c["p99"], 3) for c in s["remeasured"])
+    proto = st["protocol"]
+    return f"""What a deployment states its target in: the tail, batches, throughput within a bound. ONNX Runtime and
+PyTorch eager on this machine's CPU, one thread, at CIFAR-10's shape 1x3x32x32; every measurement times at least
+{_f(proto['min_runs'])} runs (the p99 protocol, `latency.target_stat=p99`), so about 10 runs lie beyond each p99.
+Networks: the hand-designed references in their 32x32 layouts and the searched networks of the CIFAR-10
+comparison. Confidence intervals are 95%, distribution-free (order statistics of the timed runs).
+
+**p50 and p99 at batch 1** (ms):
+
+{table(['network', 'backend', 'p50', '95% CI', 'p99', '95% CI', 'p99 / p50', 'runs'], rows)}
+
+p99 / p50 per backend: {ratios}.
+
+**Throughput within a p99 bound** (ONNX Runtime; each batch timed with the p99 protocol): the p99 (ms) of each
+batch, and for each bound the batch with the most images per second whose p99 stays within it
+(`latency.scenario=server`):
+
+{table(['network', *[f'b{b} p99' for b in th['batches']], *[f'best within {b} ms' for b in bounds]], trows)}
+
+**The predictor on p99 vs p50**: {_f(pred['n'])} architectures of `{pred['space']}` measured once with the p99
+protocol ({_f(pred['collect_s'], 0)} s); a predictor trained on each statistic, same split:
+
+{table(pheader, prow)}
+
+**A search at a p99 target** of {_f(s['target_ms'], 3)} ms (the p99 of the first network above, ONNX Runtime):
+{s['trials']} trials on `mobile_cifar` at 32x32 (the quickstart's data and recipe) with `latency.target_stat=p99`.
+Winner {s['winner_id']}: p99 {_f(s['search_p99'], 3)} ms in the search{' (final pass)' if s['final_pass'] else ''};
+measured again here in {len(s['remeasured'])} fresh sessions: {checks} ms, {sum(s['met'])} of {len(s['met'])}
+within the target."""
 
 
 def _search(rec: Rec) -> str:
@@ -655,7 +714,8 @@ than the searched network, slower than the next smaller one and dominated by nei
 
 
 RENDERERS: dict[str, Callable[[Rec], str]] = {
-    "latency": _latency, "spread": _spread, "predictor": _predictor, "transfer": _transfer, "agent": _agent,
+    "latency": _latency, "spread": _spread, "tail": _tail, "predictor": _predictor, "transfer": _transfer,
+    "agent": _agent,
     "search": _search, "sampler": _sampler,
     "screening": _screening, "scale": _scale, "references": _references, "contention": _contention,
     "reliability": _reliability, "fidelity": _fidelity, "supernet": _supernet, "deployment": _deployment,

@@ -279,3 +279,41 @@ def test_spread_figures_and_their_section() -> None:
     assert "## Latency across searches: the final latency pass" in out
     assert "| a | 10.00 / 13.60 | 1.360 | 8.00 / 8.40 | 1.050 |" in out
     assert "within 1.1x for every architecture:\nmet" in out
+
+
+def _tail_record() -> dict:
+    def stats(p50: float, p99: float) -> dict:
+        return {"n": 1000, "p50": p50, "p90": p50 * 1.05, "p99": p99, "mean": p50, "cv": 0.05,
+                "ci95_p50": [p50 * 0.99, p50 * 1.01], "ci95_p99": [p99 * 0.9, p99 * 1.2], "p99_over_p50": p99 / p50,
+                "stable": True, "attempts": 1, "cpu_per_wall": 1.0}
+
+    per_batch = {str(b): {"n": 1000, "p50": 0.5 * b, "p90": 0.55 * b, "p95": 0.6 * b, "p99": 0.7 * b}
+                 for b in (1, 2, 4, 8, 16, 32)}
+    model = {"mape": 0.05, "within_10": 0.9, "kendall": 0.8}
+    figures = {
+        "percentiles": {"rows": [{"network": "mobilenetv2_100 x0.5", "arch": "a", "onnxruntime": stats(0.8, 1.2),
+                                  "torch": stats(2.0, 3.5)}],
+                        "p99_over_p50": {"onnxruntime": {"median": 1.5, "min": 1.5, "max": 1.5},
+                                         "torch": {"median": 1.75, "min": 1.75, "max": 1.75}}},
+        "throughput": {"bounds_ms": [5.0, 20.0], "batches": [1, 2, 4, 8, 16, 32],
+                       "rows": [{"network": "mobilenetv2_100 x0.5", "per_batch": per_batch,
+                                 "bounds": {"5": {"batch": 4, "throughput_per_s": 2000.0, "latency_p99_ms": 2.8},
+                                            "20": {"batch": 16, "throughput_per_s": 2000.0,
+                                                   "latency_p99_ms": 11.2}}}]},
+        "predictor": {"space": "mobile_cifar", "n": 80, "collect_s": 100.0,
+                      **{s: {"additive": model, "macs": {**model, "within_10": 0.4}, "n_train": 64, "n_test": 16,
+                             "noise_ceiling_10": 1.0} for s in ("p50", "p99")}},
+        "search": {"target_ms": 1.2, "trials": 8, "winner_id": "abc123", "search_p99": 1.1, "final_pass": True,
+                   "remeasured": [{"p99": 1.05}, {"p99": 1.25}], "met": [True, False]},
+    }
+    return {"command": ["python", "-m", "benchmarks.tail"], "created": "2026-11-30T12:00:00+00:00",
+            "environment": MACHINE, "settings": {"protocol": {"min_runs": 1000}}, "figures": figures}
+
+
+def test_the_tail_section_shows_both_percentiles_throughput_and_the_p99_search() -> None:
+    out = render.render({"tail": _tail_record()})
+    assert "## Tail latency, batches and throughput" in out
+    assert "| mobilenetv2_100 x0.5 | torch | 2.000 | 1.980 - 2.020 | 3.500 | 3.150 - 4.200 | 1.75 | 1,000 |" in out
+    assert "onnxruntime: median 1.50" in out
+    assert "| 4: 2,000/s | 16: 2,000/s |" in out  # the best batch within each bound
+    assert "1.050, 1.250 ms, 1 of 2\nwithin the target" in out
