@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latency_predictor.errors import ConfigError as LatencyConfigError
+from latency_predictor.preprocess import Preprocessing
 from latency_predictor.scenario import SCENARIOS, check_scenario
 from latency_predictor.statistic import TARGET_STATS
 from nas.core.errors import ConfigError
@@ -70,6 +71,11 @@ class LatencyConfig:
             reward and the whole Pareto front, with no trial running, and the final table,
             leaderboard and export use those figures (the in-search ones stay in MLflow as
             ``latency_in_search_*``); 0: off (see :mod:`nas.driver.final_pass`).
+        preprocessing: end-to-end latency: ``jpeg``, ``png`` or ``raw`` (what arrives) adds the
+            cost of decoding it, resizing it to the input shape and normalising it, measured once
+            by the driver with the same protocol (:mod:`latency_predictor.preprocess`); None
+            (default): the network alone.
+        source_size: ``[height, width]`` of the arriving image (``preprocessing``).
     """
 
     backend: str = "onnxruntime"
@@ -82,6 +88,8 @@ class LatencyConfig:
     batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     throughput_goal: float | None = None
     final_pass_top_k: int = 5
+    preprocessing: str | None = None
+    source_size: list[int] = field(default_factory=lambda: [480, 640])
 
 
 @dataclass
@@ -393,6 +401,17 @@ def validate(cfg: SearchConfig) -> None:
         raise ConfigError(
             "latency.input_shape", f"must be [N, C, H, W] with every dimension >= 1, got {lat.input_shape}"
         )
+    if lat.preprocessing is not None:
+        try:
+            Preprocessing.create(lat.preprocessing, lat.source_size, lat.input_shape)
+        except LatencyConfigError as err:
+            raise ConfigError("latency.preprocessing", str(err)) from None
+        if lat.backend in ("predictor", "remote"):
+            raise ConfigError("latency.preprocessing", f"is measured on this machine, but latency={lat.backend} "
+                              "gives another device's latency: measure the candidates here, or leave it null")
+        if lat.scenario == "server":
+            raise ConfigError("latency.preprocessing", "is added to one request at a time (scenario=single_stream); "
+                              "the server scenario times batches of the network alone")
 
     data = cfg.data
     _choice("data.name", data.name, DATASETS)

@@ -56,6 +56,10 @@ SORT_KEYS: dict[str, bool] = {
 }
 
 
+PREPROCESSING_METRICS = ("latency_model_p50", "latency_preprocessing_p50")
+"""End-to-end latency (``latency.preprocessing``): the network's own p50 and the input pipeline's."""
+
+
 @dataclass
 class Candidate:
     """One evaluated architecture: identity, outcome, figures and where they came from.
@@ -257,7 +261,8 @@ def candidate_from_reports(
     metrics: dict[str, float] = {}
     if status != FAILED:
         scores = tuple(k for k in last if k.endswith("_score"))  # a training-free estimator's own figure
-        for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms", "accuracy_fp32", *SERVER_METRICS):
+        for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms", "accuracy_fp32", *SERVER_METRICS,
+                    *PREPROCESSING_METRICS):
             src = "latency_ms" if key == "latency_p50" else key
             v = _num(last.get(src))
             if v is not None:

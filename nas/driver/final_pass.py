@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 
 from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
 from latency_predictor.configure import predictor_measuring_backend
+from latency_predictor.protocol import LatencyStats
 from latency_predictor.statistic import check_runs
 from nas.core.config import SearchConfig
 from nas.core.objective import Objective
 from nas.core.record import FINAL_PASS_TAG, Candidate, pareto_front, rank
-from nas.trial.evaluate import latency_estimator
+from nas.trial.evaluate import latency_estimator, with_preprocessing
 from search_spaces import Arch, SearchSpace
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,9 @@ def apply(cand: Candidate, result: LatencyResult, objective: Objective) -> dict[
     new.update(latency_ms=p50, latency_p50=p50, latency_p90=result.stats.p90, latency_p95=result.stats.p95,
                latency_p99=result.stats.p99, **objective.figures(result),
                reward=objective.score(cand.accuracy, result))
+    if "preprocessing" in result.extra:
+        new.update(latency_model_p50=result.extra["model_stats"]["p50"],
+                   latency_preprocessing_p50=result.extra["preprocessing"]["p50"])
     cand.metrics.update(new)
     cand.tags[FINAL_PASS_TAG] = "true"
     if cand.tags.get("latency_source") == "predicted":
@@ -136,11 +140,12 @@ def apply(cand: Candidate, result: LatencyResult, objective: Objective) -> dict[
 def run_final_pass(
     candidates: Sequence[Candidate], cfg: SearchConfig, num_classes: int, space: SearchSpace,
     record: Callable[[Candidate, dict[str, float]], None], status: Callable[[str], None] = print,
-    on_cluster: bool = False,
+    on_cluster: bool = False, preprocessing: LatencyStats | None = None,
 ) -> FinalPass:
     """Measure again :func:`select`'s candidates, update them in place and ``record`` each.
 
     ``on_cluster``: the search joined a cluster (its trials measured on other nodes).
+    ``preprocessing``: the input pipeline's cost the trials added (``latency.preprocessing``), added here too.
 
     Raises:
         LatencyError: the backend cannot be built here (a candidate that then fails to measure
@@ -168,7 +173,7 @@ def run_final_pass(
     for cand in chosen:
         before = cand.latency_p50
         try:
-            result = est.measure(Arch.decode(cand.arch))
+            result = with_preprocessing(est.measure(Arch.decode(cand.arch)), cfg.latency, preprocessing)
             changed = apply(cand, result, objective)
         except LatencyError as err:  # one candidate's failure must not cost the others their figures
             log.warning("final latency pass: %s could not be measured again (%s: %s); it keeps its in-search "

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -34,6 +35,7 @@ import yaml
 
 from latency_predictor import ConfigError as LatencyConfigError
 from latency_predictor.environment import cpu_model, package_version
+from latency_predictor.protocol import LatencyStats
 from latency_predictor.statistic import MIN_RUNS
 from nas.adapters import ray_tune
 from nas.adapters.mlflow_reader import StoreReader, sqlite_path
@@ -56,11 +58,11 @@ from nas.core.record import (
 )
 from nas.core.sampling import Outcome, Sampler
 from nas.core.table import accuracy_label, format_best, format_table
-from nas.data import load_dataset
+from nas.data import ProxyData, load_dataset
 from nas.driver.final_pass import FinalPass, run_final_pass
 from nas.driver.progress import Progress, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
-from nas.trial.evaluate import TrialContext, latency_estimator
+from nas.trial.evaluate import TrialContext, latency_estimator, measure_preprocessing_cost, preprocessing_spec
 from nas.trial.faults import ENV_VAR as FAULTS_ENV_VAR
 from nas.trial.faults import FaultPlan
 from nas.trial.subnet import check_supernet
@@ -197,6 +199,27 @@ def _check_latency(cfg: SearchConfig, num_classes: int, space: SearchSpace) -> s
     return est.environment().get("device_name", "unknown")
 
 
+def _preprocessing_cost(cfg: SearchConfig, data: ProxyData, on_cluster: bool, status: Callable[[str], None]
+                        ) -> LatencyStats | None:
+    """The input pipeline's cost (``latency.preprocessing``), measured once here; None when not asked for.
+
+    Raises:
+        ConfigError: asked for on a joined cluster, whose trials measure on other machines.
+    """
+    spec = preprocessing_spec(cfg.latency, data.mean, data.std)
+    if spec is None:
+        return None
+    if on_cluster:
+        raise ConfigError("latency.preprocessing", "is measured by the driver, and on a joined cluster the trials "
+                          "measure on other machines: measure it where the network runs, or leave it null")
+    status(f"measuring the input pipeline ({spec.describe()}): decode, resize, normalise")
+    cost = measure_preprocessing_cost(cfg.latency, data.mean, data.std)
+    assert cost is not None
+    status(f"input pipeline {spec.describe()}: p50 {cost.p50:.3f} ms, p99 {cost.p99:.3f} ms; added to every "
+           "candidate's latency")
+    return cost
+
+
 def _fault_plan(output_dir: Path) -> FaultPlan | None:
     plan = FaultPlan.from_env()
     if plan is None:
@@ -307,6 +330,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                    f"times (latency.measure.min_runs {given if given is not None else 'default'} raised, the "
                    "per-attempt time cap lifted), so that its percentile rests on enough runs")
     device_name = None if on_cluster else _check_latency(cfg, data.num_classes, space)
+    preprocessing = _preprocessing_cost(cfg, data, on_cluster, lambda text: status(f"search {name}: {text}"))
     if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
 
@@ -332,6 +356,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                 ctx = TrialContext(
                     space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
                     threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
+                    preprocessing=preprocessing,
                 )
                 run = _Run(name, output_dir, params, previous, changed, resume_command(command, name),
                            device_name or "")
@@ -466,7 +491,8 @@ def _search(
         ray_counts["n_ray_trials"] = outcome.ray_trials
         if not outcome.interrupted:
             final = run_final_pass(candidates, cfg, ctx.data.num_classes, space, record_revised,
-                                   lambda text: status(f"search {name}: {text}"), on_cluster=cluster.joined_here)
+                                   lambda text: status(f"search {name}: {text}"), on_cluster=cluster.joined_here,
+                                   preprocessing=ctx.preprocessing)
         run_status = "KILLED" if outcome.interrupted else ("FAILED" if outcome.crashes else "FINISHED")
     except KeyboardInterrupt:
         run_status = "KILLED"

@@ -27,7 +27,7 @@ import gc
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
@@ -37,9 +37,11 @@ import torch
 
 from latency_predictor import LatencyEstimator, LatencyResult
 from latency_predictor.configure import make_latency_estimator
+from latency_predictor.preprocess import Preprocessing, add_preprocessing, measure_preprocessing
+from latency_predictor.protocol import LatencyStats
 from latency_predictor.scenario import check_scenario
 from latency_predictor.slot import device_work
-from latency_predictor.statistic import check_runs
+from latency_predictor.statistic import check_runs, protocol_for
 from nas.core.config import AccuracyConfig, LatencyConfig, TrainConfig
 from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
 from nas.core.objective import Objective
@@ -72,6 +74,8 @@ class TrialContext:
         threads: torch threads per trial.
         trial_timeout_s: the trial's time limit in seconds (None: none).
         faults: faults to inject (tests only; None: none).
+        preprocessing: the input pipeline's measured cost (``latency.preprocessing``), added to
+            every latency the trial obtains; None: the network alone.
     """
 
     space: SearchSpace
@@ -84,6 +88,7 @@ class TrialContext:
     threads: int
     trial_timeout_s: float | None = None
     faults: FaultPlan | None = None
+    preprocessing: LatencyStats | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,31 @@ def latency_estimator(
                                   target_ms, cfg.precision, cfg.target_stat)
 
 
+def preprocessing_spec(cfg: LatencyConfig, mean: Sequence[float] | None = None,
+                       std: Sequence[float] | None = None) -> Preprocessing | None:
+    """The input pipeline ``latency.preprocessing`` asks for (None: the network alone)."""
+    if cfg.preprocessing is None:
+        return None
+    return Preprocessing.create(cfg.preprocessing, cfg.source_size, cfg.input_shape, mean, std)
+
+
+def measure_preprocessing_cost(cfg: LatencyConfig, mean: Sequence[float] | None = None,
+                               std: Sequence[float] | None = None) -> LatencyStats | None:
+    """The input pipeline's cost, timed with the latency protocol (at the target's statistic), or None."""
+    spec = preprocessing_spec(cfg, mean, std)
+    if spec is None:
+        return None
+    return measure_preprocessing(spec, protocol_for(cfg.target_stat, cfg.measure))
+
+
+def with_preprocessing(lat: LatencyResult, cfg: LatencyConfig, cost: LatencyStats | None) -> LatencyResult:
+    """``lat`` with the input pipeline's cost added (as it is when there is none)."""
+    if cost is None:
+        return lat
+    spec = preprocessing_spec(cfg)
+    return add_preprocessing(lat, cost, spec.describe() if spec is not None else "")
+
+
 def _estimator(
     cfg: LatencyConfig, num_classes: int, space: SearchSpace, target_ms: float | None = None
 ) -> LatencyEstimator:
@@ -178,6 +208,9 @@ def latency_metrics(lat: LatencyResult) -> dict[str, Any]:
         "latency_precision": lat.precision,
         "latency_stable": lat.stable,
         "latency_json": json.dumps(lat.to_dict()),
+        # end-to-end latency: the network's own p50 and the input pipeline's, which the figures above add up
+        **({"latency_model_p50": lat.extra["model_stats"]["p50"],
+            "latency_preprocessing_p50": lat.extra["preprocessing"]["p50"]} if "preprocessing" in lat.extra else {}),
         # hybrid predictor mode: the prediction a confirming measurement replaced, and why
         **({"latency_predicted_ms": lat.extra["predicted_ms"], "latency_confirm_reason": lat.extra["confirm_reason"]}
            if "confirm_reason" in lat.extra else {}),
@@ -250,7 +283,7 @@ def _evaluate(
     deadline.check("the start of the latency measurement")
     t0 = time.perf_counter()
     estimator = _estimator(ctx.latency, ctx.data.num_classes, ctx.space, ctx.target_ms)
-    lat = estimator.measure(arch)
+    lat = with_preprocessing(estimator.measure(arch), ctx.latency, ctx.preprocessing)
     check_runs(lat, ctx.latency.target_stat)
     scoring = Objective.of(ctx.latency, ctx.target_ms, ctx.reward)
     base["measure_seconds"] = time.perf_counter() - t0
@@ -267,7 +300,8 @@ def _evaluate(
             return lat
         deadline.check("the start of the final latency")
         t1 = time.perf_counter()
-        final = estimator.final_latency(arch, lat, objective, front)
+        final = with_preprocessing(estimator.final_latency(arch, lat, objective, front), ctx.latency,
+                                   ctx.preprocessing)
         if final is not lat:
             lat = final
             base["measure_seconds"] += time.perf_counter() - t1

@@ -107,6 +107,7 @@ def test_wrong_type_and_unknown_key_name_the_key() -> None:
         ("latency", "target_stat", "p42", "latency.target_stat"),
         ("latency", "scenario", "batched", "latency.scenario"),
         ("latency", "final_pass_top_k", -1, "latency.final_pass_top_k"),
+        ("latency", "preprocessing", "gif", "latency.preprocessing"),
         ("search", "reward", "cubic", "search.reward"),
         ("search", "scheduler", "hyperband", "search.scheduler"),
         ("train", "epochs", 0, "train.epochs"),
@@ -259,3 +260,15 @@ def test_the_server_scenario_is_checked_before_any_trial(overrides: list[str], k
     with pytest.raises(ConfigError, match=words) as err:
         validate(cfg)
     assert err.value.key == key
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    (["latency.source_size=[480]"], "[height, width]"),
+    (["latency=predictor", "latency.options.path=p.json"], "another device's latency"),
+    (["latency.scenario=server", "latency.throughput_goal=100"], "one request at a time"),
+])
+def test_an_input_pipeline_that_cannot_be_added_is_refused_before_any_trial(overrides: list[str], words: str) -> None:
+    cfg = _compose("+space=tiny", "target_ms=5", "latency.preprocessing=jpeg", *overrides)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert err.value.key == "latency.preprocessing" and words in str(err.value)

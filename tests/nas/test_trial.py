@@ -64,6 +64,24 @@ def test_trial_reports_every_epoch_with_the_reward(data: Dataset) -> None:
     assert last["train_seconds"] > 0 and last["measure_seconds"] > 0
 
 
+def test_the_input_pipelines_cost_is_in_the_latency_the_reward_uses(data: Dataset) -> None:
+    from nas.trial.evaluate import measure_preprocessing_cost
+
+    ctx = _ctx(data)
+    lat_cfg = dataclasses.replace(ctx.latency, input_shape=[1, 3, 16, 16], preprocessing="jpeg", source_size=[96, 128])
+    cost = measure_preprocessing_cost(lat_cfg, data.mean, data.std)
+    assert cost is not None and cost.n >= 10
+    reports: list[dict[str, Any]] = []
+    evaluate_candidate(_arch(), dataclasses.replace(ctx, latency=lat_cfg, preprocessing=cost), reports.append)
+    last = reports[-1]
+    assert last["status"] == COMPLETED
+    assert last["latency_ms"] == pytest.approx(last["latency_model_p50"] + cost.p50)
+    assert last["latency_preprocessing_p50"] == cost.p50
+    assert last["reward"] == squared_penalty(last["accuracy"], last["latency_ms"], 0.5)
+    lat = LatencyResult.from_dict(json.loads(last["latency_json"]))
+    assert lat.extra["preprocessing_pipeline"] == "jpeg 96x128 -> 1x3x16x16"
+
+
 def test_a_p99_target_times_enough_runs_and_rewards_the_p99(data: Dataset) -> None:
     # The quick protocol above asks for 10 runs; a p99 target raises that to 1,000 and lifts the cap.
     ctx = _ctx(data)
