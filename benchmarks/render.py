@@ -263,6 +263,12 @@ def _tail(rec: Rec) -> str:
              _f(r[b]["p99_over_p50"], 2), _f(r[b]["n"])] for r in pr["rows"] for b in ("onnxruntime", "torch")]
     ratios = "; ".join(f"{b}: median {_f(v['median'], 2)} (range {_f(v['min'], 2)} - {_f(v['max'], 2)})"
                        for b, v in pr["p99_over_p50"].items())
+    pre = f.get("preprocessing")
+    pre_head = "\n\n**The input pipeline** (`latency.preprocessing`, same protocol, one thread):\n\n"
+    pre_text = "" if not pre else pre_head + table(
+        ["pipeline", "p50", "95% CI", "p99", "95% CI", "runs"],
+        [[r["pipeline"], _f(r["p50"], 3), _ci(r["ci95_p50"]), _f(r["p99"], 3), _ci(r["ci95_p99"]), _f(r["n"])]
+         for r in pre["rows"]])
     th = f["throughput"]
     bounds = [f"{b:g}" for b in th["bounds_ms"]]
     trows = []
@@ -290,7 +296,7 @@ comparison. Confidence intervals are 95%, distribution-free (order statistics of
 
 {table(['network', 'backend', 'p50', '95% CI', 'p99', '95% CI', 'p99 / p50', 'runs'], rows)}
 
-p99 / p50 per backend: {ratios}.
+p99 / p50 per backend: {ratios}.{pre_text}
 
 **Throughput within a p99 bound** (ONNX Runtime; each batch timed with the p99 protocol): the p99 (ms) of each
 batch, and for each bound the batch with the most images per second whose p99 stays within it

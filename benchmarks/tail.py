@@ -15,6 +15,8 @@ Parts, one after another, nothing else running:
 
 1. **p50 and p99 at batch 1** with their 95% confidence intervals (order statistics), per network,
    on ONNX Runtime and on PyTorch eager: the p99/p50 ratio per backend.
+1b. **The input pipeline** (``latency.preprocessing``): decoding a 480x640 JPEG or PNG (or taking a raw
+   frame), resizing it to 32x32 and normalising it, with the same protocol.
 2. **Throughput at a latency bound**: ONNX Runtime at batches 1, 2, 4, ... 32, each batch timed
    with the p99 protocol; for each bound, the batch with the most images per second whose p99 stays
    within it (:func:`latency_predictor.scenario.server_point`).
@@ -52,6 +54,7 @@ from latency_predictor.timing import MeasureConfig
 SHAPE = (1, 3, 32, 32)
 BATCHES = (1, 2, 4, 8, 16, 32)
 BOUNDS_MS = (5.0, 20.0)
+SOURCE_SIZE = (480, 640)
 REFERENCES = (("mobilenetv2_100", 0.5), ("mobilenetv2_100", 1.0), ("efficientnet_b0", 1.0), ("mnasnet_b1", 1.0))
 BASE_PROTOCOL = {"warmup_runs": 10, "warmup_s": 0.2, "min_runs": 100, "min_time_s": 1.0, "max_time_s": 10.0,
                  "stability_threshold": 0.1, "max_repeats": 3}
@@ -126,6 +129,20 @@ def percentiles(nets: list[tuple[str, Any]], log: Callable[[str], None]) -> dict
                      "min": float(min(r[name]["p99_over_p50"] for r in rows)),
                      "max": float(max(r[name]["p99_over_p50"] for r in rows))} for name in backends}
     return {"rows": rows, "p99_over_p50": ratios}
+
+
+def preprocessing(log: Callable[[str], None]) -> dict[str, Any]:
+    """Part 1b: the input pipeline's cost (``latency.preprocessing``) for a 480x640 image, p99 protocol."""
+    from latency_predictor.preprocess import Preprocessing, measure_preprocessing
+
+    rows = []
+    for fmt in ("jpeg", "png", "raw"):
+        spec = Preprocessing.create(fmt, SOURCE_SIZE, SHAPE)
+        s = measure_preprocessing(spec, p99_protocol())
+        rows.append({"format": fmt, "pipeline": spec.describe(), "n": s.n, "p50": s.p50, "p99": s.p99,
+                     "ci95_p50": s.ci95.get("p50"), "ci95_p99": s.ci95.get("p99")})
+        log(f"  {spec.describe():<28} p50 {s.p50:.3f} ms  p99 {s.p99:.3f} ms ({s.n} runs)")
+    return {"source_size": list(SOURCE_SIZE), "rows": rows}
 
 
 def throughput(nets: list[tuple[str, Any]], log: Callable[[str], None]) -> dict[str, Any]:
@@ -224,6 +241,7 @@ def main() -> int:
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="latnas-tail-") as tmp:
         figures["percentiles"] = part("p50 and p99 at batch 1", lambda: percentiles(nets, print))
+        figures["preprocessing"] = part("the input pipeline", lambda: preprocessing(print))
         figures["throughput"] = part("throughput within a p99 bound", lambda: throughput(nets, print))
         figures["predictor"] = part("the predictor on p99 vs p50",
                                     lambda: predictors(args.predictor_n, Path(tmp), print))
