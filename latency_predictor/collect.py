@@ -5,6 +5,7 @@ Usage::
     python -m latency_predictor.collect --space mobile --backend onnxruntime --n 300 --out DIR
     python -m latency_predictor.collect +space=mobile latency=onnxruntime n=300     # key=value form
     python -m latency_predictor.collect +space=mobile latency=remote url=http://127.0.0.1:8765 n=300
+    python -m latency_predictor.collect --space mobile --n 300 --statistic p99 --out DIR   # for a p99 predictor
 
 ``latency=remote`` (``--backend remote --url URL``) measures on another device, through the
 measurement agents running there (:mod:`latency_predictor.agent`; the token in
@@ -27,6 +28,12 @@ measures none twice. A measurement disturbed by other work on the machine (see
 :mod:`latency_predictor.dataset`) is kept and the architecture measured again at the end of the
 run, up to ``retries`` times. ``repeats`` architectures are measured a second time in a new
 session, so the training report can estimate the session-to-session noise.
+
+For a predictor of the tail (``train --statistic p99``), ``--statistic p99`` times each network
+with the runs a p99 needs (:func:`~latency_predictor.statistic.protocol_for`: ``min_runs``
+raised to 1,000, the per-attempt time cap lifted), and :func:`collect` refuses, before it is
+stored, a measurement with fewer runs (an agent with its own protocol, say). Such a dataset
+serves a p50 predictor too.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from latency_predictor.export import DEFAULT_INPUT_SHAPE, parse_shape
 from latency_predictor.features import FeatureExtractor
 from latency_predictor.predictor import PredictorEstimator, read_predictor
 from latency_predictor.protocol import LatencyEstimator
+from latency_predictor.statistic import TARGET_STATS, check_runs, check_stat, protocol_for
 from latency_predictor.target import PredictorTarget
 from latency_predictor.transfer import informative_order
 from search_spaces import Arch, SearchSpace, SearchSpaceError, load_space
@@ -132,6 +140,7 @@ def collect(
     progress: bool = True,
     adapt_from: PredictorEstimator | None = None,
     pool: int = 2000,
+    statistic: str = "p50",
 ) -> CollectSummary:
     """Measure ``n`` architectures of ``space`` not yet in the dataset at ``out`` and append them.
 
@@ -149,12 +158,17 @@ def collect(
             then those most informative for adapting it (:func:`informative_plan`), most
             informative first, instead of the coverage stream.
         pool: candidates (from the coverage stream) the informative ones are chosen from.
+        statistic: the statistic the dataset is for: every measurement must have the timed runs
+            it needs (:data:`~latency_predictor.statistic.MIN_RUNS`; make ``estimator`` with
+            :func:`~latency_predictor.statistic.protocol_for`).
 
     Raises:
-        ConfigError: negative counts.
+        ConfigError: negative counts, an unknown ``statistic``.
         PredictorMismatchError: the dataset at ``out`` was measured for another setting.
+        MeasurementError: a measurement with fewer timed runs than ``statistic`` needs (not stored).
         LatencyError: a measurement failed (the records made before it are kept).
     """
+    check_stat(statistic)
     for name, value in (("n", n), ("retries", retries), ("repeats", repeats if repeats is not None else 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
@@ -170,7 +184,9 @@ def collect(
                file=sys.stderr)
 
     def measure(arch: Arch, origin: str) -> bool:
-        rec = dataset.add(estimator.measure(arch), origin, extractor(arch), min_cpu_share)
+        result = estimator.measure(arch)
+        check_runs(result, statistic)
+        rec = dataset.add(result, origin, extractor(arch), min_cpu_share)
         bar.update(1)
         bar.set_postfix(disturbed=sum(r.disturbed is not None for r in dataset.records), refresh=False)
         return rec.disturbed is None
@@ -287,6 +303,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--provider", help="onnxruntime provider: cpu (default), cuda or tensorrt")
     p.add_argument("--device", help="torch/tensorrt device: cpu or cuda:N")
     add_protocol_arguments(p)
+    p.add_argument("--statistic", choices=TARGET_STATS, default="p50",
+                   help="the statistic the dataset is for: p90/p95/p99 raise --min-runs to 100/200/1000 and lift "
+                        "--max-time-s, for a predictor trained with the same --statistic (default p50)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -294,6 +313,8 @@ def _parser() -> argparse.ArgumentParser:
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     """The measuring backend's options from parsed arguments (with ``--backend remote``: the agents' backend's)."""
     measure = protocol_from_args(args)
+    raised = protocol_for(args.statistic, {"min_runs": measure.min_runs, "max_time_s": measure.max_time_s})
+    measure = dataclasses.replace(measure, **raised)
     backend = args.agent_backend if args.backend == "remote" else args.backend
     threads_key = {"onnxruntime": "intra_op_threads", "torch": "threads"}.get(backend)
     opts: dict[str, Any] = {"input_shape": parse_shape(args.input_shape), "measure": measure,
@@ -338,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         source = read_predictor(args.adapt_from) if args.adapt_from else None
         s = collect(space, estimator, out, args.n, seed=args.seed, retries=args.retries, repeats=args.repeats,
                     min_cpu_share=args.min_cpu_share, progress=not args.no_progress, adapt_from=source,
-                    pool=args.pool)
+                    pool=args.pool, statistic=args.statistic)
     except (LatencyError, SearchSpaceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -6,14 +6,19 @@ option mappings into a :class:`~latency_predictor.LatencyEstimator`:
 * a measuring backend (``onnxruntime``, ``torch``, ``tensorrt``: :func:`make_estimator`);
 * ``predictor``: a learned latency predictor (:class:`PredictorOptions`). Every candidate's
   latency is predicted. The predictor must have been trained for this space (same definition),
-  input shape and classifier width; with ``device`` set, also for that device (a CPU or GPU
-  model name, or the predictor's fingerprint digest). Anything else is refused before the first
-  trial with the differences named. This is the mode for searching anywhere (a cluster of GPUs)
-  for a device elsewhere (one CPU, a Jetson): collect and train on the target, search with the file.
+  input shape, classifier width and the statistic the target bounds (``target_stat``: a p99
+  target takes a predictor trained with ``--statistic p99``); with ``device`` set, also for that
+  device (a CPU or GPU model name, or the predictor's fingerprint digest). Anything else is
+  refused before the first trial with the differences named. This is the mode for searching
+  anywhere (a cluster of GPUs) for a device elsewhere (one CPU, a Jetson): collect and train on
+  the target, search with the file.
 * ``predictor`` with ``hybrid=true``: :class:`~latency_predictor.hybrid.HybridEstimator`, which
   confirms the candidates that matter by real measurement on this machine. The measuring
   backend's device fingerprint must equal the predictor's: confirmations from another device
-  would corrupt the dataset.
+  would corrupt the dataset. Confirmations are timed with the search's protocol
+  (``latency.measure``, overridden by ``measure_options.measure``) raised to the runs the
+  statistic needs (:func:`~latency_predictor.statistic.protocol_for`), so that they measure the
+  statistic the predictor predicts.
 * ``remote``: every candidate is measured on another device by measurement agents
   (:class:`~latency_predictor.agent.client.RemoteEstimator`, :class:`RemoteOptions`), with the
   backend, options and protocol a local measurement would use there.
@@ -32,7 +37,7 @@ from latency_predictor.agent.wire import TOKEN_ENV
 from latency_predictor.backends import make_estimator
 from latency_predictor.errors import ConfigError, PredictorMismatchError
 from latency_predictor.hybrid import HybridEstimator, current_predictor_path
-from latency_predictor.predictor import PredictorEstimator, read_predictor
+from latency_predictor.predictor import PredictorEstimator, check_statistic, read_predictor
 from latency_predictor.protocol import LatencyEstimator
 from latency_predictor.statistic import check_stat, protocol_for
 from latency_predictor.target import DeviceFingerprint, PredictorTarget, space_digest
@@ -56,19 +61,19 @@ def make_latency_estimator(
         backend: a measuring backend's name, ``predictor`` or ``remote``.
         input_shape: the deployment shape, batch first.
         options: the backend's (or the predictor's) options.
-        measure: measurement protocol settings (measuring backends).
+        measure: measurement protocol settings (measuring backends, and hybrid mode's confirmations).
         num_classes: classifier width of the measured networks.
         space: the search space, for estimators bound to one (a learned predictor).
         target_ms: the latency target (hybrid mode confirms candidates near it).
         precision: the deployment precision (``latency.precision``): what a measuring backend
             (local or through agents) runs at, and what a predictor must have been trained at.
         target_stat: the statistic the target bounds (:mod:`latency_predictor.statistic`): a
-            measuring protocol gets the timed runs it needs; a predictor (which predicts the
-            p50) is refused for any other.
+            measuring protocol gets the timed runs it needs; a predictor must predict it
+            (``python -m latency_predictor.train --statistic``).
 
     Raises:
         LatencyError: unknown backend or option, invalid value, a precision the backend cannot
-            run, backend not available here, a predictor made for another setting.
+            run, backend not available here, a predictor made for another setting (statistic included).
     """
     check_stat(target_stat)
     measure = protocol_for(target_stat, measure)
@@ -77,13 +82,8 @@ def make_latency_estimator(
     if backend == "predictor":
         if space is None:
             raise ConfigError("latency=predictor needs the search space its predictor was trained for")
-        if target_stat != "p50":
-            raise PredictorMismatchError(
-                f"this predictor was made for another setting: statistic {target_stat!r} here, 'p50' in the "
-                "predictor (predictors learn the median); measure the candidates (latency=onnxruntime, ...) for a "
-                f"{target_stat} target"
-            )
-        return make_predictor_estimator(tuple(input_shape), options, num_classes, space, target_ms, precision)
+        return make_predictor_estimator(tuple(input_shape), options, num_classes, space, target_ms, precision,
+                                        measure, target_stat)
     opts = dict(options)
     _no_precision_option(opts, "latency.options")
     opts.setdefault("num_classes", num_classes)
@@ -110,7 +110,8 @@ class PredictorOptions:
         hybrid: confirm the candidates that matter by real measurement on this machine.
         dataset: the predictor's dataset folder (hybrid: confirmations go there; refits read it).
         measure_backend: the backend confirming measurements use (hybrid).
-        measure_options: that backend's options (hybrid), e.g. ``{intra_op_threads: 1}``.
+        measure_options: that backend's options (hybrid), e.g. ``{intra_op_threads: 1}``; a
+            ``measure`` mapping among them overrides the search's protocol settings for confirmations.
         confirm_uncertain_rel: confirm when the ensemble spread exceeds this share of the prediction.
         refit_every: refit after this many confirmations (0: never).
         pareto_band: a finished candidate is confirmed when, with its predicted latency lowered by
@@ -163,23 +164,40 @@ class PredictorOptions:
 
 def make_predictor_estimator(
     input_shape: tuple[int, ...], options: Mapping[str, Any], num_classes: int, space: SearchSpace,
-    target_ms: float | None = None, precision: str = "fp32",
+    target_ms: float | None = None, precision: str = "fp32", measure: Mapping[str, Any] | None = None,
+    target_stat: str = "p50",
 ) -> LatencyEstimator:
     """The estimator ``latency=predictor`` describes, checked against what the search needs.
 
+    Args:
+        input_shape: the deployment shape, batch first.
+        options: ``latency.options`` (:class:`PredictorOptions`).
+        num_classes: classifier width of the searched networks.
+        space: the search space the predictor must have been trained for.
+        target_ms: the latency target (hybrid mode confirms candidates near it).
+        precision: the deployment precision the predictor must have been trained at.
+        measure: the protocol settings hybrid mode's confirmations are timed with.
+        target_stat: the statistic the predictor must predict; hybrid confirmations are timed
+            with enough runs for it (:func:`~latency_predictor.statistic.protocol_for`).
+
     Raises:
-        ConfigError: bad options.
+        ConfigError: bad options, an unknown ``target_stat``.
         PredictorFileError: the file cannot be read or has unexpected content.
         PredictorMismatchError: the predictor was trained for another space, input shape,
-            classifier width, precision or device; the message names every difference.
+            classifier width, precision, device or statistic; the message names every difference.
         BackendUnavailableError: hybrid mode's measuring backend cannot run here.
     """
+    check_stat(target_stat)
     opts = PredictorOptions.parse(options)
-    pred = read_predictor(current_predictor_path(opts))
+    path = current_predictor_path(opts)
+    pred = read_predictor(path)
+    check_statistic(pred, target_stat, path)
     if opts.hybrid:
         _no_precision_option(opts.measure_options, "latency.options.measure_options")
+        backend_opts = dict(opts.measure_options)
+        protocol = {**dict(measure or {}), **dict(backend_opts.pop("measure", None) or {})}
         backend = make_estimator(opts.measure_backend, input_shape=list(input_shape), num_classes=num_classes,
-                                 precision=precision, **opts.measure_options)
+                                 precision=precision, measure=protocol_for(target_stat, protocol), **backend_opts)
         pred.target.check(PredictorTarget.create(space, backend), what="predictor")
         pred.space = space
         return HybridEstimator(pred, backend, opts, target_ms)
@@ -200,13 +218,14 @@ def make_predictor_estimator(
 
 def predictor_measuring_backend(
     input_shape: Sequence[int], options: Mapping[str, Any], num_classes: int, measure: Mapping[str, Any] | None = None,
-    precision: str = "fp32",
+    precision: str = "fp32", target_stat: str = "p50",
 ) -> LatencyEstimator:
     """A measuring backend of this machine that times networks the way ``latency=predictor``'s predictor was made.
 
     For figures that sit beside a predictor's (reference networks outside the predictor's space,
     for example): the backend is ``latency.options.measure_backend`` with its ``measure_options``,
-    and this machine must be the device the predictor was trained for.
+    and this machine must be the device the predictor was trained for. The protocol ``measure``
+    gets the timed runs ``target_stat`` needs (:func:`~latency_predictor.statistic.protocol_for`).
 
     Raises:
         ConfigError: bad options.
@@ -217,8 +236,10 @@ def predictor_measuring_backend(
     opts = PredictorOptions.parse(options)
     pred = read_predictor(current_predictor_path(opts))
     _no_precision_option(opts.measure_options, "latency.options.measure_options")
+    backend_opts = dict(opts.measure_options)
+    protocol = {**dict(measure or {}), **dict(backend_opts.pop("measure", None) or {})}
     backend = make_estimator(opts.measure_backend, input_shape=list(input_shape), num_classes=num_classes,
-                             precision=precision, measure=dict(measure or {}), **opts.measure_options)
+                             precision=precision, measure=protocol_for(target_stat, protocol), **backend_opts)
     here = DeviceFingerprint.of_estimator(backend)
     diffs = here.differences(pred.target.fingerprint, there="in the predictor")
     if diffs:

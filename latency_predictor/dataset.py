@@ -19,6 +19,12 @@ the collector measures the architecture again later. An architecture's latency i
 of its undisturbed records' p50; architectures with only disturbed records are left out of
 training and evaluation unless asked for, and the report says how many.
 
+Another statistic: a predictor of the tail (``statistic="p99"``, see
+:mod:`latency_predictor.statistic`) learns the median of the records' p99 instead. A record
+whose p99 rests on fewer timed runs than :data:`~latency_predictor.statistic.MIN_RUNS` asks for
+is no p99 and is not used for it (``collect --statistic p99`` times enough runs); the table
+counts the architectures left out that way. Such a dataset still serves a p50 predictor.
+
 The files are plain JSON: reading them never executes code.
 """
 
@@ -32,6 +38,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -40,6 +47,7 @@ from latency_predictor.errors import DatasetError, MeasurementError
 from latency_predictor.features import FEATURE_VERSION
 from latency_predictor.metrics import median_rel_se
 from latency_predictor.protocol import LatencyResult
+from latency_predictor.statistic import MIN_RUNS, check_stat, stat_value
 from latency_predictor.target import DeviceFingerprint, PredictorTarget
 from search_spaces import arch_id_of
 
@@ -76,6 +84,27 @@ def disturbance(result: LatencyResult, min_cpu_share: float = DEFAULT_MIN_CPU_SH
     if threads is not None and isinstance(share, int | float) and share < min_cpu_share * threads:
         return f"cpu_per_wall {share:.2f} < {min_cpu_share:g} x {threads} thread(s): other work took the CPU"
     return None
+
+
+def within_rel_se(result: LatencyResult, statistic: str = "p50") -> float:
+    """Relative standard error of ``result``'s ``statistic`` from its within-run spread.
+
+    The p50's is ``sqrt(pi/2) * cv / sqrt(runs)`` (:func:`~latency_predictor.metrics.median_rel_se`).
+    A higher percentile's comes from its distribution-free 95% interval (``stats.ci95``: half its
+    width over 1.96), or, for a record without one, from the normal approximation
+    ``sqrt(q (1 - q) / runs) / phi(z_q) * cv``.
+    """
+    s = result.stats
+    n = max(s.n, 1)
+    if check_stat(statistic) == "p50":
+        return median_rel_se(s.cv, n)
+    value = stat_value(result, statistic)
+    ci = s.ci95.get(statistic)
+    if ci and len(ci) == 2 and value > 0:
+        return max(float(ci[1]) - float(ci[0]), 0.0) / (2 * 1.96 * value)
+    q = int(statistic[1:]) / 100
+    normal = NormalDist()
+    return math.sqrt(q * (1 - q)) / normal.pdf(normal.inv_cdf(q)) * max(s.cv, 0.0) / math.sqrt(n)
 
 
 @dataclass(frozen=True)
@@ -115,12 +144,16 @@ class LatencyTable:
 
     Attributes:
         archs: architecture strings.
-        latency_ms: median p50 over the architecture's undisturbed records (all its records
-            for an architecture that has no undisturbed one, when those are included).
-        within_rel_se: relative standard error of that number from the within-run spread,
-            ``sqrt(pi/2) * cv / sqrt(runs)`` per record, divided by ``sqrt(records)``.
+        latency_ms: median ``statistic`` (p50 by default) over the architecture's undisturbed
+            records (all its records for an architecture that has no undisturbed one, when those
+            are included).
+        within_rel_se: relative standard error of that number from the within-run spread
+            (:func:`within_rel_se` per record, root mean square, divided by ``sqrt(records)``).
         records: records the number is the median of.
         disturbed: True where every record of the architecture was disturbed.
+        statistic: the statistic of each record the table holds the median of.
+        too_few_runs: architectures left out because none of their records has the timed runs
+            ``statistic`` needs (:data:`~latency_predictor.statistic.MIN_RUNS`; always 0 for the p50).
     """
 
     archs: tuple[str, ...]
@@ -128,6 +161,8 @@ class LatencyTable:
     within_rel_se: np.ndarray
     records: np.ndarray
     disturbed: np.ndarray
+    statistic: str = "p50"
+    too_few_runs: int = 0
 
     def __len__(self) -> int:
         return len(self.archs)
@@ -136,7 +171,7 @@ class LatencyTable:
         """The rows ``idx``, in that order."""
         i = np.asarray(idx, dtype=np.int64)
         return LatencyTable(tuple(self.archs[k] for k in i), self.latency_ms[i], self.within_rel_se[i],
-                            self.records[i], self.disturbed[i])
+                            self.records[i], self.disturbed[i], self.statistic, self.too_few_runs)
 
 
 class Dataset:
@@ -239,36 +274,51 @@ class Dataset:
         """Architecture strings with at least one undisturbed record."""
         return {r.arch for r in self.records if r.disturbed is None}
 
-    def table(self, include_disturbed: bool = False) -> LatencyTable:
-        """Per-architecture latencies (see :class:`LatencyTable`), in first-measured order."""
+    def table(self, include_disturbed: bool = False, statistic: str = "p50") -> LatencyTable:
+        """Per-architecture latencies at ``statistic`` (see :class:`LatencyTable`), in first-measured order.
+
+        Records with fewer timed runs than ``statistic`` needs are not used; an architecture
+        with no other record is left out and counted in ``too_few_runs``.
+
+        Raises:
+            ConfigError: ``statistic`` is not one of :data:`~latency_predictor.statistic.TARGET_STATS`.
+        """
+        need = MIN_RUNS[check_stat(statistic)]
         groups: dict[str, list[Record]] = {}
         for r in self.records:
             groups.setdefault(r.arch, []).append(r)
         archs, lat, se, n, dist = [], [], [], [], []
+        too_few = 0
         for arch, recs in groups.items():
-            good = [r for r in recs if r.disturbed is None]
+            enough = [r for r in recs if r.result.stats.n >= need]
+            if not enough:
+                too_few += 1
+                continue
+            good = [r for r in enough if r.disturbed is None]
             if not good and not include_disturbed:
                 continue
-            use = good or recs
+            use = good or enough
             archs.append(arch)
-            lat.append(float(np.median([r.result.stats.p50 for r in use])))
-            per = [median_rel_se(r.result.stats.cv, max(r.result.stats.n, 1)) for r in use]
+            lat.append(float(np.median([stat_value(r.result, statistic) for r in use])))
+            per = [within_rel_se(r.result, statistic) for r in use]
             se.append(float(np.sqrt(np.mean(np.square(per))) / math.sqrt(len(use))))
             n.append(len(use))
             dist.append(not good)
         return LatencyTable(tuple(archs), np.array(lat), np.array(se), np.array(n, dtype=np.int64),
-                            np.array(dist, dtype=bool))
+                            np.array(dist, dtype=bool), statistic, too_few)
 
-    def repeat_log_ratios(self) -> np.ndarray:
-        """``log(p50_a / p50_b)`` for consecutive undisturbed records of the same architecture.
+    def repeat_log_ratios(self, statistic: str = "p50") -> np.ndarray:
+        """``log(s_a / s_b)`` for consecutive undisturbed records of the same architecture, ``s`` its ``statistic``.
 
         Each pair is two independent measurements (separate sessions) of one network: their
         spread is the measurement noise that a single record's run-to-run spread cannot show.
+        Records with too few timed runs for ``statistic`` are not used.
         """
+        need = MIN_RUNS[check_stat(statistic)]
         groups: dict[str, list[float]] = {}
         for r in self.records:
-            if r.disturbed is None:
-                groups.setdefault(r.arch, []).append(r.result.stats.p50)
+            if r.disturbed is None and r.result.stats.n >= need:
+                groups.setdefault(r.arch, []).append(stat_value(r.result, statistic))
         out = [math.log(a / b) for v in groups.values() for a, b in itertools.pairwise(v)]
         return np.array(out)
 

@@ -16,6 +16,12 @@ search on the same dataset starts from that latest refit). Dataset writes and re
 serialised across processes by a lock file in the dataset folder (the folder must be on a file
 system every trial node sees).
 
+A predictor of the tail is confirmed in its own statistic: the measuring backend is made
+(:func:`~latency_predictor.configure.make_predictor_estimator`) with the timed runs the
+predictor's :attr:`~latency_predictor.predictor.PredictorEstimator.statistic` needs
+(:func:`~latency_predictor.statistic.protocol_for`), a confirmation with fewer runs is refused
+before it reaches the dataset, and a refit predicts the same statistic.
+
 For a batch of candidates, the pieces are also here:
 
 1. :func:`select_for_measurement` picks, from predicted candidates, those worth a real
@@ -46,6 +52,7 @@ from latency_predictor.errors import ConfigError
 from latency_predictor.features import FeatureExtractor
 from latency_predictor.predictor import PredictorEstimator, read_predictor
 from latency_predictor.protocol import LatencyResult
+from latency_predictor.statistic import check_runs
 from latency_predictor.train import fit_predictor
 from search_spaces import Arch
 
@@ -169,9 +176,9 @@ def add_measurements(
     return [dataset.add(r, origin, extractor(Arch.decode(r.arch)), min_cpu_share) for r in results]
 
 
-def refit(dataset: Dataset, members: int = 16, seed: int = 0) -> PredictorEstimator:
-    """A new predictor fitted on every usable architecture of ``dataset`` (see :func:`fit_predictor`)."""
-    return fit_predictor(dataset, members=members, seed=seed)
+def refit(dataset: Dataset, members: int = 16, seed: int = 0, statistic: str = "p50") -> PredictorEstimator:
+    """A new predictor of ``statistic`` fitted on every usable architecture of ``dataset`` (:func:`fit_predictor`)."""
+    return fit_predictor(dataset, members=members, seed=seed, statistic=statistic)
 
 
 class HybridEstimator:
@@ -212,8 +219,13 @@ class HybridEstimator:
 
     def confirm(self, arch: Arch, predicted: LatencyResult, reason: str) -> LatencyResult:
         """Measure ``arch`` for real, add the measurement to the dataset (refitting when due), and
-        return it with the prediction it replaces and ``reason`` in ``extra``."""
+        return it with the prediction it replaces and ``reason`` in ``extra``.
+
+        Raises:
+            MeasurementError: the measurement has fewer timed runs than the predictor's statistic needs.
+        """
         measured: LatencyResult = self.backend.measure(arch)
+        check_runs(measured, self.predictor.statistic)
         self._record(measured)
         extra = {**measured.extra, "predicted_ms": predicted.latency_ms, "confirm_reason": reason,
                  "predictor_digest": self.predictor.digest}
@@ -268,7 +280,7 @@ class HybridEstimator:
             add_measurements(ds, [measured])
             n_confirm = sum(1 for r in ds.records if r.origin == "confirm")
             if self.opts.refit_every and n_confirm % self.opts.refit_every == 0:
-                new = refit(ds)
+                new = refit(ds, statistic=self.predictor.statistic)
                 path = new.save(folder / f"predictor-refit-{n_confirm}.json")
                 tmp = folder / (POINTER_FILE + ".tmp")
                 tmp.write_text(path.name + "\n")

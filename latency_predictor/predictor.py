@@ -1,19 +1,26 @@
 """The learned predictor as a :class:`~latency_predictor.LatencyEstimator`, and its file format.
 
 The search cannot tell a :class:`PredictorEstimator` from a measuring backend: ``measure(arch)``
-returns a :class:`~latency_predictor.LatencyResult` with ``source="predicted"``, ``stats.p50``
-the prediction, and the uncertainty in ``extra``. :meth:`PredictorEstimator.predict_many`
-predicts a batch as one matrix product for screening thousands of candidates.
+returns a :class:`~latency_predictor.LatencyResult` with ``source="predicted"``, the prediction
+in every location field of ``stats``, the statistic it predicts in ``extra["statistic"]`` and
+the uncertainty in ``extra``. A predictor learns one statistic
+(:attr:`PredictorEstimator.statistic`): the p50 by default, or a percentile of the tail such as
+the p99 (``train --statistic p99``); a search takes only a predictor of the statistic its target
+bounds. :meth:`PredictorEstimator.predict_many` predicts a batch as one matrix product for
+screening thousands of candidates.
 
 File format: one JSON document (``format: latnas.latency_predictor``, ``version: 1``) holding the
 target it is valid for (space and a hash of its definition, device fingerprint, backend,
-precision, input shape), the fitted coefficients as plain numbers, and the training record
-(the architectures trained on, the held-out report). Loading parses JSON and checks every field
-against the expected layout; nothing in the file is executed (no pickle).
+precision, input shape), the statistic it predicts (``statistic``; a file without it, written
+before predictors of the tail existed, is a p50 predictor), the fitted coefficients as plain
+numbers, and the training record (the architectures trained on, the held-out report). Loading
+parses JSON and checks every field against the expected layout; nothing in the file is executed
+(no pickle).
 
 Loading for another setting is refused: :func:`load_predictor` compares the file's target with
-the one the search is about to use (:func:`expected_target`) and raises
-:class:`~latency_predictor.PredictorMismatchError` naming each difference.
+the one the search is about to use (:func:`expected_target`), and its statistic with the one
+asked for (:func:`check_statistic`), and raises :class:`~latency_predictor.PredictorMismatchError`
+naming each difference.
 """
 
 from __future__ import annotations
@@ -29,10 +36,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from latency_predictor.backends import make_estimator
-from latency_predictor.errors import ConfigError, PredictorFileError
+from latency_predictor.errors import ConfigError, PredictorFileError, PredictorMismatchError
 from latency_predictor.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor
 from latency_predictor.models import AdditiveModel
 from latency_predictor.protocol import LatencyResult, LatencyStats
+from latency_predictor.statistic import TARGET_STATS, check_stat
 from latency_predictor.target import PredictorTarget
 from search_spaces import Arch, SearchSpace, SearchSpaceError
 
@@ -42,6 +50,7 @@ BAND_QUANTILE = 0.9
 """The error band is this quantile of the out-of-fold absolute relative error."""
 
 _TOP_KEYS = {"format", "version", "created", "feature_version", "target", "model", "training"}
+_OPTIONAL_KEYS = {"statistic"}
 _MODEL_KEYS = {"kind", "feature_names", "coef", "intercept", "ensemble_coef", "ensemble_intercept",
                "oof_abs_rel_error", "robust_passes", "seed"}
 
@@ -54,12 +63,17 @@ class PredictorEstimator:
         target: the setting it was trained for.
         training: what it was trained on (arch ids, dataset summary, held-out report).
         space: when given, :meth:`measure` refuses architectures outside it.
+        statistic: the latency statistic it predicts (:data:`~latency_predictor.statistic.TARGET_STATS`).
+
+    Raises:
+        ConfigError: an unknown ``statistic``.
     """
 
     name: ClassVar[str] = "predictor"
 
     def __init__(self, model: AdditiveModel, target: PredictorTarget, training: Mapping[str, Any],
-                 space: SearchSpace | None = None) -> None:
+                 space: SearchSpace | None = None, statistic: str = "p50") -> None:
+        self._statistic = check_stat(statistic)
         self.model = model
         self.target = target
         self.training = dict(training)
@@ -67,7 +81,15 @@ class PredictorEstimator:
         self.input_shape: tuple[int, ...] = tuple(target.input_shape)
         self.extractor = model.extractor
         self.error_band = model.error_band(BAND_QUANTILE)
-        self.digest = _digest(self.to_dict(created=""))
+        doc = self.to_dict(created="")
+        if statistic == "p50":  # a p50 predictor keeps the digest it had before files named their statistic
+            del doc["statistic"]
+        self.digest = _digest(doc)
+
+    @property
+    def statistic(self) -> str:
+        """The latency statistic it predicts: ``p50``, ``p90``, ``p95`` or ``p99``."""
+        return self._statistic
 
     # ---------------------------------------------------------------- prediction
     def _archs(self, archs: Sequence[Arch | str]) -> list[Arch]:
@@ -77,7 +99,7 @@ class PredictorEstimator:
             raise ConfigError(f"cannot predict: {err}") from err
 
     def predict_many(self, archs: Sequence[Arch | str]) -> np.ndarray:
-        """Predicted latencies (ms, the p50 the backend would measure) of a batch of architectures."""
+        """Predicted latencies (ms, the :attr:`statistic` the backend would measure) of a batch of architectures."""
         return self.model.predict(self._archs(archs))
 
     def predict_with_uncertainty(self, archs: Sequence[Arch | str]) -> tuple[np.ndarray, np.ndarray]:
@@ -89,9 +111,10 @@ class PredictorEstimator:
 
         ``stats`` holds the prediction in every location field (``n=0``: no run was timed;
         ``std``, ``cv`` and ``iqr_rel`` are 0 because no run-to-run spread is predicted).
-        ``extra`` holds ``uncertainty_ms`` (ensemble spread), ``error_band_rel`` (the 90%
-        out-of-fold relative error), ``interval_ms`` (the prediction +- that band),
-        ``predicted_backend`` and the predictor's ``predictor_digest``.
+        ``extra`` holds ``statistic`` (the one predicted, :attr:`statistic`: a p99 predictor's
+        figure is a p99 whichever field it is read from), ``uncertainty_ms`` (ensemble spread),
+        ``error_band_rel`` (the 90% out-of-fold relative error), ``interval_ms`` (the prediction
+        +- that band), ``predicted_backend`` and the predictor's ``predictor_digest``.
 
         Raises:
             ConfigError: ``arch`` is not in the predictor's space (when it was loaded with one).
@@ -108,7 +131,7 @@ class PredictorEstimator:
             throughput={self.input_shape[0]: self.input_shape[0] * 1e3 / p},
             environment=dict(fp.environment),
             extra={
-                "uncertainty_ms": s, "error_band_rel": self.error_band,
+                "statistic": self.statistic, "uncertainty_ms": s, "error_band_rel": self.error_band,
                 "interval_ms": [p * (1 - self.error_band), p * (1 + self.error_band)],
                 "predicted_backend": fp.backend, "fingerprint": fp.digest, "predictor_digest": self.digest,
             },
@@ -130,8 +153,8 @@ class PredictorEstimator:
         return {
             "format": PREDICTOR_FORMAT, "version": PREDICTOR_VERSION,
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds") if created is None else created,
-            "feature_version": FEATURE_VERSION, "target": self.target.to_dict(), "model": self.model.to_dict(),
-            "training": self.training,
+            "feature_version": FEATURE_VERSION, "target": self.target.to_dict(), "statistic": self.statistic,
+            "model": self.model.to_dict(), "training": self.training,
         }
 
     def save(self, path: str | Path) -> Path:
@@ -150,7 +173,8 @@ class PredictorEstimator:
             "predictor_digest": self.digest, "space": t.space, "space_digest": t.space_digest,
             "backend": t.backend, "device": t.fingerprint.device, "precision": t.fingerprint.precision,
             "fingerprint": t.fingerprint.digest, "input_shape": "x".join(map(str, t.input_shape)),
-            "n_train": len(self.training.get("train_arch_ids", [])), "error_band_rel": self.error_band,
+            "statistic": self.statistic, "n_train": len(self.training.get("train_arch_ids", [])),
+            "error_band_rel": self.error_band,
             **{f"heldout_{k}": v for k, v in held_out.items() if isinstance(v, int | float)},
         }
 
@@ -238,8 +262,12 @@ def read_predictor(path: str | Path) -> PredictorEstimator:
         raise _fail(p, f"not a latency predictor (format must be {PREDICTOR_FORMAT!r})")
     if doc.get("version") != PREDICTOR_VERSION:
         raise _fail(p, f"predictor format version {doc.get('version')!r}; this version reads {PREDICTOR_VERSION}")
-    if set(doc) != _TOP_KEYS:
-        raise _fail(p, f"expected exactly the keys {sorted(_TOP_KEYS)}, got {sorted(doc)}")
+    if not _TOP_KEYS <= set(doc) <= _TOP_KEYS | _OPTIONAL_KEYS:
+        raise _fail(p, f"expected exactly the keys {sorted(_TOP_KEYS)} (and optionally {sorted(_OPTIONAL_KEYS)}), "
+                       f"got {sorted(doc)}")
+    statistic = doc.get("statistic", "p50")  # files written before predictors of the tail predict the p50
+    if statistic not in TARGET_STATS:
+        raise _fail(p, f"statistic {statistic!r} is not one of {list(TARGET_STATS)}")
     if doc["feature_version"] != FEATURE_VERSION:
         raise _fail(p, f"made with feature version {doc['feature_version']!r}, this version computes "
                        f"{FEATURE_VERSION}: retrain it")
@@ -250,26 +278,49 @@ def read_predictor(path: str | Path) -> PredictorEstimator:
         raise _fail(p, f"invalid target: {err}") from None
     extractor = FeatureExtractor(target.input_shape, target.num_classes)
     model = _model_from(p, doc["model"], extractor)
-    return PredictorEstimator(model, target, doc["training"])
+    return PredictorEstimator(model, target, doc["training"], statistic=statistic)
 
 
-def load_predictor(path: str | Path, expected: PredictorTarget, space: SearchSpace | None = None) -> PredictorEstimator:
+def load_predictor(path: str | Path, expected: PredictorTarget, space: SearchSpace | None = None,
+                   statistic: str | None = None) -> PredictorEstimator:
     """Load a predictor for a search, refusing one made for another setting.
 
     Args:
         path: the predictor file.
         expected: what the search is about to use (:func:`expected_target`).
         space: the search space; when given, ``measure`` refuses architectures outside it.
+        statistic: when given, the statistic the predictor must predict (:func:`check_statistic`).
 
     Raises:
         PredictorFileError: the file cannot be read or has unexpected content.
-        PredictorMismatchError: it was trained for another space, device, backend, precision or
-            input shape; the message names every difference.
+        PredictorMismatchError: it was trained for another space, device, backend, precision,
+            input shape or statistic; the message names every difference.
     """
     pred = read_predictor(path)
     pred.target.check(expected, what="predictor")
+    if statistic is not None:
+        check_statistic(pred, statistic, path)
     pred.space = space
     return pred
+
+
+def check_statistic(pred: PredictorEstimator, statistic: str, path: str | Path | None = None) -> None:
+    """Refuse ``pred`` unless it predicts ``statistic``.
+
+    Raises:
+        ConfigError: an unknown ``statistic``.
+        PredictorMismatchError: it predicts another statistic; the message says how to make one
+            that predicts ``statistic``.
+    """
+    if pred.statistic == check_stat(statistic):
+        return
+    where = f" ({path})" if path is not None else ""
+    raise PredictorMismatchError(
+        f"this predictor was made for another setting: statistic {statistic!r} here, {pred.statistic!r} in the "
+        f"predictor{where}; train one for the {statistic} (python -m latency_predictor.train ... --statistic "
+        f"{statistic}, on measurements with enough timed runs: python -m latency_predictor.collect ... --statistic "
+        f"{statistic}), or set latency.target_stat={pred.statistic}"
+    )
 
 
 def expected_target(space: SearchSpace, backend: str = "onnxruntime", **backend_options: Any) -> PredictorTarget:

@@ -5,6 +5,15 @@ Usage::
     python -m latency_predictor.train --data DIR --out predictor.json [--json [REPORT]]
     python -m latency_predictor.train data=DIR out=predictor.json          # key=value form
     python -m latency_predictor.train --data NEW --adapt-from OTHER.json --shots 20 --out new.json
+    python -m latency_predictor.train --data DIR --statistic p99 --out p99.json   # a predictor of the tail
+
+``--statistic`` (default ``p50``) is the statistic the predictor learns and predicts: each
+architecture's latency is the median of its records' p50, or of their p99 for a predictor of the
+tail (a search with ``latency.target_stat=p99`` takes only a p99 predictor). A p99 needs about
+1,000 timed runs per record (:data:`~latency_predictor.statistic.MIN_RUNS`): records with fewer
+are not used, the report counts the architectures left out that way, and such a dataset is
+collected with ``python -m latency_predictor.collect ... --statistic p99``. The predictor file
+records the statistic (a file without one is a p50 predictor).
 
 With ``--adapt-from``, the predictor of another device is adapted to the device of ``--data``
 with the first ``--shots`` architectures measured there (:mod:`latency_predictor.transfer`), and
@@ -20,12 +29,14 @@ it records the ids of the architectures it was trained on and those it was teste
 
 The noise ceiling is the share within +-10% (and +-5%) that a *perfect* predictor would reach
 on the same held-out measurements, because the measurements themselves are noisy. Each held-out
-latency ``y_i`` is the median p50 of ``k_i`` records; its relative noise is estimated as
+latency ``y_i`` is the median p50 (or the ``--statistic``) of ``k_i`` records; its relative
+noise is estimated as
 
     sigma_i^2 = sigma_between^2 / k_i + within_i^2
 
 * ``within_i``: the within-run part, ``sqrt(pi/2) * cv / sqrt(runs)`` per record (the standard
-  error of a median of normal runs), divided by ``sqrt(k_i)``;
+  error of a median of normal runs; for a higher percentile, from its 95% interval:
+  :func:`latency_predictor.dataset.within_rel_se`), divided by ``sqrt(k_i)``;
 * ``sigma_between``: what varies from one measurement session to the next (a new session,
   another moment of the machine's load), which no single record's spread shows. It is estimated
   from architectures measured more than once (``collect --repeats``): the log-ratio ``d`` of two
@@ -54,12 +65,13 @@ from typing import Any
 import numpy as np
 
 from latency_predictor.cliargs import key_value_args
-from latency_predictor.dataset import Dataset, LatencyTable
+from latency_predictor.dataset import Dataset, LatencyTable, within_rel_se
 from latency_predictor.errors import ConfigError, DatasetError, LatencyError
 from latency_predictor.features import FeatureExtractor
 from latency_predictor.metrics import AccuracyMetrics, accuracy_metrics, noise_ceiling, repeat_rel_sigma
 from latency_predictor.models import AdditiveModel, LatencyModel, LookupTableBaseline, MacsBaseline
 from latency_predictor.predictor import PredictorEstimator, read_predictor
+from latency_predictor.statistic import MIN_RUNS, TARGET_STATS, check_stat
 from latency_predictor.transfer import TransferReport, adapt_predictor
 from search_spaces import Arch, arch_id_of
 
@@ -92,6 +104,9 @@ class TrainReport:
         train_archs: architectures the models were fitted on.
         test_archs: held-out architectures every figure is computed on.
         excluded_disturbed: architectures left out because all their records were disturbed.
+        statistic: the statistic the predictor learns (``p50``, ``p90``, ``p95``, ``p99``).
+        excluded_few_runs: architectures left out because no record of theirs has the timed runs
+            ``statistic`` needs (:data:`~latency_predictor.statistic.MIN_RUNS`).
         models: accuracy of the predictor (``additive``) and the baselines (``macs``, ``lookup_table``).
         noise: the noise estimate and ceilings (see the module docstring).
         lut_coverage: share of held-out blocks whose exact lookup-table entry was seen in training.
@@ -112,12 +127,15 @@ class TrainReport:
     predictions: dict[str, list[float]] = field(repr=False, default_factory=dict)
     measured_ms: list[float] = field(repr=False, default_factory=list)
     warning: str | None = None
+    statistic: str = "p50"
+    excluded_few_runs: int = 0
 
     def to_dict(self, with_archs: bool = True) -> dict[str, Any]:
         """A JSON-serialisable record (``with_archs=False`` leaves out the per-architecture lists)."""
         d: dict[str, Any] = {
             "dataset": self.dataset, "n_train": len(self.train_archs), "n_test": len(self.test_archs),
-            "excluded_disturbed": self.excluded_disturbed,
+            "excluded_disturbed": self.excluded_disturbed, "statistic": self.statistic,
+            "excluded_few_runs": self.excluded_few_runs,
             "models": {k: m.to_dict() for k, m in self.models.items()},
             "noise": self.noise, "gap_to_ceiling_10": self.noise["ceiling_10"] - self.models["additive"].within_10,
             "lut_coverage": self.lut_coverage, "fit_s": self.fit_s, "warning": self.warning,
@@ -128,9 +146,12 @@ class TrainReport:
 
     def table(self) -> str:
         """The report as a fixed-width table."""
+        few = (f"; {self.excluded_few_runs} left out: fewer than {MIN_RUNS[self.statistic]} timed runs"
+               if self.excluded_few_runs else "")
         lines = [
+            f"statistic: {self.statistic} (each architecture's median {self.statistic} over its records)",
             f"held-out architectures: {len(self.test_archs)} (trained on {len(self.train_archs)}; "
-            f"{self.excluded_disturbed} left out: every measurement disturbed)",
+            f"{self.excluded_disturbed} left out: every measurement disturbed{few})",
             f"{'model':<14}{'RMSE ms':>9}{'MAPE':>8}{'+-5%':>8}{'+-10%':>8}{'Spearman':>10}{'Kendall':>9}",
         ]
         for name, m in self.models.items():
@@ -163,11 +184,13 @@ def split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
 
 
 def noise_estimate(dataset: Dataset, test: LatencyTable) -> dict[str, Any]:
-    """The relative noise of the held-out measurements and the noise ceilings (module docstring)."""
-    ratios = dataset.repeat_log_ratios()
+    """The relative noise of the held-out measurements and the noise ceilings (module docstring),
+    at the statistic of ``test``."""
+    stat = test.statistic
+    ratios = dataset.repeat_log_ratios(stat)
     single_within = [
-        (math.sqrt(math.pi / 2) * r.result.stats.cv / math.sqrt(max(r.result.stats.n, 1))) ** 2
-        for r in dataset.records if r.disturbed is None
+        within_rel_se(r.result, stat) ** 2
+        for r in dataset.records if r.disturbed is None and r.result.stats.n >= MIN_RUNS[stat]
     ]
     if len(ratios):
         sigma_1 = repeat_rel_sigma(ratios)
@@ -196,28 +219,50 @@ def fit_additive(dataset: Dataset, table: LatencyTable, members: int = 16, seed:
     return model
 
 
-def usable_table(dataset: Dataset, include_disturbed: bool = False) -> tuple[LatencyTable, int]:
-    """The per-architecture table and how many architectures were left out as disturbed."""
-    full = dataset.table(include_disturbed=True)
-    table = full if include_disturbed else dataset.table()
+def usable_table(dataset: Dataset, include_disturbed: bool = False,
+                 statistic: str = "p50") -> tuple[LatencyTable, int]:
+    """The per-architecture table at ``statistic`` and how many architectures were left out as disturbed.
+
+    Those left out for too few timed runs are counted in the table's ``too_few_runs``.
+    """
+    full = dataset.table(include_disturbed=True, statistic=statistic)
+    table = full if include_disturbed else dataset.table(statistic=statistic)
     return table, len(full) - len(table)
+
+
+def _too_few(dataset: Dataset, table: LatencyTable, excluded: int) -> DatasetError:
+    """The error for a ``table`` with fewer than :data:`MIN_ARCHS` architectures, saying why and what to do."""
+    stat = table.statistic
+    why = f"{excluded} left out as disturbed"
+    fix = "collect more"
+    if table.too_few_runs:
+        need = MIN_RUNS[stat]
+        why += f", {table.too_few_runs} with fewer than {need} timed runs, too few for a {stat}"
+        fix = (f"collect with enough runs for a {stat} (python -m latency_predictor.collect ... --statistic {stat}, "
+               f"at least {need} timed runs per measurement)")
+    return DatasetError(
+        f"{dataset.path}: {len(table)} usable architectures for a {stat} predictor ({why}); "
+        f"need at least {MIN_ARCHS}: {fix}"
+    )
 
 
 def train_predictor(
     dataset: Dataset, test_fraction: float = 0.2, seed: int = 0, members: int = 16, include_disturbed: bool = False,
+    statistic: str = "p50",
 ) -> tuple[PredictorEstimator, TrainReport]:
     """Split, fit the predictor and the baselines on the training part, evaluate on the rest.
 
+    The predictor learns ``statistic`` (each architecture's median over its records; records with
+    too few timed runs for it are not used, see :meth:`Dataset.table`).
+
     Raises:
-        DatasetError: fewer than :data:`MIN_ARCHS` usable architectures.
-        ConfigError: an invalid ``test_fraction``.
+        DatasetError: fewer than :data:`MIN_ARCHS` usable architectures (the message says how
+            many were left out as disturbed and for too few timed runs).
+        ConfigError: an invalid ``test_fraction`` or an unknown ``statistic``.
     """
-    table, excluded = usable_table(dataset, include_disturbed)
+    table, excluded = usable_table(dataset, include_disturbed, check_stat(statistic))
     if len(table) < MIN_ARCHS:
-        raise DatasetError(
-            f"{dataset.path}: {len(table)} usable architectures ({excluded} left out as disturbed); "
-            f"need at least {MIN_ARCHS}: collect more"
-        )
+        raise _too_few(dataset, table, excluded)
     tr, te = split(len(table), test_fraction, seed)
     train, test = table.subset(tr), table.subset(te)
     train_archs, test_archs = _archs(train), _archs(test)
@@ -236,38 +281,39 @@ def train_predictor(
         excluded_disturbed=excluded, models={k: accuracy_metrics(test.latency_ms, p) for k, p in preds.items()},
         noise=noise_estimate(dataset, test), lut_coverage=lut.coverage, fit_s=fit_s,
         predictions={k: p.tolist() for k, p in preds.items()}, measured_ms=test.latency_ms.tolist(),
-        warning=size_warning(len(table)),
+        warning=size_warning(len(table)), statistic=statistic, excluded_few_runs=table.too_few_runs,
     )
     training = {
-        "dataset": dataset.summary(), "test_fraction": test_fraction, "seed": seed,
+        "dataset": dataset.summary(), "statistic": statistic, "test_fraction": test_fraction, "seed": seed,
         "train_arch_ids": [arch_id_of(a) for a in train.archs],
         "test_arch_ids": [arch_id_of(a) for a in test.archs],
         "report": report.to_dict(with_archs=False),
     }
-    return PredictorEstimator(model, dataset.target, training), report
+    return PredictorEstimator(model, dataset.target, training, statistic=statistic), report
 
 
-def fit_predictor(dataset: Dataset, members: int = 16, seed: int = 0) -> PredictorEstimator:
-    """Fit a predictor on every usable architecture of ``dataset`` (no held-out part).
+def fit_predictor(dataset: Dataset, members: int = 16, seed: int = 0, statistic: str = "p50") -> PredictorEstimator:
+    """Fit a predictor of ``statistic`` on every usable architecture of ``dataset`` (no held-out part).
 
     Its uncertainty band comes from out-of-fold errors on the same data. Used to refit during a
     search, once confirmed measurements have been added.
 
     Raises:
         DatasetError: fewer than :data:`MIN_ARCHS` usable architectures.
+        ConfigError: an unknown ``statistic``.
     """
-    table, excluded = usable_table(dataset)
+    table, excluded = usable_table(dataset, statistic=check_stat(statistic))
     if len(table) < MIN_ARCHS:
-        raise DatasetError(f"{dataset.path}: {len(table)} usable architectures; need at least {MIN_ARCHS}")
+        raise _too_few(dataset, table, excluded)
     model = fit_additive(dataset, table, members, seed)
     training = {
-        "dataset": dataset.summary(), "test_fraction": 0.0, "seed": seed,
+        "dataset": dataset.summary(), "statistic": statistic, "test_fraction": 0.0, "seed": seed,
         "train_arch_ids": [arch_id_of(a) for a in table.archs], "test_arch_ids": [],
-        "excluded_disturbed": excluded,
+        "excluded_disturbed": excluded, "excluded_few_runs": table.too_few_runs,
         "oof": {"within_10": float(np.mean(model.oof_abs_rel_error <= 0.10)),
                 "mape": float(np.mean(model.oof_abs_rel_error))},
     }
-    return PredictorEstimator(model, dataset.target, training)
+    return PredictorEstimator(model, dataset.target, training, statistic=statistic)
 
 
 # ---------------------------------------------------------------------- command line
@@ -283,6 +329,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--test-fraction", type=float, help="held-out share (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="split and bootstrap seed (default 0)")
     p.add_argument("--members", type=int, default=16, help="bootstrap ensemble size (default 16)")
+    p.add_argument("--statistic", choices=TARGET_STATS,
+                   help="the latency statistic the predictor learns: p50 (default), or p90/p95/p99 for a target "
+                        "on the tail (records need 100/200/1000 timed runs: collect with --statistic); "
+                        "with --adapt-from: the other predictor's")
     p.add_argument("--include-disturbed", action="store_true",
                    help="also use architectures whose every measurement was disturbed")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
@@ -309,7 +359,7 @@ def _adapt(args: argparse.Namespace) -> tuple[PredictorEstimator, TransferReport
     test = Dataset.open(args.test_data) if args.test_data else None
     full = read_predictor(args.full) if args.full else None
     return adapt_predictor(source, Dataset.open(args.data), args.shots, test, full, args.members, args.seed,
-                           args.include_disturbed)
+                           args.include_disturbed, args.statistic)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -324,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             fraction = 0.2 if args.test_fraction is None else args.test_fraction
             predictor, report = train_predictor(Dataset.open(args.data), fraction, args.seed, args.members,
-                                                args.include_disturbed)
+                                                args.include_disturbed, args.statistic or "p50")
         path = predictor.save(args.out)
     except LatencyError as err:
         print(f"error: {err}", file=sys.stderr)

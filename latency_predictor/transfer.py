@@ -41,11 +41,12 @@ import numpy as np
 from scipy.optimize import lsq_linear
 
 from latency_predictor.dataset import Dataset, LatencyTable
-from latency_predictor.errors import ConfigError, DatasetError
+from latency_predictor.errors import ConfigError, DatasetError, PredictorMismatchError
 from latency_predictor.features import FEATURE_NAMES, FeatureExtractor
 from latency_predictor.metrics import accuracy_metrics
 from latency_predictor.models import AdditiveModel, MacsBaseline
 from latency_predictor.predictor import PredictorEstimator
+from latency_predictor.statistic import MIN_RUNS, check_stat
 from latency_predictor.target import PredictorTarget
 from search_spaces import Arch, arch_id_of
 
@@ -373,6 +374,7 @@ def adapt_predictor(
     members: int = 16,
     seed: int = 0,
     include_disturbed: bool = False,
+    statistic: str | None = None,
 ) -> tuple[PredictorEstimator, TransferReport]:
     """Adapt ``source`` (another device's predictor) with measurements of the device of ``dataset``.
 
@@ -387,6 +389,8 @@ def adapt_predictor(
         members: bootstrap ensemble size of the adapted predictor.
         seed: seed of the bootstrap.
         include_disturbed: also use architectures whose every measurement was disturbed.
+        statistic: the statistic the adapted predictor learns (None: ``source``'s); records with
+            too few timed runs for it are not used.
 
     Returns:
         The adapted predictor, valid for the dataset's setting, and the comparison on held-out
@@ -397,17 +401,20 @@ def adapt_predictor(
         PredictorMismatchError: ``test`` or ``full`` is for another setting than ``dataset``.
         ConfigError: ``full`` was trained on held-out architectures.
     """
-    table = dataset.table(include_disturbed=include_disturbed)
+    stat = check_stat(source.statistic if statistic is None else statistic)
+    table = dataset.table(include_disturbed=include_disturbed, statistic=stat)
     n = len(table) if shots is None else shots
     if n < 3 or n > len(table):
         raise DatasetError(
             f"{dataset.path}: {len(table)} usable architectures; adapting with the first {n} needs at least "
             f"{max(n, 3)}: collect more on this device"
+            + (f" ({table.too_few_runs} left out with fewer than {MIN_RUNS[stat]} timed runs, too few for a {stat}: "
+               f"collect with --statistic {stat})" if table.too_few_runs else "")
         )
     fit_rows = table.subset(np.arange(n))
     if test is not None:
         test.target.check(dataset.target, what="test dataset")
-        held = test.table(include_disturbed=include_disturbed)
+        held = test.table(include_disturbed=include_disturbed, statistic=stat)
         held = held.subset([i for i, a in enumerate(held.archs) if a not in set(fit_rows.archs)])
     else:
         held = table.subset(np.arange(n, len(table)))
@@ -422,12 +429,12 @@ def adapt_predictor(
         _compare(report, source, model, scales, extractor, fit_archs, fit_rows.latency_ms, held, dataset.target,
                  full, seed)
     training = {
-        "dataset": dataset.summary(), "seed": seed, "adapted_from": report.source,
+        "dataset": dataset.summary(), "statistic": stat, "seed": seed, "adapted_from": report.source,
         "train_arch_ids": [arch_id_of(a) for a in fit_rows.archs],
         "test_arch_ids": [arch_id_of(a) for a in held.archs],
         "report": report.to_dict(with_archs=False),
     }
-    return PredictorEstimator(model, dataset.target, training), report
+    return PredictorEstimator(model, dataset.target, training, statistic=stat), report
 
 
 def _compare(
@@ -448,6 +455,11 @@ def _compare(
     preds["macs"] = macs.predict(test_archs)
     if full is not None:
         full.target.check(target, what="full predictor")
+        if full.statistic != held.statistic:
+            raise PredictorMismatchError(
+                f"the full predictor was made for another setting: statistic {held.statistic!r} here, "
+                f"{full.statistic!r} in the full predictor"
+            )
         seen = set(full.training.get("train_arch_ids", [])) & {arch_id_of(a) for a in held.archs}
         if seen:
             raise ConfigError(f"the full predictor was trained on {len(seen)} of the held-out architectures: "

@@ -58,8 +58,9 @@ class LatencyConfig:
         target_stat: the statistic the target bounds, ``p50`` (default), ``p90``, ``p95`` or
             ``p99``: the reward, "meets target", the Pareto front and the final pass use it; the
             protocol then times at least the runs it needs (1,000 for a p99; see
-            :mod:`latency_predictor.statistic`), and a predictor (which learns the p50) is refused
-            for any other.
+            :mod:`latency_predictor.statistic`), and a predictor must have been trained for it
+            (``python -m latency_predictor.train --statistic p99``; one of another statistic is
+            refused).
         scenario: ``single_stream`` (one image at a time: the target bounds its latency) or
             ``server``: each candidate is measured at every size of ``batch_sizes``, the target
             bounds a batch's latency, and the reward's efficiency term is the throughput within

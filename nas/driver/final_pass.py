@@ -103,7 +103,8 @@ def measuring_estimator(cfg: SearchConfig, num_classes: int, space: SearchSpace)
     if lat.backend == "predictor":
         if not lat.options.get("hybrid"):
             return None
-        return predictor_measuring_backend(lat.input_shape, lat.options, num_classes, lat.measure, lat.precision)
+        return predictor_measuring_backend(lat.input_shape, lat.options, num_classes, lat.measure, lat.precision,
+                                           lat.target_stat)
     return latency_estimator(lat, num_classes, space, cfg.target_ms)
 
 

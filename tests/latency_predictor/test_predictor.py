@@ -1,7 +1,8 @@
 """The learned predictor end to end, on real ONNX Runtime measurements of the ``tiny`` space.
 
 One small dataset is collected per module (about 25 architectures at 1x3x64x64 with short
-measurement settings), then trained, saved, loaded, refused, refitted. These tests check the
+measurement settings), then trained, saved, loaded, refused, refitted; and one for a predictor of
+the tail (10 architectures at 1x3x32x32, each timed 1,000 times as a p99 needs). These tests check the
 workflow, not accuracy: that is the benchmark's job (``python -m benchmarks.predictor``). The
 machine may be busy with other work, so collection here accepts every measurement
 (``min_cpu_share=0``, a lenient stability threshold) instead of retrying disturbed ones; one test
@@ -16,13 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from latency_predictor import LatencyEstimator, PredictorMismatchError
+from latency_predictor import LatencyEstimator, MeasurementError, PredictorMismatchError
 from latency_predictor.backends import make_estimator
-from latency_predictor.collect import collect, coverage_plan
+from latency_predictor.cliargs import key_value_args
+from latency_predictor.collect import _parser as collect_parser
+from latency_predictor.collect import backend_options, collect, coverage_plan
 from latency_predictor.collect import main as collect_main
+from latency_predictor.configure import make_latency_estimator
 from latency_predictor.dataset import RECORDS_FILE, Dataset, dataset_tracking_record
 from latency_predictor.errors import ConfigError, DatasetError, PredictorFileError
-from latency_predictor.hybrid import add_measurements, refit, select_for_measurement
+from latency_predictor.hybrid import POINTER_FILE, HybridEstimator, add_measurements, refit, select_for_measurement
 from latency_predictor.metrics import accuracy_metrics
 from latency_predictor.predictor import (
     PredictorEstimator,
@@ -31,6 +35,7 @@ from latency_predictor.predictor import (
     predictor_tracking_record,
     read_predictor,
 )
+from latency_predictor.statistic import MIN_RUNS, protocol_for, stat_value
 from latency_predictor.target import DeviceFingerprint, PredictorTarget
 from latency_predictor.train import fit_additive, train_predictor, usable_table
 from latency_predictor.train import main as train_main
@@ -41,6 +46,9 @@ SHAPE = (1, 3, 64, 64)
 MEASURE = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 0.5, "max_repeats": 1,
            "stability_threshold": 100.0, "min_cpu_share": 0.0}
 N = 24
+P99_SHAPE = (1, 3, 32, 32)
+P99_N = 10
+P99_MEASURE = protocol_for("p99", MEASURE)  # the same settings with 1,000 timed runs and no time cap
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +75,33 @@ def trained(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     predictor, report = train_predictor(Dataset.open(data_dir), test_fraction=0.25, seed=3)
     path = predictor.save(tmp_path_factory.mktemp("pred") / "tiny.json")
     return path, report
+
+
+@pytest.fixture(scope="module")
+def p99_slots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("p99slots")
+
+
+@pytest.fixture(scope="module")
+def p99_data(space: SearchSpace, p99_slots: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    est = make_estimator("onnxruntime", input_shape=P99_SHAPE, measure=P99_MEASURE, slot_dir=p99_slots)
+    out = tmp_path_factory.mktemp("data") / "tiny-p99"
+    s = collect(space, est, out, P99_N, repeats=0, min_cpu_share=0.0, progress=False, statistic="p99")
+    assert s.new_archs == P99_N
+    return out
+
+
+@pytest.fixture(scope="module")
+def p99_predictor(p99_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    predictor, _ = train_predictor(Dataset.open(p99_data), test_fraction=0.25, statistic="p99")
+    return predictor.save(tmp_path_factory.mktemp("pred") / "tiny-p99.json")
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
 
 
 def test_dataset_holds_full_records(data_dir: Path, estimator: LatencyEstimator, space: SearchSpace) -> None:
@@ -279,3 +314,120 @@ def test_hybrid_confirm_add_and_refit(
     assert {arch_id_of(c.arch.encode()) for c in chosen} <= set(new.training["train_arch_ids"])
     with pytest.raises(DatasetError, match="only measured"):
         add_measurements(ds, [pred.measure(candidates[0])])
+
+
+# ---------------------------------------------------------------------- a predictor of the tail
+
+def test_a_p99_predictor_predicts_the_tail_of_the_same_measurements(p99_data: Path) -> None:
+    ds = Dataset.open(p99_data)
+    assert all(r.result.stats.n >= MIN_RUNS["p99"] for r in ds.records)
+    t50, t99 = ds.table(), ds.table(statistic="p99")
+    assert t99.archs == t50.archs and len(t99) == P99_N and t99.too_few_runs == 0
+    assert np.all(t99.latency_ms >= t50.latency_ms)
+    p50, _ = train_predictor(ds, test_fraction=0.25)
+    p99, report = train_predictor(ds, test_fraction=0.25, statistic="p99")
+    assert (p50.statistic, p99.statistic, report.statistic) == ("p50", "p99", "p99")
+    assert report.excluded_few_runs == 0 and "statistic: p99" in report.table()
+    archs = [Arch.decode(a) for a in t50.archs]
+    tail, median = p99.predict_many(archs), p50.predict_many(archs)
+    assert np.median(tail / median) > 1 and tail.mean() > median.mean()
+    res = p99.measure(archs[0])
+    assert res.source == "predicted" and res.extra["statistic"] == "p99"
+    assert stat_value(res, "p99") == pytest.approx(tail[0])
+    assert p50.measure(archs[0]).extra["statistic"] == "p50"
+
+
+def test_records_with_too_few_runs_are_left_out_of_a_p99_and_counted(
+    space: SearchSpace, data_dir: Path, p99_data: Path, p99_slots: Path, tmp_path: Path
+) -> None:
+    # every record of the main dataset has 10 runs: no p99 at all, and the error says how to collect one
+    with pytest.raises(DatasetError, match=rf"0 usable architectures for a p99 predictor \(0 left out as disturbed, "
+                                           rf"{N} with fewer than 1000 timed runs.*--statistic p99"):
+        train_predictor(Dataset.open(data_dir), statistic="p99")
+    # two architectures timed 10 times join the p99 dataset: usable for a p50, left out of a p99
+    mixed = _copy(p99_data, tmp_path / "mixed")
+    short = make_estimator("onnxruntime", input_shape=P99_SHAPE, measure=MEASURE, slot_dir=p99_slots)
+    collect(space, short, mixed, 2, repeats=0, min_cpu_share=0.0, progress=False)
+    ds = Dataset.open(mixed)
+    assert len(ds.table()) == P99_N + 2
+    t99 = ds.table(statistic="p99")
+    assert (len(t99), t99.too_few_runs) == (P99_N, 2)
+    _, report = train_predictor(ds, test_fraction=0.25, statistic="p99")
+    assert report.excluded_few_runs == 2 and len(report.train_archs) + len(report.test_archs) == P99_N
+    assert "2 left out: fewer than 1000 timed runs" in report.table()
+    assert report.to_dict()["excluded_few_runs"] == 2
+
+
+def test_collect_for_a_p99_times_enough_runs_and_refuses_fewer(
+    space: SearchSpace, estimator: LatencyEstimator, tmp_path: Path
+) -> None:
+    with pytest.raises(MeasurementError, match=r"a p99 from \d+ timed runs .* needs at least 1000"):
+        collect(space, estimator, tmp_path / "short", 1, repeats=0, min_cpu_share=0.0, progress=False,
+                statistic="p99")
+    assert Dataset.open(tmp_path / "short").records == []  # refused before it was stored
+    given = ["+space=tiny", "latency=onnxruntime", "min_runs=30", "max_time_s=3"]
+    p99 = backend_options(collect_parser().parse_args(key_value_args([*given, "statistic=p99"])))["measure"]
+    p50 = backend_options(collect_parser().parse_args(key_value_args(given)))["measure"]
+    assert (p99.min_runs, p99.max_time_s) == (1000, None) and (p50.min_runs, p50.max_time_s) == (30, 3.0)
+
+
+def test_the_train_command_learns_the_statistic_it_is_given(
+    p99_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "p99.json"
+    assert train_main([f"data={p99_data}", f"out={out}", "statistic=p99", "test_fraction=0.25", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["statistic"] == "p99" and rep["excluded_few_runs"] == 0 and rep["n_train"] + rep["n_test"] == P99_N
+    doc = json.loads(out.read_text())
+    assert doc["statistic"] == "p99" and doc["training"]["statistic"] == "p99"
+    assert read_predictor(out).statistic == "p99"
+
+
+def test_a_predictor_file_names_its_statistic_and_an_old_one_is_a_p50(
+    trained: tuple[Path, object], tmp_path: Path
+) -> None:
+    path, _ = trained
+    doc = json.loads(path.read_text())
+    assert doc["statistic"] == "p50"
+    new = read_predictor(path)
+    del doc["statistic"]  # as files were written before predictors of the tail
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    loaded = read_predictor(old)
+    assert loaded.statistic == "p50" and loaded.digest == new.digest
+    assert loaded.measure(load_space("tiny").extremes()[0]).extra["statistic"] == "p50"
+    with pytest.raises(PredictorMismatchError, match=r"statistic 'p99' here, 'p50' in the predictor"):
+        load_predictor(path, new.target, statistic="p99")
+    old.write_text(json.dumps({**doc, "statistic": "p42"}))
+    with pytest.raises(PredictorFileError, match=r"statistic 'p42' is not one of"):
+        read_predictor(old)
+
+
+def test_a_search_takes_only_a_predictor_of_its_statistic(
+    trained: tuple[Path, object], p99_predictor: Path, p99_data: Path, p99_slots: Path, space: SearchSpace,
+    tmp_path: Path,
+) -> None:
+    p50_path, _ = trained
+    classes = read_predictor(p50_path).target.num_classes
+    with pytest.raises(PredictorMismatchError,
+                       match=r"statistic 'p99' here, 'p50' in the predictor.*train .*--statistic p99"):
+        make_latency_estimator("predictor", SHAPE, {"path": str(p50_path)}, {}, classes, space, target_stat="p99")
+    est = make_latency_estimator("predictor", P99_SHAPE, {"path": str(p99_predictor)}, {}, classes, space,
+                                 target_stat="p99")
+    assert isinstance(est, PredictorEstimator) and est.statistic == "p99"
+    with pytest.raises(PredictorMismatchError, match=r"statistic 'p50' here, 'p99' in the predictor"):
+        make_latency_estimator("predictor", P99_SHAPE, {"path": str(p99_predictor)}, {}, classes, space)
+    # hybrid: a confirmation is timed with the runs a p99 needs (the search's protocol has 10), and a refit
+    # predicts the p99 too
+    dataset = _copy(p99_data, tmp_path / "hybrid")
+    opts = {"path": str(p99_predictor), "hybrid": True, "dataset": str(dataset), "refit_every": 1,
+            "measure_options": {"slot_dir": str(p99_slots)}}
+    hybrid = make_latency_estimator("predictor", P99_SHAPE, opts, MEASURE, classes, space, target_ms=1.0,
+                                    target_stat="p99")
+    assert isinstance(hybrid, HybridEstimator)
+    arch = space.sample(np.random.default_rng(5))
+    confirmed = hybrid.confirm(arch, est.measure(arch), "near_target")
+    assert confirmed.source == "measured" and confirmed.stats.n >= MIN_RUNS["p99"]
+    assert Dataset.open(dataset).records[-1].origin == "confirm"
+    refitted = read_predictor(dataset / (dataset / POINTER_FILE).read_text().strip())
+    assert refitted.statistic == "p99" and refit(Dataset.open(dataset), statistic="p99").statistic == "p99"

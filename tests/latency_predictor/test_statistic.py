@@ -7,11 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from latency_predictor import ConfigError, MeasurementError, PredictorMismatchError
-from latency_predictor.configure import make_latency_estimator
+from latency_predictor import ConfigError, MeasurementError
+from latency_predictor.dataset import within_rel_se
 from latency_predictor.protocol import LatencyResult, LatencyStats
 from latency_predictor.statistic import MIN_RUNS, check_runs, protocol_for, stat_value
-from search_spaces import load_space
 
 SAMPLES = np.random.default_rng(0).lognormal(0.0, 0.25, 5000)
 
@@ -58,7 +57,13 @@ def test_the_confidence_interval_covers_the_true_percentile_and_narrows_with_run
     assert LatencyResult.from_dict(d).stats.ci95 == {}
 
 
-def test_a_predictor_is_refused_for_a_tail_target() -> None:
-    with pytest.raises(PredictorMismatchError, match=r"statistic 'p99' here, 'p50' in the predictor"):
-        make_latency_estimator("predictor", (1, 3, 32, 32), {"path": "/nowhere.json"}, {}, 10, load_space("tiny"),
-                               target_stat="p99")
+def test_a_percentiles_standard_error_comes_from_its_interval() -> None:
+    r = _result(1000)
+    lo, hi = r.stats.ci95["p99"]
+    assert within_rel_se(r, "p99") == pytest.approx((hi - lo) / (2 * 1.96 * r.stats.p99))
+    assert within_rel_se(r, "p99") > within_rel_se(r, "p50")  # the same runs pin the tail down less well
+    # a record without intervals (written before them): the normal approximation, wider than the median's too
+    old = dataclasses.replace(r, stats=dataclasses.replace(r.stats, ci95={}))
+    assert within_rel_se(old, "p99") > within_rel_se(old, "p50") > 0
+    with pytest.raises(ConfigError, match="'p42' is not recorded"):
+        within_rel_se(r, "p42")
