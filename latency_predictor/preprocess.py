@@ -78,7 +78,7 @@ class Preprocessing:
         s = tuple(float(v) for v in (std if std is not None else cls.std))
         if len(m) != 3 or len(s) != 3 or any(v == 0 for v in s):
             raise ConfigError(f"preprocessing needs 3 means and 3 non-zero standard deviations, got {m} and {s}")
-        return cls(format, (size[0], size[1]), shape, m, s)  # type: ignore[arg-type]
+        return cls(format, (size[0], size[1]), shape, m, s)
 
     def describe(self) -> str:
         """E.g. ``jpeg 480x640 -> 1x3x224x224``."""
