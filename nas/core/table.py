@@ -111,7 +111,11 @@ def format_best(candidates: Sequence[Candidate], target_ms: float, accuracy_labe
     if best is None:
         return "No candidate completed."
     verdict = "meets" if best.meets_target else "misses"
+    stat = best.target_stat  # the statistic the target bounds is the one shown beside it
+    target = f"{target_ms:g} ms" if stat == "p50" else f"{target_ms:g} ms {stat}"
+    tail = "" if stat == "p50" else f"; p50 {best.latency_p50:.2f} ms"
     return (
         f"Best: {best.arch_id}  reward {best.reward:.4f}  {accuracy_label} {best.accuracy:.4f}  "
-        f"latency p50 {best.latency_p50:.2f} ms ({verdict} the {target_ms:g} ms target)\n      {best.arch}"
+        f"latency {stat} {best.metric(f'latency_{stat}'):.2f} ms ({verdict} the {target} target{tail})"
+        f"\n      {best.arch}"
     )

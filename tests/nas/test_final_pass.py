@@ -98,3 +98,12 @@ def test_a_p99_target_is_judged_on_the_re_measured_p99() -> None:
     with pytest.raises(MeasurementError, match="needs at least 1000"):
         apply(_cand(1, 0.8, 5.0, latency_target_stat="p99"), few.measure(load_space("tiny").sample(
             np.random.default_rng(2))), Objective(target, stat="p99"))
+
+
+def test_the_best_line_shows_the_statistic_the_target_bounds() -> None:
+    from nas.core.table import format_best
+
+    p50 = format_best([_cand(0, 0.9, 5.0)], 10.0)
+    assert "latency p50 5.00 ms (meets the 10 ms target)" in p50
+    p99 = format_best([_cand(0, 0.9, 5.0, latency_target_stat="p99")], 10.0)
+    assert "latency p99 6.00 ms (meets the 10 ms p99 target; p50 5.00 ms)" in p99
