@@ -197,7 +197,6 @@ def _agent_command(*args: str, token: str | None) -> subprocess.CompletedProcess
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_the_agent_refuses_to_start_without_a_real_token_or_on_a_taken_port(agent: Agent) -> None:
     no_token = _agent_command("--port", "0", token=None)
     assert no_token.returncode == 2 and "no token: set $LATNAS_AGENT_TOKEN" in no_token.stderr

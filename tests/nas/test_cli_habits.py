@@ -128,7 +128,6 @@ def test_processes_creating_one_new_store_at_once_all_succeed(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_an_address_where_no_ray_cluster_answers_is_one_line_and_leaves_no_folder(tmp_path: Path) -> None:
     # A real HTTP server where the user meant a Ray head: Ray's C++ client would log each retry.
     server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"], cwd=tmp_path,

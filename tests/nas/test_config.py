@@ -224,7 +224,6 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_cli_without_space_lists_spaces(tmp_path: Path) -> None:
     proc = _cli(tmp_path)
     assert proc.returncode == 2
