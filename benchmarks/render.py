@@ -270,11 +270,12 @@ def _tail(rec: Rec) -> str:
         [[r["pipeline"], _f(r["p50"], 3), _ci(r["ci95_p50"]), _f(r["p99"], 3), _ci(r["ci95_p99"]), _f(r["n"])]
          for r in pre["rows"]])
     th = f["throughput"]
+    ts = th.get("stat", "p99")
     bounds = [f"{b:g}" for b in th["bounds_ms"]]
     trows = []
     for r in th["rows"]:
         per = r["per_batch"]
-        cells = [f"{_f(per[str(b)]['p99'], 2)}" for b in th["batches"]]
+        cells = [f"{_f(per[str(b)][ts], 2)}" for b in th["batches"]]
         best = [f"{p['batch'] or 'none'}: {_f(p['throughput_per_s'], 0)}/s" for p in (r["bounds"][k] for k in bounds)]
         trows.append([r["network"], *cells, *best])
     pred = f["predictor"]
@@ -299,11 +300,11 @@ Networks: the hand-designed references in their 32x32 layouts and the winner of 
 
 p99 / p50 per backend: {ratios}.{pre_text}
 
-**Throughput within a p99 bound** (ONNX Runtime; each batch timed with the p99 protocol): the p99 (ms) of each
-batch, and for each bound the batch with the most images per second whose p99 stays within it
+**Throughput within a {ts} bound** (ONNX Runtime; each batch timed with the {ts} protocol): the {ts} (ms) of
+each batch, and for each bound the batch with the most images per second whose {ts} stays within it
 (`latency.scenario=server`):
 
-{table(['network', *[f'b{b} p99' for b in th['batches']], *[f'best within {b} ms' for b in bounds]], trows)}
+{table(['network', *[f'b{b} {ts}' for b in th['batches']], *[f'best within {b} ms' for b in bounds]], trows)}
 
 **The predictor on p99 vs p50**: {_f(pred['n'])} architectures of `{pred['space']}` measured once with the p99
 protocol ({_f(pred['collect_s'], 0)} s); a predictor trained on each statistic, same split:
