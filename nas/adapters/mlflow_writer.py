@@ -256,7 +256,8 @@ class StoreWriter:
     def log_revised(self, cand: Candidate, metrics: Mapping[str, float], tags: Mapping[str, str]) -> None:
         """New values of some of a recorded candidate's metrics (and tags), e.g. after the final
         latency pass. Each is logged at the step of the metric's last value with a later time, so
-        MLflow shows it as the latest while the history keeps the value it replaces."""
+        MLflow shows it as the latest while the history keeps the value it replaces. ``cand`` holds
+        the revised figures already: the run is renamed after them (:func:`candidate_run_name`)."""
         if cand.run_id is None:
             raise TrackingError(f"candidate {cand.arch_id} has no MLflow run to revise")
         steps: dict[str, int] = {}
@@ -269,6 +270,8 @@ class StoreWriter:
         run_id = cand.run_id
         with mlflow_errors(lambda: f"cannot revise the record of candidate {cand.arch_id} (run {run_id})"):
             self._log(run_id, metrics=logged, tags=tags)
+            # the run's name states its latency and verdict: it follows the revised figures
+            self.client.update_run(run_id, name=candidate_run_name(cand))
 
     def log_table(self, run_id: str, rows: list[dict[str, Any]], artifact_file: str) -> None:
         """A table on a run, as MLflow's UI shows tables (its artifact view renders it, sortable)."""

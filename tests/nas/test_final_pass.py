@@ -6,6 +6,7 @@ leaves in MLflow); here its choices and its arithmetic, on a real ONNX Runtime m
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,3 +108,19 @@ def test_the_best_line_shows_the_statistic_the_target_bounds() -> None:
     assert "latency p50 5.00 ms (meets the 10 ms target)" in p50
     p99 = format_best([_cand(0, 0.9, 5.0, latency_target_stat="p99")], 10.0)
     assert "latency p99 6.00 ms (meets the 10 ms p99 target; p50 5.00 ms)" in p99
+
+
+def test_a_revised_candidate_is_renamed_after_its_new_verdict(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    from nas.adapters.mlflow_writer import StoreWriter
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    writer = StoreWriter(uri, "latnas")
+    parent = writer.start_search("s", {}, {})
+    cand = _cand(0, 0.9, 5.0)  # meets the 10 ms target in the search
+    cand.run_id = writer.log_candidate(parent, cand, "s")
+    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("5.00 ms, meets target")
+    cand.metrics.update(latency_p50=12.0, meets_target=0.0)  # the final pass measured it slower
+    writer.log_revised(cand, {"latency_p50": 12.0, "meets_target": 0.0}, {})
+    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("12.00 ms, misses target")
