@@ -265,20 +265,24 @@ def test_spread_figures_and_their_section() -> None:
     from benchmarks.spread import summarise
 
     per_search = [
-        {"a": {"in_search": 10.0, "final": 8.0}, "b": {"in_search": 20.0, "final": 16.0},
-         "c": {"in_search": 1.0, "final": 1.0}},
-        {"a": {"in_search": 13.6, "final": 8.4}, "b": {"in_search": 21.0, "final": 16.2}},
+        {"a": {"in_search": 10.0, "final": 8.0, "standalone": 8.0}, "b": {"in_search": 20.0, "final": 16.0,
+                                                                          "standalone": 16.0},
+         "c": {"in_search": 1.0, "final": 1.0, "standalone": 1.0}},
+        {"a": {"in_search": 13.6, "final": 8.4, "standalone": 9.2}, "b": {"in_search": 21.0, "final": 16.2,
+                                                                          "standalone": 16.0}},
     ]
     f = summarise(per_search)
     assert f["n_common"] == 2 and [r["arch_id"] for r in f["archs"]] == ["a", "b"]  # c: in one search only
     assert f["in_search"]["max_spread"] == pytest.approx(1.36) and f["in_search"]["within_goal"] == 0.5
     assert f["final"]["max_spread"] == pytest.approx(1.05) and f["final"]["within_goal"] == 1.0 and f["met"]
+    assert f["standalone"]["max_spread"] == pytest.approx(1.15) and not f["floor_met"]  # the host drifted
     rec = {"command": ["python", "-m", "benchmarks.spread"], "created": "2026-11-30T12:00:00+00:00",
            "environment": MACHINE, "settings": {"searches": 2, "trials": 3, "seed": 0}, "figures": f}
     out = render.render({"spread": rec})
     assert "## Latency across searches: the final latency pass" in out
-    assert "| a | 10.00 / 13.60 | 1.360 | 8.00 / 8.40 | 1.050 |" in out
+    assert "| a | 10.00 / 13.60 | 1.360 | 8.00 / 8.40 | 1.050 | 8.00 / 9.20 | 1.150 |" in out
     assert "within 1.1x for every architecture:\nmet" in out
+    assert "can go under:\nnot within 1.1x for every architecture" in out
 
 
 def _tail_record() -> dict:
