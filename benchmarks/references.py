@@ -27,6 +27,7 @@ import torch
 
 from benchmarks.common import spread
 from benchmarks.proxy import ProxyEvaluator
+from benchmarks.render import comparison_lines
 from latency_predictor.backends import make_estimator
 from latency_predictor.timing import MeasureConfig
 from nas.core.config import TrainConfig
@@ -144,7 +145,7 @@ def run(seeds: int, epochs: int, search_n: int, quick: bool, log: Callable[[str]
             log(f"  target {t:g} ms: {c['name']:<24} {c['latency_ms']:6.2f} ms  accuracy median "
                 f"{np.median(accs):.4f} (min {min(accs):.4f}, max {max(accs):.4f})")
         targets.append({"target_ms": t, "candidates": cands})
-    summary = summary_lines(targets)
+    summary = comparison_lines(targets)
     for line in summary:
         log(f"  {line}")
     return {
@@ -155,27 +156,3 @@ def run(seeds: int, epochs: int, search_n: int, quick: bool, log: Callable[[str]
         "latency": "ONNX Runtime CPU, 1 intra-op thread, 1x3x224x224, p50 measured in this run",
         "multipliers": list(MULTIPLIERS),
     }
-
-
-def summary_lines(targets: list[dict[str, Any]]) -> list[str]:
-    lines = []
-    searched_all = [c for t in targets for c in t["candidates"] if c["name"] == "searched"]
-    for t in targets:
-        s = next(c for c in t["candidates"] if c["name"] == "searched")
-        for c in t["candidates"]:
-            if c is s:
-                continue
-            d = s["accuracy"]["median"] - c["accuracy"]["median"]
-            lines.append(f"at {t['target_ms']:g} ms, searched ({s['latency_ms']:.2f} ms) vs {c['name']} "
-                         f"({c['latency_ms']:.2f} ms): accuracy {100 * d:+.1f} points (medians)")
-    refs = [c for t in targets for c in t["candidates"] if c["name"] != "searched"]
-    for c in refs:
-        ok = [s for s in searched_all if s["accuracy"]["median"] >= c["accuracy"]["median"]]
-        if ok:
-            f = min(ok, key=lambda s: s["latency_ms"])
-            lines.append(f"matched accuracy: {c['name']} {c['latency_ms']:.2f} ms vs searched {f['latency_ms']:.2f} ms "
-                         f"({c['latency_ms'] / f['latency_ms']:.2f}x)")
-        else:
-            lines.append(f"matched accuracy: no searched network reached {c['name']}'s "
-                         f"{100 * c['accuracy']['median']:.1f}%")
-    return lines
