@@ -321,3 +321,41 @@ def test_the_tail_section_shows_both_percentiles_throughput_and_the_p99_search()
     assert "onnxruntime: median 1.50" in out
     assert "| 4: 2,000/s | 16: 2,000/s |" in out and "Throughput within a p90 bound" in out  # best batch per bound
     assert "1.050, 1.250 ms, 1 of 2\nwithin the target" in out
+
+
+def test_paired_ratios_outvote_a_speed_flip_and_choose_the_widest_width_no_slower_than_the_anchor() -> None:
+    """A width is judged against the anchor measured right after it, so a host that runs 2x slower
+    for a while neither pushes a fitting reference down to its smallest width nor lifts one that
+    does not fit (the failure that put MobileNetV2 at x0.25 against its own x0.35 target)."""
+    from benchmarks.references import scale_width
+    from benchmarks.references_cifar10 import paired_ratios, scaled
+    import torch
+
+    from search_spaces import build, count_macs, reference
+    from search_spaces.references import small_input_variant
+
+    anchor = scale_width(small_input_variant(reference("mobilenetv2_100")), 0.35)
+    calls = []
+    macs: dict[Arch, int] = {}
+
+    def measure(arch: Arch) -> float:  # a host whose speed halves for the 2nd to 5th measurement
+        calls.append(arch)
+        if arch not in macs:
+            with torch.device("meta"):
+                macs[arch] = count_macs(build(arch, num_classes=10), (1, 3, 32, 32))
+        slow = 2.0 if 2 <= len(calls) <= 5 else 1.0
+        return slow * macs[arch] / 1e6
+
+    p = paired_ratios([anchor], anchor, measure, 3)[anchor]
+    assert p.ratio == 1.0 and p.meets
+    arch, m, chosen = scaled("mobilenetv2_100", anchor, measure, rounds=3, log=lambda _: None)
+    # cost follows MACs here, so x0.35 (the anchor itself) is the widest that is no slower than it
+    assert m == 0.35 and arch == anchor and chosen.ratio == 1.0
+    wider = scale_width(small_input_variant(reference("mobilenetv2_100")), 0.5)
+    calls.clear()
+    q = paired_ratios([wider], anchor, measure, 3)[wider]
+    assert q.ratio > 1.0 and not q.meets
+    assert q.ratios[0] != q.ratios[1]  # the flip spoils one pair, the median ignores it
+    calls.clear()
+    _, m_small, small = scaled("efficientnet_b0", scale_width(anchor, 0.25), measure, rounds=3, log=lambda _: None)
+    assert m_small == 0.25 and not small.meets  # none fits: the smallest, with its ratio
