@@ -76,11 +76,15 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     port, dash = _free_port(), _free_port()
     env = _env(home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     # --block keeps `ray start` in the foreground, and stopping it stops this head's processes
-    # only (`ray stop` would stop every Ray instance on the machine).
+    # only (`ray stop` would stop every Ray instance on the machine). Every port is a free one: with
+    # Ray's default agent port (52365) taken by another Ray instance on this machine, the head's
+    # dashboard agent cannot serve and `ray job submit` is refused with "No available agent".
     proc = subprocess.Popen(
         ["ray", "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
          "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-         f"--ray-client-server-port={_free_port()}", "--disable-usage-stats"],
+         f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
+         f"--dashboard-agent-grpc-port={_free_port()}", f"--metrics-export-port={_free_port()}",
+         "--disable-usage-stats"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:
