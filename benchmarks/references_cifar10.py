@@ -60,8 +60,10 @@ from search_spaces.references import small_input_variant
 SHAPE = (1, 3, 32, 32)
 EXPORT_DIR = ROOT / "benchmarks" / "cifar10"
 # Sized for 90 minutes on 2 cores: a run with 10,000 images and targets at widths 0.5 and 0.75 was
-# still training after 78 minutes (the wider references cost up to 5x a searched network to train).
-FULL = {"search_n": 24, "train_samples": 6000, "epochs": 5, "seeds": 3, "val": 2000}
+# still training after 78 minutes (the wider references cost up to 5x a searched network to train);
+# one with 24 candidates and 6,000 images took 82 minutes before the paired latency rounds (about
+# 8 minutes more) were added, and this host then ran at its slow level for long stretches.
+FULL = {"search_n": 16, "train_samples": 4000, "epochs": 5, "seeds": 3, "val": 2000}
 QUICK = {"search_n": 4, "train_samples": 500, "epochs": 1, "seeds": 1, "val": 300}
 TARGET_WIDTHS = (0.35, 0.5)
 SCALE_ROUNDS = 3
