@@ -327,10 +327,10 @@ def test_paired_ratios_outvote_a_speed_flip_and_choose_the_widest_width_no_slowe
     """A width is judged against the anchor measured right after it, so a host that runs 2x slower
     for a while neither pushes a fitting reference down to its smallest width nor lifts one that
     does not fit (the failure that put MobileNetV2 at x0.25 against its own x0.35 target)."""
-    from benchmarks.references import scale_width
-    from benchmarks.references_cifar10 import paired_ratios, scaled
     import torch
 
+    from benchmarks.references import scale_width
+    from benchmarks.references_cifar10 import paired_ratios, scaled
     from search_spaces import build, count_macs, reference
     from search_spaces.references import small_input_variant
 
@@ -359,3 +359,30 @@ def test_paired_ratios_outvote_a_speed_flip_and_choose_the_widest_width_no_slowe
     calls.clear()
     _, m_small, small = scaled("efficientnet_b0", scale_width(anchor, 0.25), measure, rounds=3, log=lambda _: None)
     assert m_small == 0.25 and not small.meets  # none fits: the smallest, with its ratio
+
+
+def test_the_cifar10_comparison_shows_each_network_against_its_anchor(tmp_path: Path) -> None:
+    def cand(name: str, m: float | None, ms: float, ratio: float, acc: list[float]) -> dict:
+        return {"name": name, "multiplier": m, "latency_ms": ms, "latency_ratio": ratio, "meets_target": ratio <= 1,
+                "params_m": 1.0, "accuracy": spread(acc), "export_folder": f"benchmarks/cifar10/{name}",
+                "search": {"settings": {"accuracy": "brief_training", "train.epochs": 2,
+                                        "data.max_train_samples": 2000, "sampler": "tpe"}}}
+
+    figures = {"dataset": "cifar10", "target_widths": [0.35, 0.5], "rounds": 5, "scale_rounds": 3, "seeds": 3,
+               "train_samples": 4000, "epochs": 5, "search_n": 16, "val_images": 2000, "latency": "paired",
+               "targets": [{"target_ms": 0.9, "anchor": "mobilenetv2_100 x0.35", "candidates": [
+                   cand("searched", None, 0.4, 0.45, [0.48, 0.49, 0.5]),
+                   cand("mobilenetv2_100 x0.35", 0.35, 0.88, 1.0, [0.44, 0.45, 0.46]),
+                   cand("efficientnet_b0 x0.25", 0.25, 1.9, 2.1, [0.40, 0.41, 0.42])]}]}
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "references_cifar10.json").write_text(
+        json.dumps(_rec("references_cifar10", figures)))
+    section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("(cifar10)")[1]
+    assert "| x anchor | meets |" in section
+    assert "| 0.9 | searched | 0.400 | 0.45 | yes |" in section
+    assert "| 0.9 | efficientnet_b0 x0.25 | 1.900 | 2.10 | no |" in section
+    assert "Slower than the anchor at the end: efficientnet_b0 x0.25 at 0.9 ms (2.10x, even at the smallest" in section
+    figures["targets"][0]["candidates"].pop()
+    (tmp_path / "records" / "references_cifar10.json").write_text(json.dumps(_rec("references_cifar10", figures)))
+    section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("(cifar10)")[1]
+    assert "Every network met its target." in section
