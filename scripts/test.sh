@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole check: lint, types, layer contracts, then the tests (CPU-only; GPU and TensorRT tests
 # skip themselves where the hardware is missing):
-#   bash scripts/test.sh           the fast set, then the slow tests marked `ci` (what CI runs, ~12 min on 2 cores)
+#   bash scripts/test.sh           the fast set, then the slow tests marked `ci` (what CI runs, ~14 min on 2 cores)
 #   bash scripts/test.sh --fast    lint, types, contracts and the fast set only
-#   bash scripts/test.sh --all     the fast set, then the whole slow set (about 30 minutes on 2 cores)
+#   bash scripts/test.sh --all     the fast set, then the whole slow set (about 31 minutes more)
 # The fast set is unit and small integration tests; the slow set (marker `slow`) starts real
 # multi-node Ray clusters, kills processes, runs long searches and installs the wheel into a
 # fresh virtual environment. Extra arguments after the option go to pytest.
