@@ -77,7 +77,6 @@ class Paired:
     """A network measured back to back with an anchor: medians over the rounds."""
 
     latency_ms: float
-    anchor_ms: float
     ratio: float
     ratios: tuple[float, ...]
 
@@ -106,10 +105,10 @@ def paired_ratios(archs: list[Arch], anchor: Arch, measure: Callable[[Arch], flo
     out = {}
     for a in archs:
         if a == anchor:
-            out[a] = Paired(float(np.median(own)), float(np.median(own)), 1.0, (1.0,) * rounds)
+            out[a] = Paired(float(np.median(own)), 1.0, (1.0,) * rounds)
             continue
         ratios = tuple(m / t for m, t in zip(mine[a], theirs[a], strict=True))
-        out[a] = Paired(float(np.median(mine[a])), float(np.median(theirs[a])), float(np.median(ratios)), ratios)
+        out[a] = Paired(float(np.median(mine[a])), float(np.median(ratios)), ratios)
     return out
 
 

@@ -470,30 +470,27 @@ def comparison_lines(targets: list[dict[str, Any]]) -> list[str]:
 
 def _references(rec: Rec) -> str:
     f = rec["figures"]
+    matched = "\n".join(f"- {line}" for line in comparison_lines(f["targets"]))
+    if f.get("dataset") == "cifar10":
+        return _references_cifar10(f, matched)
     rows = []
     for t in f["targets"]:
         for c in t["candidates"]:
             acc = c["accuracy"]
             rows.append([f"{t['target_ms']:g}", c["name"], _f(c["latency_ms"]), _f(c.get("params_m"), 2),
                          f"{_pct(acc['median'])} ({_pct(acc['min'])} - {_pct(acc['max'])})"])
-    matched = "\n".join(f"- {line}" for line in comparison_lines(f["targets"]))
     over = [f"at {t['target_ms']:g} ms the searched network measured {c['latency_ms']:.2f} ms" for t in f["targets"]
             for c in t["candidates"] if c["name"] == "searched" and c["latency_ms"] > t["target_ms"]]
-    if over and f.get("dataset") != "cifar10":
+    if over:
         matched += ("\n\nThe searched networks missed their targets when measured here (" + "; ".join(over)
                     + "): none of the candidates measured met the target under this run's load, so the fastest "
                     "measured is shown, and the latencies are not exactly matched.")
     weak = [c["name"] for t in f["targets"] for c in t["candidates"] if c["accuracy"]["median"] < 0.5]
-    if f.get("dataset") == "cifar10":
-        matched += (f"\n\nThese are short-budget accuracies ({f['train_samples']:,} images x {f['epochs']} epochs): "
-                    "they compare what each network learns in that budget, not what it reaches with full training.")
-    elif weak:
+    if weak:
         matched += (f"\n\nWith {f['epochs']} epoch(s), {', '.join(sorted(set(weak)))} stayed under 50% accuracy: "
                     "deep, narrow networks barely start to learn in so short a budget (same optimiser and learning "
                     "rate for every network), so this compares what each network learns in a very short budget, "
                     "not what it can reach.")
-    if f.get("dataset") == "cifar10":
-        return _references_cifar10(f, rows, matched)
     return f"""Does the search find networks that beat hand-designed ones at the same latency? At two latency targets on
 this machine's ONNX Runtime CPU (1 thread, 1x3x224x224, measured), the best network of a small search
 ({f['search']}) against the reference networks width-scaled (channels x multiplier, rounded to 8) to the
@@ -508,34 +505,30 @@ Digits is a weak proxy for ranking (one test image is 0.28 points, and seed-to-s
 as large as the differences between architectures); treat small differences as ties."""
 
 
-def _references_cifar10(f: dict[str, Any], rows: list[list[str]], matched: str) -> str:
+def _references_cifar10(f: dict[str, Any], matched: str) -> str:
     s = f["targets"][0]["candidates"][0]["search"]
     st = s["settings"]
     exports = sorted({c["export_folder"] for t in f["targets"] for c in t["candidates"] if c.get("export_folder")})
-    widths = ("widths " + " and ".join(f"{w:g}" for w in f["target_widths"]) if "target_widths" in f
-              else "two widths (see the notes)")
-    paired = all("latency_ratio" in c for t in f["targets"] for c in t["candidates"])
-    if paired:
-        rows = [[f"{t['target_ms']:g}", c["name"], _f(c["latency_ms"], 3), _f(c["latency_ratio"], 2),
-                 "yes" if c["meets_target"] else "no", _f(c.get("params_m"), 2),
-                 f"{_pct(c['accuracy']['median'])} ({_pct(c['accuracy']['min'])} - {_pct(c['accuracy']['max'])})"]
-                for t in f["targets"] for c in t["candidates"]]
-        header = ["target ms", "network", "latency ms", "x anchor", "meets", "params M", "accuracy"]
-        missed = [f"{c['name']} at {t['target_ms']:g} ms ({c['latency_ratio']:.2f}x"
-                  + (", even at the smallest width tried" if c["multiplier"] == 0.25 else "") + ")"
-                  for t in f["targets"] for c in t["candidates"] if not c["meets_target"]]
-        how = f"""Each target's *anchor* is the MobileNetV2 that set it. This host's speed moves between levels about 2x
+    widths = " and ".join(f"{w:g}" for w in f["target_widths"])
+    rows = [[f"{t['target_ms']:g}", c["name"], _f(c["latency_ms"], 3), _f(c["latency_ratio"], 2),
+             "yes" if c["meets_target"] else "no", _f(c.get("params_m"), 2),
+             f"{_pct(c['accuracy']['median'])} ({_pct(c['accuracy']['min'])} - {_pct(c['accuracy']['max'])})"]
+            for t in f["targets"] for c in t["candidates"]]
+    header = ["target ms", "network", "latency ms", "x anchor", "meets", "params M", "accuracy"]
+    missed = [f"{c['name']} at {t['target_ms']:g} ms ({c['latency_ratio']:.2f}x"
+              + (", even at the smallest width tried" if c["multiplier"] == 0.25 else "") + ")"
+              for t in f["targets"] for c in t["candidates"] if not c["meets_target"]]
+    how = f"""Each target's *anchor* is the MobileNetV2 that set it. This host's speed moves between levels about 2x
 apart within seconds, so no network is judged by one absolute figure: each is measured back to back
 with its anchor, and *x anchor* is the median over the rounds of its p50 over the anchor's ({f['rounds']}
 rounds at the end of the run; the widths were chosen the same way at the start, {f['scale_rounds']}
 rounds each). A network meets its target when it is no slower than the anchor (x anchor <= 1).
 {"Slower than the anchor at the end: " + "; ".join(missed) + "." if missed else "Every network met its target."}"""
-    else:
-        header = ["target ms", "network", "latency ms", "params M", "accuracy"]
-        how = ""
+    budget = (f"These are short-budget accuracies ({f['train_samples']:,} images x {f['epochs']} epochs): "
+              "they compare what each network learns in that budget, not what it reaches with full training.")
     return f"""The same question on real images. At two latency targets on this machine's ONNX Runtime CPU (1 thread,
 CIFAR's deployment shape 1x3x32x32, every network measured in this run), chosen as the measured
-latencies of MobileNetV2 in its 32x32 layout at {widths}: LatNAS's own search of
+latencies of MobileNetV2 in its 32x32 layout at widths {widths}: LatNAS's own search of
 `mobile_cifar` ({f['search_n']} candidates, its CIFAR-10 defaults: {st['accuracy']} estimate,
 {st['train.epochs']} epochs on {st['data.max_train_samples']} images, {st['sampler']} sampler)
 against MobileNetV2, EfficientNet-B0 and MnasNet-B1 in their 32x32 layouts (the first two stride-2
@@ -550,6 +543,8 @@ original release: accuracies are close to, not identical with, published figures
 {how}
 
 {matched}
+
+{budget}
 
 The trained networks (seed 0) are committed as `model.onnx` (Conv+BN fused, checked against
 PyTorch) with `arch.json` (architecture, preprocessing, classes, accuracy, latency) in
