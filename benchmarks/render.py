@@ -186,23 +186,37 @@ def _transfer(rec: Rec) -> str:
             row += [cell(v["adapted_informative"]), cell(v["adapted_random"]), cell(v["scratch_random"])]
         rows.append(row)
     met = [p for p in rec["pairs"] if p.get("goal_met")]
+    gn = str(goal["n"])
+    parts = ""
+    if all("scales_only_informative" in p["by_n"].get(gn, {}) for p in rec["pairs"]):
+        prow = [[f"{p['source']} -> {p['target']}"]
+                + [cell(p["by_n"][gn][k]) for k in ("adapted_informative", "scales_only_informative",
+                                                     "adapted_random", "scales_only_random")]
+                + ["met" if p.get("goal_met") else "not met"] for p in rec["pairs"]]
+        parts = f"""
+
+At n = {gn}, what the per-feature refinement adds to the group scales, for the chosen and for random
+architectures:
+
+{table(['source -> target', 'adapted', 'scales only', 'adapted, random', 'scales only, random', 'goal'], prow)}"""
     return f"""A predictor for a device from n measurements there, adapted from another device's predictor
 (`python -m latency_predictor.train --adapt-from`: per-group scales and the device's overheads refitted,
-`latency_predictor/transfer.py`), against a predictor fitted from scratch on the same n and the full
-predictor fitted on {st['n_full']} measurements of the target. "Devices" with different latency profiles
-stand in for real ones:
+then each operator's cost refined, `latency_predictor/transfer.py`), against a predictor fitted from
+scratch on the same n and the full predictor fitted on {st['n_full']} measurements of the target.
+"Devices" with different latency profiles stand in for real ones:
 
 {dev}
 
 Each cell is the share of {st['n_test']} held-out `{st['space']}` architectures predicted within +-10%, then the
 Spearman rank correlation, averaged over {st['splits']} random held-out splits. "adapted, n" measures the n
-architectures `collect --adapt-from` chooses (most informative first); "random n": n chosen at random
-({st['reps']} draws per split); "source as is": the source device's predictor unchanged.
+architectures `collect --adapt-from` chooses (most informative first: the most typical, then those that
+cover the rest); "random n": n chosen at random ({st['reps']} draws per split); "source as is": the source
+device's predictor unchanged.
 
 {table(header, rows)}
 
 Goal at n = {goal['n']} (adapted): Spearman >= {goal['spearman']} and +-10% >= {_pct(goal['within_10'])}: met by
-{len(met)} of {len(rec['pairs'])} pairs."""
+{len(met)} of {len(rec['pairs'])} pairs.{parts}"""
 
 
 def _agent(rec: Rec) -> str:

@@ -20,8 +20,9 @@ and eager PyTorch on the GPU (``torch-cuda``) where one is present.
    ``--n-full``). For each n of ``--shots``, the target's n measurements are chosen from its
    non-held-out architectures by the informative order (``collect --adapt-from``) and, ``--reps``
    times, at random; the source is adapted with them, and a predictor is fitted from scratch on the
-   same n. Every figure is the +-10% share and Spearman on the held-out architectures, averaged
-   over the splits (random choices: also over the repetitions).
+   same n. The adapted predictor is also fitted with its group scales alone (``scales_only``, no
+   per-feature refinement). Every figure is the +-10% share and Spearman on the held-out
+   architectures, averaged over the splits (random choices: also over the repetitions).
 
 Goal (issue): at n = 20, Spearman >= 0.95 and +-10% >= 90% for the adapted predictor.
 """
@@ -171,11 +172,13 @@ def evaluate_pair(source: Dataset, target: Dataset, shots: list[int], n_full: in
                     archs, y = [pool_archs[i] for i in idx], pool.latency_ms[idx]
                     adapted, _ = adapt_model(src_model, tx, archs, y, members=0)
                     add(f"{n}.adapted_{how}", held.latency_ms, adapted.predict(held_archs))
+                    scales_only, _ = adapt_model(src_model, tx, archs, y, members=0, refine=False)
+                    add(f"{n}.scales_only_{how}", held.latency_ms, scales_only.predict(held_archs))
                     scratch = AdditiveModel(tx, members=0)
                     scratch.fit(archs, y)
                     add(f"{n}.scratch_{how}", held.latency_ms, scratch.predict(held_archs))
                     if how == "random":
-                        one, _ = adapt_model(src_model, tx, archs, y, members=0, lam=1e9)
+                        one, _ = adapt_model(src_model, tx, archs, y, members=0, lam=1e9, refine=False)
                         add(f"{n}.global_scale_random", held.latency_ms, one.predict(held_archs))
     out: dict[str, Any] = {"full": _mean(scores["full"]), "source_as_is": _mean(scores["source_as_is"]), "by_n": {}}
     for n in shots:

@@ -21,20 +21,32 @@ more it lets each family move on its own. The result is an ordinary ``AdditiveMo
 coefficients are ``s_g w_j``), saved and loaded like any predictor, with a bootstrap ensemble and
 leave-one-out errors for its uncertainty.
 
-Which architectures to measure (:func:`informative_order`): the scales are a linear model in the
-group contributions, and on relative error a network's row is its *mix*: the share of its
-predicted latency from each group. The best n rows for fitting such a model are those that make
-the information matrix ``sum_i a_i a_i^T`` largest (a D-optimal design). They are chosen greedily
-from a pool of candidates, each time the one the current design predicts worst (largest leverage
-``a^T M^-1 a``): the first is the network whose mix is most unusual, the next the one least like
-those chosen, and so on. Networks already measured count as chosen. The order is
-most informative first, so measuring stops early with the best subset so far.
+A group scale cannot give a cost to an operator the source predictor costs at nothing, nor move
+cost between correlated features of one group: the source's non-negative fit is sparse (ONNX
+Runtime fuses ReLU into the convolution, so its ReLU costs nothing, while eager PyTorch pays for
+every activation). So the scaled model is then *refined* (:func:`refine_costs`): each feature's
+cost may move by ``delta_j`` (never below zero), with a ridge penalty ``mu * sum_j (delta_j m_j)^2``
+in units of the mean latency (``m_j`` is feature ``j``'s mean value over the mean measured
+latency), ``mu`` chosen by leave-one-out among values that include "no refinement" at all. With
+few measurements, or measurements the scales already explain, the refinement stays at zero.
+
+Which architectures to measure (:func:`informative_order`): those that best represent the
+candidates, judged by their *mix*: the share of a network's predicted latency from each group (and
+the fixed and per-call terms), standardised across the candidates. A greedy k-median choice takes,
+each time, the candidate that most reduces the summed distance from every candidate to its
+nearest chosen one: the first is the most typical network, the next the one that best covers
+what the first leaves far away, and so on. Networks already measured count as chosen. Typical
+networks are what the predictor is asked about, so a fit on them predicts the candidates better
+than a fit on extreme ones, which a D-optimal design (largest leverage first) would choose and
+which the benchmark found worse as soon as the scales alone did not explain the new device. The
+order is most informative first, so measuring stops early with the best subset so far.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -87,6 +99,9 @@ _OPS = FEATURE_NAMES.index("total.ops")
 LAMBDAS: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1e4)
 """Ridge strengths tried (per measurement); the largest is, in effect, one global scale."""
 
+REFINE_MUS: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
+"""Ridge strengths of the per-feature refinement tried (per measurement); ``inf``: no refinement."""
+
 
 def group_contributions(model: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch]) -> np.ndarray:
     """The design of the adaptation: each group's part of ``model``'s prediction for ``archs`` (ms),
@@ -116,19 +131,27 @@ class Scales:
         global_scale: the one scale mapping the source predictions onto the measurements, which
             every group's scale is pulled towards.
         lam: the chosen ridge strength (per measurement).
-        loo_abs_rel_error: leave-one-out absolute relative errors on the fitting measurements.
+        loo_abs_rel_error: leave-one-out absolute relative errors on the fitting measurements (of
+            the refined model when there is a refinement).
+        refine_mu: the ridge strength of the per-feature refinement (:func:`refine_costs`);
+            ``inf``: not refined.
+        refined_features: how many features' costs the refinement moved.
     """
 
     params: np.ndarray
     global_scale: float
     lam: float
     loo_abs_rel_error: np.ndarray = field(repr=False)
+    refine_mu: float = math.inf
+    refined_features: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain numbers, by name."""
+        """Plain numbers, by name (``refine_mu`` None: not refined)."""
         return {"scales": dict(zip(GROUPS, self.params[: len(GROUPS)].tolist(), strict=True)),
                 **dict(zip(OVERHEADS, self.params[len(GROUPS):].tolist(), strict=True)),
                 "global_scale": self.global_scale, "lambda": self.lam,
+                "refine_mu": None if math.isinf(self.refine_mu) else self.refine_mu,
+                "refined_features": self.refined_features,
                 "loo_mape": float(np.mean(self.loo_abs_rel_error))}
 
 
@@ -199,13 +222,72 @@ def fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float = 
     return Scales(_solve(z, y, lam, source_intercept), c, float(lam), _loo(z, y, lam, source_intercept))
 
 
+def _costs(source: AdditiveModel, params: np.ndarray) -> np.ndarray:
+    """The scaled model's costs: its coefficients, then its intercept."""
+    coef = source.coef * params[_GROUP_OF]
+    coef[_OPS] += params[len(GROUPS) + 1]
+    return np.r_[coef, params[len(GROUPS)]]
+
+
+def _with_costs(source: AdditiveModel, extractor: FeatureExtractor, costs: np.ndarray) -> AdditiveModel:
+    m = AdditiveModel(extractor, members=0, robust_passes=source.robust_passes, seed=source.seed)
+    m.coef = np.array(costs[:-1], dtype=np.float64)
+    m.intercept = float(costs[-1])
+    return m
+
+
 def scaled_model(source: AdditiveModel, extractor: FeatureExtractor, params: np.ndarray) -> AdditiveModel:
     """An ``AdditiveModel``: the source's coefficients times their group's scale, plus the overheads."""
-    m = AdditiveModel(extractor, members=0, robust_passes=source.robust_passes, seed=source.seed)
-    m.coef = source.coef * params[_GROUP_OF]
-    m.coef[_OPS] += params[len(GROUPS) + 1]
-    m.intercept = float(params[len(GROUPS)])
-    return m
+    return _with_costs(source, extractor, _costs(source, params))
+
+
+def design_matrix(extractor: FeatureExtractor, archs: Sequence[Arch]) -> np.ndarray:
+    """The features of ``archs`` with a last column of ones (the intercept's)."""
+    x = extractor.transform(archs)
+    return np.c_[x, np.ones(len(x))]
+
+
+def _refine(x: np.ndarray, y: np.ndarray, base: np.ndarray, mu: float) -> np.ndarray:
+    """``base`` (costs, then intercept) moved by the ridge-penalised deltas of the module docstring."""
+    if math.isinf(mu):
+        return base
+    unit = x.mean(axis=0) / float(np.mean(y))  # a delta times this is a share of the mean latency
+    active = unit > 0  # a feature no measured network has cannot be told apart: it keeps its cost
+    root = math.sqrt(mu * len(y)) * unit[active]
+    sol = lsq_linear(np.vstack([x[:, active] / y[:, None], np.diag(root)]),
+                     np.r_[1.0 - (x / y[:, None]) @ base, np.zeros(int(active.sum()))],
+                     bounds=(-base[active], np.inf), method="bvls")
+    out = base.copy()
+    out[active] += sol.x
+    return np.maximum(out, 0.0)  # bvls may leave a rounding's worth below the bound
+
+
+def refine_costs(x: np.ndarray, y: np.ndarray, base: np.ndarray, loo_bases: np.ndarray,
+                 mu: float | None = None) -> tuple[np.ndarray, float, np.ndarray]:
+    """The per-feature refinement of a scaled model (module docstring).
+
+    Args:
+        x: the measured networks' features with a column of ones (:func:`design_matrix`).
+        y: their latencies on the new device.
+        base: the scaled model's costs, then its intercept, fitted on all of ``y``.
+        loo_bases: row ``i``: the scaled model's costs fitted without network ``i``, so that the
+            leave-one-out error is the whole fit's.
+        mu: ridge strength per measurement; None: chosen from :data:`REFINE_MUS` by leave-one-out
+            (on ties the stronger ridge, so no refinement when the data do not tell).
+
+    Returns:
+        The refined costs, the strength used, and the leave-one-out absolute relative errors.
+    """
+    def loo(m: float) -> np.ndarray:
+        err = np.empty(len(y))
+        for i in range(len(y)):
+            keep = np.arange(len(y)) != i
+            err[i] = abs(x[i] @ _refine(x[keep], y[keep], loo_bases[i], m) - y[i]) / y[i]
+        return err
+
+    errors = {m: loo(m) for m in (REFINE_MUS if mu is None else (mu,))}
+    chosen = min(errors, key=lambda m: (round(float(np.mean(errors[m])), 6), -m))
+    return _refine(x, y, base, chosen), chosen, errors[chosen]
 
 
 def unadapted(source: AdditiveModel, extractor: FeatureExtractor, scale: float = 1.0) -> AdditiveModel:
@@ -215,7 +297,7 @@ def unadapted(source: AdditiveModel, extractor: FeatureExtractor, scale: float =
 
 def adapt_model(
     source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch], latency_ms: np.ndarray,
-    members: int = 16, seed: int = 0, lam: float | None = None,
+    members: int = 16, seed: int = 0, lam: float | None = None, refine: bool = True,
 ) -> tuple[AdditiveModel, Scales]:
     """The source model adapted to the device ``latency_ms`` was measured on.
 
@@ -226,7 +308,9 @@ def adapt_model(
         latency_ms: their latencies there.
         members: bootstrap ensemble size for the uncertainty (refitted on resampled networks).
         seed: seed of the bootstrap.
-        lam: ridge strength; None: chosen by leave-one-out.
+        lam: ridge strength of the group scales; None: chosen by leave-one-out.
+        refine: then refine each feature's cost (:func:`refine_costs`, its strength chosen by
+            leave-one-out, which may choose none); False: the scales alone.
 
     Returns:
         The adapted model (its ``oof_abs_rel_error`` is the leave-one-out error) and the fit.
@@ -237,55 +321,75 @@ def adapt_model(
     y = np.asarray(latency_ms, dtype=np.float64)
     z = group_contributions(source, extractor, archs)
     fitted = fit_scales(z, y, source.intercept, lam)
-    model = scaled_model(source, extractor, fitted.params)
+    costs = _costs(source, fitted.params)
+    x = design_matrix(extractor, archs)
+    if refine:
+        others = [np.arange(len(y)) != i for i in range(len(y))]
+        loo_bases = np.array([_costs(source, _solve(z[k], y[k], fitted.lam, source.intercept)) for k in others])
+        refined, mu, loo_err = refine_costs(x, y, costs, loo_bases)
+        moved = int(np.sum(~np.isclose(refined, costs, rtol=1e-9, atol=1e-12)))
+        fitted = replace(fitted, refine_mu=mu, refined_features=moved, loo_abs_rel_error=loo_err)
+        costs = refined
+    model = _with_costs(source, extractor, costs)
     rng = np.random.default_rng(seed)
-    ens_c, ens_b = [], []
+    members_costs = []
     for _ in range(members):
         idx = rng.integers(0, len(y), len(y))
-        member = scaled_model(source, extractor, _solve(z[idx], y[idx], fitted.lam, source.intercept))
-        ens_c.append(member.coef)
-        ens_b.append(member.intercept)
+        member = _costs(source, _solve(z[idx], y[idx], fitted.lam, source.intercept))
+        members_costs.append(_refine(x[idx], y[idx], member, fitted.refine_mu))
+    ens = np.array(members_costs).reshape(members, len(FEATURE_NAMES) + 1)
     model.members = members
-    model.ensemble_coef = np.array(ens_c).reshape(members, len(FEATURE_NAMES))
-    model.ensemble_intercept = np.array(ens_b)
+    model.ensemble_coef = ens[:, :-1]
+    model.ensemble_intercept = ens[:, -1]
     model.oof_abs_rel_error = fitted.loo_abs_rel_error
     return model, fitted
 
 
 def informative_order(
     source: AdditiveModel, extractor: FeatureExtractor, candidates: Sequence[Arch], n: int,
-    measured: Sequence[Arch] = (), ridge: float = 1e-3,
+    measured: Sequence[Arch] = (),
 ) -> list[int]:
     """The indices of the ``n`` candidates most worth measuring to adapt ``source``, best first.
 
-    Greedy D-optimal design on the candidates' relative design rows (the design of
-    :func:`group_contributions` over the source prediction, each column scaled to a largest value
-    of 1): each step takes the candidate with the largest leverage under the design so far, which
-    starts from ``measured`` (module docstring).
+    Greedy k-median on the networks' mixes (:func:`mix_rows`, over the candidates and
+    ``measured``): each step takes the candidate that most reduces the summed distance from every
+    candidate to its nearest chosen or measured network (module docstring).
 
     Raises:
         ConfigError: ``n`` negative or larger than the number of candidates.
     """
     if not 0 <= n <= len(candidates):
         raise ConfigError(f"cannot choose {n} of {len(candidates)} candidate architectures")
-    everything = [*candidates, *measured]
-    z = group_contributions(source, extractor, everything)
+    rows = mix_rows(source, extractor, [*candidates, *measured])
+    a = rows[: len(candidates)]
+    dist = _distances(a, a)  # candidate i to candidate j
+    nearest = _distances(rows[len(candidates):], a).min(axis=0, initial=np.inf)
+    chosen: list[int] = []
+    for _ in range(n):
+        total = np.minimum(nearest[None, :], dist).sum(axis=1)
+        total[chosen] = np.inf
+        i = int(np.argmin(total))
+        chosen.append(i)
+        nearest = np.minimum(nearest, dist[i])
+    return chosen
+
+
+def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Euclidean distances between the rows of ``a`` and of ``b`` (a ``len(a) x len(b)`` matrix)."""
+    sq = (a * a).sum(axis=1)[:, None] + (b * b).sum(axis=1)[None, :] - 2.0 * a @ b.T
+    out: np.ndarray = np.sqrt(np.maximum(sq, 0.0))
+    return out
+
+
+def mix_rows(source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch]) -> np.ndarray:
+    """Each network's mix: its design row (:func:`group_contributions`) over its source prediction,
+    each column standardised over ``archs`` (a column that does not vary stays at zero)."""
+    z = group_contributions(source, extractor, archs)
     predicted = z[:, : len(GROUPS)].sum(axis=1) + source.intercept
     rows = z / np.where(predicted > 0, predicted, 1.0)[:, None]
-    top = np.abs(rows).max(axis=0)
-    rows = rows / np.where(top > 0, top, 1.0)
-    a, done = rows[: len(candidates)], rows[len(candidates):]
-    info = ridge * np.eye(len(PARAMETERS)) + done.T @ done
-    chosen: list[int] = []
-    free = np.ones(len(candidates), dtype=bool)
-    for _ in range(n):
-        leverage = np.einsum("ij,jk,ik->i", a, np.linalg.inv(info), a)
-        leverage[~free] = -np.inf
-        i = int(np.argmax(leverage))
-        chosen.append(i)
-        free[i] = False
-        info += np.outer(a[i], a[i])
-    return chosen
+    spread = rows.std(axis=0)
+    out: np.ndarray = (rows - rows.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
+    return out
 
 
 # ---------------------------------------------------------------------- a predictor for the new device
@@ -336,7 +440,10 @@ class TransferReport:
             f"measurements of {d['backend']} on {d['device']}, input {d['input_shape']}",
             "scales: " + ", ".join(f"{g} {v:.3g}" for g, v in s["scales"].items())
             + f" (global {s['global_scale']:.3g}); fixed {s['fixed_ms']:.3g} ms, per call {s['per_call_ms']:.3g} ms; "
-            f"lambda {s['lambda']:g}, leave-one-out MAPE {s['loo_mape']:.1%}",
+            f"lambda {s['lambda']:g}; "
+            + ("not refined" if s.get("refine_mu") is None else
+               f"refined {s['refined_features']} costs (mu {s['refine_mu']:g})")
+            + f"; leave-one-out MAPE {s['loo_mape']:.1%}",
         ]
         if not self.models:
             lines.append("no held-out architectures: nothing to compare (measure more on this device, after the "
