@@ -215,7 +215,14 @@ def test_render_the_deployment_section_with_its_goals(tmp_path: Path) -> None:
     (tmp_path / "records" / "deployment.json").write_text(json.dumps(_rec("deployment", figures)))
     section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("## Deployment")[1]
     assert "next smaller none found" in section and "**not met**" in section
-    assert "the search found no smaller network on its front" in section
+    assert "neither the search's front nor a second search at a lower target found a smaller network" in section
+    assert "the candidate before it on its Pareto front" in section
+    # the best of the first search was the fastest on its front: the next smaller came from a second search
+    figures["search"]["second_search"] = {"name": "deploy-0.3ms", "target_ms": 0.3, "best_arch_id": "b",
+                                          "candidates": 16, "wall_seconds": 100.0}
+    (tmp_path / "records" / "deployment.json").write_text(json.dumps(_rec("deployment", figures)))
+    section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("## Deployment")[1]
+    assert "the best of a second search at 0.300 ms, since the first search's best was the fastest" in section
     assert "deployment" in suite.registry() and not suite.registry()["deployment"].in_quick
 
 
