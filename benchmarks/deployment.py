@@ -53,7 +53,7 @@ from search_spaces import Arch, reference
 from search_spaces.references import small_input_variant
 
 SHAPE = (1, 3, 32, 32)
-FULL: dict[str, Any] = {"search_n": 16, "train_samples": 10000, "epochs": 8, "val": 2000, "ratios": [0.3, 0.5],
+FULL: dict[str, Any] = {"search_n": 16, "train_samples": 30000, "epochs": 10, "val": 2000, "ratios": [0.3, 0.5],
                         "steps": 2, "finetune_epochs": 1, "sensitivity": 1000, "calibration": 512, "rounds": 5,
                         "min_agreement": 0.98, "min_agreement_pruned": 0.85, "smaller_target": 0.7,
                         "measure": {"min_runs": 200, "min_time_s": 1.0, "max_time_s": 4.0}, "search_overrides": []}

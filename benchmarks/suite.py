@@ -128,7 +128,7 @@ def registry() -> dict[str, Benchmark]:
                   "fidelity study's reference, cost per candidate, search vs the brief-training search", _supernet,
                   (12, 150), in_quick=False),
         Benchmark("deployment", "deployment variants on CIFAR-10: FP32 vs INT8 on ONNX Runtime CPU, pruned networks",
-                  _deployment, (6, 85), in_quick=False),
+                  _deployment, (3, 40), in_quick=False),
     ]
     for name, ext in external.SCRIPTS.items():
         if (common.ROOT / (ext.module.replace(".", "/") + ".py")).exists():
