@@ -322,8 +322,8 @@ def adapt_model(
     z = group_contributions(source, extractor, archs)
     fitted = fit_scales(z, y, source.intercept, lam)
     costs = _costs(source, fitted.params)
-    x = design_matrix(extractor, archs)
     if refine:
+        x = design_matrix(extractor, archs)
         others = [np.arange(len(y)) != i for i in range(len(y))]
         loo_bases = np.array([_costs(source, _solve(z[k], y[k], fitted.lam, source.intercept)) for k in others])
         refined, mu, loo_err = refine_costs(x, y, costs, loo_bases)
@@ -336,7 +336,7 @@ def adapt_model(
     for _ in range(members):
         idx = rng.integers(0, len(y), len(y))
         member = _costs(source, _solve(z[idx], y[idx], fitted.lam, source.intercept))
-        members_costs.append(_refine(x[idx], y[idx], member, fitted.refine_mu))
+        members_costs.append(_refine(x[idx], y[idx], member, fitted.refine_mu) if refine else member)
     ens = np.array(members_costs).reshape(members, len(FEATURE_NAMES) + 1)
     model.members = members
     model.ensemble_coef = ens[:, :-1]
