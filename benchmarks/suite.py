@@ -89,7 +89,7 @@ def _supernet(args: argparse.Namespace, quick: bool, log: Callable[[str], None])
     from benchmarks import fidelity, supernet
 
     return supernet.run(fidelity.cifar10_archive(args.cifar10), quick, epochs=args.supernet_epochs,
-                        fidelity_dir=args.fidelity_dir, work_dir=args.work_dir, log=log)
+                        minutes=args.supernet_minutes, fidelity_dir=args.fidelity_dir, work_dir=args.work_dir, log=log)
 
 
 def _deployment(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
@@ -156,7 +156,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cifar10", help="the CIFAR-10 JPEG archive (default: $LATNAS_CIFAR10_JPEG)")
     p.add_argument("--workers", type=int, default=2, help="fidelity, CIFAR-10 references: trainings at once")
     p.add_argument("--supernet-epochs", type=int,
-                   help="supernet: training epochs (default: as many as fit 90 minutes here; quick: 1)")
+                   help="supernet: training epochs (default: as many as fit --supernet-minutes here; quick: 1)")
+    p.add_argument("--supernet-minutes", type=float,
+                   help="supernet: the training budget the epochs are chosen to fit (default 90; at most 90)")
     p.add_argument("--fidelity-dir", type=Path,
                    help="supernet: the fidelity study's folder (default .latnas/bench/fidelity-<mode>)")
     p.add_argument("--work-dir", type=Path, help="supernet: its working folder (default .latnas/bench/supernet-<mode>)")

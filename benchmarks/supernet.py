@@ -42,7 +42,7 @@ import torch.nn.functional as F
 import yaml
 
 from benchmarks import fidelity
-from benchmarks.common import ROOT, spread
+from benchmarks.common import QUICK_DIR, RECORDS_DIR, ROOT, spread
 from benchmarks.references import scale_width
 from nas.core.config import (
     DataConfig,
@@ -55,7 +55,7 @@ from nas.core.config import (
 )
 from nas.data import load_dataset
 from nas.oneshot.train import run_supernet
-from nas.studies.fidelity import RECORDS, REFERENCE, SUPERNET, run_fidelity, table
+from nas.studies.fidelity import RECORDS, REFERENCE, SUPERNET, choose_archs, run_fidelity, table
 from nas.trial.subnet import SupernetTarget, load_supernet, read_checkpoint, subnet_accuracy
 from search_spaces import Arch, reference
 from search_spaces.references import small_input_variant
@@ -134,12 +134,41 @@ def train_supernet(archive: Path, size: dict[str, Any], work: Path, epochs: int 
                          "train": dataclasses.asdict(cfg.train)}}
 
 
+def records_from_committed(record_path: Path, folder: Path, quick: bool, log: Callable[[str], None]) -> None:
+    """Write a fidelity study's ``records.jsonl`` from its committed record, when its folder is gone.
+
+    The committed record holds every architecture's estimates and reference accuracy, and each
+    estimator's median seconds per candidate (not each estimate's seconds: every row carries its
+    estimator's median, and says so in ``detail``). The architectures must be those the study
+    chooses today; otherwise the reference would be trained again (hours), so that is refused.
+    """
+    record = json.loads(record_path.read_text())
+    fig = record["figures"]
+    space = SearchSpace.from_dict(_space())
+    chosen = [a.encode() for a in choose_archs(space, int(fig["k"]), int(fig["seed"]), SHAPE, fig["data"]["classes"])]
+    recorded = [a["arch"] for a in fig["archs"]]
+    if sorted(chosen) != sorted(recorded):
+        raise SystemExit(f"{record_path} holds other architectures than the fidelity study chooses today; run "
+                         f"`python scripts/bench.py {'--quick ' if quick else ''}fidelity` again")
+    seconds = {e: float(v["seconds_per_candidate"]) for e, v in fig["estimators"].items()}
+    seconds[REFERENCE] = float(fig["reference_seconds_per_candidate"])
+    detail = {"from_record": str(record_path.relative_to(ROOT)), "seconds": "the estimator's median in the record"}
+    rows = [{"arch": a["arch"], "arch_id": a["arch_id"], "estimator": e, "value": float(a[e]), "seconds": seconds[e],
+             "detail": detail}
+            for a in fig["archs"] for e in seconds if e not in ("params", "macs")]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log(f"  the fidelity study's folder is gone: its {len(rows)} estimates are read from {record_path.name} "
+        f"(measured {record['date'][:10]})")
+
+
 def supernet_fidelity(archive: Path, quick: bool, checkpoint: Path, work: Path, source: Path,
                       log: Callable[[str], None]) -> dict[str, Any]:
     """The fidelity study's records with the supernet estimator added (in a copy of its folder)."""
     folder = work / "fidelity"
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source / "study.json", folder / "study.json")
+    if (source / "study.json").is_file():
+        shutil.copy2(source / "study.json", folder / "study.json")
     # The study's records are copied over every time (the supernet's own rows are kept).
     ours = [line for line in (folder / RECORDS).read_text().splitlines()
             if f'"estimator": "{SUPERNET}"' in line] if (folder / RECORDS).is_file() else []
@@ -271,16 +300,30 @@ def search_comparison(archive: Path, size: dict[str, Any], checkpoint: Path, sup
 
 
 def run(archive: Path, quick: bool, epochs: int | None = None, fidelity_dir: Path | None = None,
-        work_dir: Path | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """The benchmark (see the module's text); its record."""
-    size = QUICK if quick else FULL
+        work_dir: Path | None = None, log: Callable[[str], None] = print,
+        minutes: float | None = None) -> dict[str, Any]:
+    """The benchmark (see the module's text); its record.
+
+    ``minutes``: the supernet's training budget (default the size's; the issue allows at most 90).
+    """
+    size = dict(QUICK if quick else FULL)
+    if minutes is not None:
+        if not 0 < minutes <= 90:
+            raise SystemExit(f"--supernet-minutes must be in (0, 90], not {minutes}")
+        size["budget_minutes"] = minutes
     mode = "quick" if quick else "full"
     work = work_dir or ROOT / ".latnas" / "bench" / f"supernet-{mode}"
     source = fidelity_dir or ROOT / ".latnas" / "bench" / f"fidelity-{mode}"
-    if not (source / "study.json").is_file():
-        raise SystemExit(f"no fidelity study in {source}: run `python scripts/bench.py {'--quick ' if quick else ''}"
-                         "fidelity` first (its references are the supernet's yardstick)")
+    committed = (QUICK_DIR if quick else RECORDS_DIR) / "fidelity.json"
     work.mkdir(parents=True, exist_ok=True)
+    if not (source / RECORDS).is_file():
+        if fidelity_dir is not None or not committed.is_file():
+            raise SystemExit(f"no fidelity study in {source}: run `python scripts/bench.py "
+                             f"{'--quick ' if quick else ''}fidelity` first (its references are the supernet's "
+                             "yardstick)")
+        source = work / "fidelity-record"
+        if not (source / RECORDS).is_file():
+            records_from_committed(committed, source, quick, log)
     log(f"  supernet: mobile_cifar on {size['train_samples']} CIFAR-10 images (budget {size['budget_minutes']} min)")
     sn = train_supernet(archive, size, work, epochs if epochs is not None else (1 if quick else None), log)
     checkpoint = Path(sn["checkpoint"])
