@@ -21,7 +21,7 @@ from typing import Any
 Rec = dict[str, Any]
 
 ORDER = ("latency", "spread", "tail", "predictor", "transfer", "agent", "search", "contention", "reliability",
-         "sampler", "screening", "scale", "fidelity", "supernet", "references", "deployment")
+         "sampler", "screening", "scale", "fidelity", "reference_noise", "supernet", "references", "deployment")
 TITLES = {
     "latency": "Latency measurement", "spread": "Latency across searches: the final latency pass",
     "tail": "Tail latency, batches and throughput",
@@ -32,6 +32,7 @@ TITLES = {
     "sampler": "Sampler quality", "screening": "Predictor-driven screening speed",
     "scale": "Search throughput and scale", "references": "Searched vs hand-designed networks",
     "fidelity": "Proxy fidelity on CIFAR-10",
+    "reference_noise": "Proxy fidelity: how reproducible the reference is",
     "supernet": "One-shot accuracy on CIFAR-10: a weight-sharing supernet",
     "deployment": "Deployment variants on CIFAR-10: INT8 and pruning",
 }
@@ -83,7 +84,7 @@ def meta(rec: Rec) -> str:
     if isinstance(cmd, list):
         cmd = " ".join(cmd)
     # a folder outside the repository is the reader's choice, not part of the command
-    cmd = re.sub(r"(?<!\S)/\S*/([^/\s]+)", r"DIR/\1", cmd)
+    cmd = re.sub(r"(?<!\S)(?:/|\.\./)\S*/([^/\s]+)", r"DIR/\1", cmd)
     date = rec.get("date") or rec.get("created") or "?"
     cpus = m.get("cpus_usable", "?")
     load = m.get("load_average")
@@ -676,6 +677,24 @@ run) and as a share of the reference's.
 Reproduce the study itself (it resumes from its records): `{f.get('study_command', '')}`"""
 
 
+def _reference_noise(rec: Rec) -> str:
+    f = rec["figures"]
+    other = f["seeds"][1]
+    s, d = f["seed_vs_seed"], f["abs_diff_points"]
+    rows = [[f"**{e}**" if e == "supernet" else e, _f(v["vs_seed0"]["kendall_tau"], 3),
+             _f(v[f"vs_seed{other}"]["kendall_tau"], 3), _f(v["vs_mean"]["kendall_tau"], 3),
+             f"{v['vs_mean']['kendall_ci'][0]:.2f} to {v['vs_mean']['kendall_ci'][1]:.2f}"]
+            for e, v in sorted(f["estimators"].items(), key=lambda kv: -kv[1]["vs_mean"]["kendall_tau"])]
+    return f"""The proxy-fidelity study's reference ({f['reference']['train_samples']:,} images x
+{f['reference']['epochs']} epochs per architecture) trained again for its {f['k']} architectures with seed
+{other} (another initialisation, other training images, another order). The two references agree at Kendall tau
+**{s['kendall_tau']:.3f}** (95% CI {s['kendall_ci'][0]:.2f} to {s['kendall_ci'][1]:.2f}), Spearman
+{s['spearman']:.3f}; an architecture's accuracy moved by {d['median']:.1f} points (median), at most {d['max']:.1f}.
+Each estimator's tau against either reference and against their mean:
+
+{table(["estimator", "tau vs seed 0", f"tau vs seed {other}", "tau vs mean", "95% CI (mean)"], rows)}"""
+
+
 def _supernet(rec: Rec) -> str:
     f = rec["figures"]
     sn, fid, cost, search = f["supernet"], f["fidelity"], f["cost"], f["search"]
@@ -809,7 +828,8 @@ RENDERERS: dict[str, Callable[[Rec], str]] = {
     "agent": _agent,
     "search": _search, "sampler": _sampler,
     "screening": _screening, "scale": _scale, "references": _references, "contention": _contention,
-    "reliability": _reliability, "fidelity": _fidelity, "supernet": _supernet, "deployment": _deployment,
+    "reliability": _reliability, "fidelity": _fidelity, "supernet": _supernet, "reference_noise": _reference_noise,
+    "deployment": _deployment,
 }
 
 INTRO = """# Benchmarks
@@ -836,13 +856,17 @@ def render(records: dict[str, Rec], notes: dict[str, str] | None = None) -> str:
     notes = notes or {}
     parts = [INTRO]
     # A record named <benchmark>_<variant> (e.g. predictor_seed1) follows its benchmark's section.
+    def split(name: str) -> tuple[str, str]:  # a renderer's own name may hold "_"
+        base, _, variant = (name, "", "") if name in RENDERERS else name.partition("_")
+        return base, variant
+
     def key(name: str) -> tuple[int, str]:
-        base = name.split("_")[0]
+        base = split(name)[0]
         return (ORDER.index(base) if base in ORDER else len(ORDER), name)
 
     for name in sorted(records, key=key):
         rec = records[name]
-        base, _, variant = name.partition("_")
+        base, variant = split(name)
         body = RENDERERS.get(base, _generic)
         try:
             text = body(rec)

@@ -328,6 +328,8 @@ def run(archive: Path, quick: bool, epochs: int | None = None, fidelity_dir: Pat
     sn = train_supernet(archive, size, work, epochs if epochs is not None else (1 if quick else None), log)
     checkpoint = Path(sn["checkpoint"])
     fid = supernet_fidelity(archive, quick, checkpoint, work, source, log)
+    if source == work / "fidelity-record":
+        fid["source"] = f"{committed.relative_to(ROOT)}, the study's committed record"
     archs = [a["arch"] for a in fid["archs"]]
     cost = cost_per_candidate(archive, size, checkpoint, archs, log)
     comparison = search_comparison(archive, size, checkpoint, sn["train_seconds"], work, log)

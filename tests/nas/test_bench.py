@@ -393,3 +393,43 @@ def test_the_cifar10_comparison_shows_each_network_against_its_anchor(tmp_path: 
     (tmp_path / "records" / "references_cifar10.json").write_text(json.dumps(_rec("references_cifar10", figures)))
     section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("(cifar10)")[1]
     assert "Every network met its target." in section
+
+
+def test_the_supernet_benchmark_reads_the_fidelity_estimates_from_the_committed_record(tmp_path: Path) -> None:
+    from benchmarks import supernet
+
+    committed = common.RECORDS_DIR / "fidelity.json"
+    record = json.loads(committed.read_text())
+    supernet.records_from_committed(committed, tmp_path / "study", False, lambda _: None)
+    rows = [json.loads(x) for x in (tmp_path / "study" / "records.jsonl").read_text().splitlines()]
+    first = record["figures"]["archs"][0]
+    estimators = {r["estimator"] for r in rows}
+    assert "reference" in estimators and "train_2ep" in estimators and not {"params", "macs"} & estimators
+    assert len(rows) == len(estimators) * record["figures"]["k"]
+    assert {r["estimator"]: r["value"] for r in rows if r["arch"] == first["arch"]}["reference"] == first["reference"]
+    assert supernet._missing(tmp_path / "study" / "records.jsonl", sorted(estimators), record["figures"]["k"]) == ""
+
+    # A record of other architectures would send the study off to train references again: refused.
+    record["figures"]["archs"][0]["arch"] = record["figures"]["archs"][0]["arch"].replace("head_c512", "head_c640")
+    (tmp_path / "other.json").write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match="other architectures"):
+        supernet.records_from_committed(tmp_path / "other.json", tmp_path / "refused", False, lambda _: None)
+    assert not (tmp_path / "refused").exists()
+
+
+def test_render_the_reference_noise_record_in_its_own_section() -> None:
+    agree = {"kendall_tau": 0.25, "kendall_ci": [-0.1, 0.5], "spearman": 0.3}
+    figures = {"k": 20, "reference": {"train_samples": 10000, "epochs": 5}, "seeds": [0, 1],
+               "seed_vs_seed": {"kendall_tau": 0.6, "kendall_ci": [0.37, 0.79], "spearman": 0.77},
+               "abs_diff_points": {"median": 0.8, "max": 2.9},
+               "estimators": {"supernet": {"vs_seed0": agree, "vs_seed1": agree, "vs_mean": agree},
+                              "macs": {"vs_seed0": agree, "vs_seed1": agree, "vs_mean": {**agree, "kendall_tau": 0.5}}}}
+    rec = {"command": ["python", "-m", "benchmarks.reference_noise", "--cifar10", "/data/x/cifar.tar.gz"],
+           "created": "2026-12-01T12:00:00+00:00", "environment": {"torch": "2.13.0"}, "figures": figures}
+    out = render.render({"reference_noise": rec})
+    assert "## Proxy fidelity: how reproducible the reference is" in out  # not read as a variant of "reference"
+    assert "**0.600** (95% CI 0.37 to 0.79)" in out
+    rows = [line for line in out.splitlines() if line.startswith("| macs") or line.startswith("| **supernet**")]
+    assert rows == ["| macs | 0.250 | 0.250 | 0.500 | -0.10 to 0.50 |",
+                    "| **supernet** | 0.250 | 0.250 | 0.250 | -0.10 to 0.50 |"]
+    assert "DIR/cifar.tar.gz" in out
