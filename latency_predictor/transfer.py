@@ -30,6 +30,11 @@ in units of the mean latency (``m_j`` is feature ``j``'s mean value over the mea
 latency), ``mu`` chosen by leave-one-out among values that include "no refinement" at all. With
 few measurements, or measurements the scales already explain, the refinement stays at zero.
 
+Five families are a strong assumption: a device may slow one operator kind and not the others. So
+the whole fit (scales, overheads, refinement) is made once with the families (:data:`COARSE`) and
+once with a scale per operator kind's compute and memory (:data:`PER_OPERATOR`), and the adapted
+model is the mean of the two (:data:`GROUPINGS`, :func:`adapt_model`), still one additive model.
+
 Which architectures to measure (:func:`informative_order`): those that best represent the
 candidates, judged by their *mix*: the share of a network's predicted latency from each group (and
 the fixed and per-call terms), standardised across the candidates. A greedy k-median choice takes,
@@ -96,6 +101,49 @@ PARAMETERS: tuple[str, ...] = (*GROUPS, *OVERHEADS)
 _GROUP_OF = np.array([GROUPS.index(feature_group(n)) for n in FEATURE_NAMES])
 _OPS = FEATURE_NAMES.index("total.ops")
 
+
+def operator_group(name: str) -> str:
+    """A feature's group in the per-operator grouping: its operator kind's compute (MACs) or its
+    memory (traffic, parameters), the activations one group, the per-call features as in
+    :func:`feature_group`."""
+    kind, _, quantity = name.partition(".")
+    if feature_group(name) == "calls":
+        return "calls"
+    if kind == "act":
+        return "act"
+    return f"{kind}.{'compute' if quantity.startswith('macs') else 'memory'}"
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """Which features share a scale: ``groups`` by name, ``of[j]`` the group of feature ``j``."""
+
+    name: str
+    groups: tuple[str, ...]
+    of: np.ndarray = field(repr=False)
+
+    @classmethod
+    def by(cls, name: str, group_of: Any) -> Grouping:
+        """The grouping that ``group_of`` (feature name -> group name) makes of :data:`FEATURE_NAMES`."""
+        names = tuple(dict.fromkeys(group_of(n) for n in FEATURE_NAMES))
+        return cls(name, names, np.array([names.index(group_of(n)) for n in FEATURE_NAMES]))
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The fitted parameters: a scale per group, then :data:`OVERHEADS`."""
+        return (*self.groups, *OVERHEADS)
+
+
+COARSE = Grouping("families", GROUPS, _GROUP_OF)
+"""The five families of :data:`GROUPS`."""
+
+PER_OPERATOR = Grouping.by("per_operator", operator_group)
+"""A scale for each operator kind's compute and memory: finer than :data:`COARSE`, so it can tell
+apart, for example, a depthwise 7x7 from a depthwise 3x3, or the classifier from the head."""
+
+GROUPINGS: tuple[Grouping, ...] = (COARSE, PER_OPERATOR)
+"""The groupings :func:`adapt_model` fits by default; the adapted model is their mean."""
+
 LAMBDAS: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1e4)
 """Ridge strengths tried (per measurement); the largest is, in effect, one global scale."""
 
@@ -103,22 +151,24 @@ REFINE_MUS: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
 """Ridge strengths of the per-feature refinement tried (per measurement); ``inf``: no refinement."""
 
 
-def group_contributions(model: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch]) -> np.ndarray:
+def group_contributions(model: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch],
+                        grouping: Grouping = COARSE) -> np.ndarray:
     """The design of the adaptation: each group's part of ``model``'s prediction for ``archs`` (ms),
     then a column of ones (the fixed cost) and the operator calls (per-call cost).
 
     Returns:
-        shape ``(len(archs), len(PARAMETERS))``.
+        shape ``(len(archs), len(grouping.parameters))``.
     """
-    weights = np.zeros((len(FEATURE_NAMES), len(GROUPS) + 1))
-    weights[np.arange(len(FEATURE_NAMES)), _GROUP_OF] = model.coef
+    k = len(grouping.groups)
+    weights = np.zeros((len(FEATURE_NAMES), k + 1))
+    weights[np.arange(len(FEATURE_NAMES)), grouping.of] = model.coef
     weights[_OPS, -1] = 1.0
-    out = np.zeros((len(archs), len(PARAMETERS)))
+    out = np.zeros((len(archs), k + len(OVERHEADS)))
     if archs:
         projected = extractor.project(archs, weights)
-        out[:, : len(GROUPS)] = projected[:, :-1]
-        out[:, len(GROUPS)] = 1.0
-        out[:, len(GROUPS) + 1] = projected[:, -1]
+        out[:, :k] = projected[:, :-1]
+        out[:, k] = 1.0
+        out[:, k + 1] = projected[:, -1]
     return out
 
 
@@ -136,6 +186,10 @@ class Scales:
         refine_mu: the ridge strength of the per-feature refinement (:func:`refine_costs`);
             ``inf``: not refined.
         refined_features: how many features' costs the refinement moved.
+        groups: the names of the scales in ``params`` (the grouping's).
+        grouping: the grouping's name (:class:`Grouping`).
+        averaged_with: the fits of the other groupings the adapted model is the mean with
+            (:func:`adapt_model`); ``loo_abs_rel_error`` is then the mean model's.
     """
 
     params: np.ndarray
@@ -144,15 +198,22 @@ class Scales:
     loo_abs_rel_error: np.ndarray = field(repr=False)
     refine_mu: float = math.inf
     refined_features: int = 0
+    groups: tuple[str, ...] = GROUPS
+    grouping: str = "families"
+    averaged_with: tuple[Scales, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain numbers, by name (``refine_mu`` None: not refined)."""
-        return {"scales": dict(zip(GROUPS, self.params[: len(GROUPS)].tolist(), strict=True)),
-                **dict(zip(OVERHEADS, self.params[len(GROUPS):].tolist(), strict=True)),
-                "global_scale": self.global_scale, "lambda": self.lam,
-                "refine_mu": None if math.isinf(self.refine_mu) else self.refine_mu,
-                "refined_features": self.refined_features,
-                "loo_mape": float(np.mean(self.loo_abs_rel_error))}
+        k = len(self.groups)
+        out = {"grouping": self.grouping, "scales": dict(zip(self.groups, self.params[:k].tolist(), strict=True)),
+               **dict(zip(OVERHEADS, self.params[k:].tolist(), strict=True)),
+               "global_scale": self.global_scale, "lambda": self.lam,
+               "refine_mu": None if math.isinf(self.refine_mu) else self.refine_mu,
+               "refined_features": self.refined_features,
+               "loo_mape": float(np.mean(self.loo_abs_rel_error))}
+        if self.averaged_with:
+            out["averaged_with"] = [o.to_dict() for o in self.averaged_with]
+        return out
 
 
 def _prior(z: np.ndarray, y: np.ndarray, source_intercept: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -161,7 +222,7 @@ def _prior(z: np.ndarray, y: np.ndarray, source_intercept: float) -> tuple[np.nd
     Scales are pulled towards ``c`` relative to ``c``; the fixed cost towards ``c`` times the
     source's intercept and the per-call cost towards 0, both relative to the mean latency.
     """
-    k = len(GROUPS)
+    k = z.shape[1] - len(OVERHEADS)
     source = z[:, :k].sum(axis=1) + source_intercept
     r = source / y
     c = float(np.sum(r) / np.sum(r * r))
@@ -184,16 +245,17 @@ def _solve(z: np.ndarray, y: np.ndarray, lam: float, source_intercept: float) ->
 
 
 def _loo(z: np.ndarray, y: np.ndarray, lam: float, source_intercept: float) -> np.ndarray:
+    """Leave-one-out relative errors, signed (prediction over measurement, minus 1)."""
     err = np.empty(len(y))
     for i in range(len(y)):
         keep = np.arange(len(y)) != i
         theta = _solve(z[keep], y[keep], lam, source_intercept)
-        err[i] = abs(z[i] @ theta - y[i]) / y[i]
+        err[i] = (z[i] @ theta - y[i]) / y[i]
     return err
 
 
 def fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float = 0.0,
-               lam: float | None = None) -> Scales:
+               lam: float | None = None, grouping: Grouping = COARSE) -> Scales:
     """Fit the group scales and the overheads so that ``z @ params`` matches ``latency_ms``.
 
     Least squares on relative error, with every parameter at least 0 and the ridge penalty of the
@@ -204,12 +266,13 @@ def fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float = 
         latency_ms: the new device's measurements of the same networks.
         source_intercept: the source predictor's intercept (the fixed cost is pulled towards it, scaled).
         lam: ridge strength per measurement; None: chosen from :data:`LAMBDAS` by leave-one-out.
+        grouping: the grouping ``z`` was made with.
 
     Raises:
         ConfigError: fewer than 3 measurements, mismatched lengths, or invalid latencies.
     """
     y = np.asarray(latency_ms, dtype=np.float64)
-    if z.ndim != 2 or z.shape != (len(y), len(PARAMETERS)):
+    if z.ndim != 2 or z.shape != (len(y), len(grouping.parameters)):
         raise ConfigError(f"got {len(z)} design rows for {len(y)} measurements")
     if len(y) < 3:
         raise ConfigError(f"adapting needs at least 3 measured architectures of the new device, got {len(y)}")
@@ -217,16 +280,18 @@ def fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float = 
         raise ConfigError("latencies must be finite and positive")
     if lam is None:
         # the lowest mean LOO error; on ties the stronger ridge (the simpler model when the data do not tell)
-        lam = min(LAMBDAS, key=lambda v: (round(float(np.mean(_loo(z, y, v, source_intercept))), 6), -v))
+        lam = min(LAMBDAS, key=lambda v: (round(float(np.mean(np.abs(_loo(z, y, v, source_intercept)))), 6), -v))
     _, _, c = _prior(z, y, source_intercept)
-    return Scales(_solve(z, y, lam, source_intercept), c, float(lam), _loo(z, y, lam, source_intercept))
+    return Scales(_solve(z, y, lam, source_intercept), c, float(lam), np.abs(_loo(z, y, lam, source_intercept)),
+                  groups=grouping.groups, grouping=grouping.name)
 
 
-def _costs(source: AdditiveModel, params: np.ndarray) -> np.ndarray:
+def _costs(source: AdditiveModel, params: np.ndarray, grouping: Grouping = COARSE) -> np.ndarray:
     """The scaled model's costs: its coefficients, then its intercept."""
-    coef = source.coef * params[_GROUP_OF]
-    coef[_OPS] += params[len(GROUPS) + 1]
-    return np.r_[coef, params[len(GROUPS)]]
+    k = len(grouping.groups)
+    coef = source.coef * params[grouping.of]
+    coef[_OPS] += params[k + 1]
+    return np.r_[coef, params[k]]
 
 
 def _with_costs(source: AdditiveModel, extractor: FeatureExtractor, costs: np.ndarray) -> AdditiveModel:
@@ -278,15 +343,22 @@ def refine_costs(x: np.ndarray, y: np.ndarray, base: np.ndarray, loo_bases: np.n
     Returns:
         The refined costs, the strength used, and the leave-one-out absolute relative errors.
     """
+    costs, chosen, signed = _refine_signed(x, y, base, loo_bases, mu)
+    return costs, chosen, np.abs(signed)
+
+
+def _refine_signed(x: np.ndarray, y: np.ndarray, base: np.ndarray, loo_bases: np.ndarray,
+                   mu: float | None) -> tuple[np.ndarray, float, np.ndarray]:
+    """:func:`refine_costs`, its leave-one-out relative errors signed."""
     def loo(m: float) -> np.ndarray:
         err = np.empty(len(y))
         for i in range(len(y)):
             keep = np.arange(len(y)) != i
-            err[i] = abs(x[i] @ _refine(x[keep], y[keep], loo_bases[i], m) - y[i]) / y[i]
+            err[i] = (x[i] @ _refine(x[keep], y[keep], loo_bases[i], m) - y[i]) / y[i]
         return err
 
     errors = {m: loo(m) for m in (REFINE_MUS if mu is None else (mu,))}
-    chosen = min(errors, key=lambda m: (round(float(np.mean(errors[m])), 6), -m))
+    chosen = min(errors, key=lambda m: (round(float(np.mean(np.abs(errors[m]))), 6), -m))
     return _refine(x, y, base, chosen), chosen, errors[chosen]
 
 
@@ -295,11 +367,37 @@ def unadapted(source: AdditiveModel, extractor: FeatureExtractor, scale: float =
     return scaled_model(source, extractor, np.r_[np.full(len(GROUPS), scale), scale * source.intercept, 0.0])
 
 
+def _fit_grouping(source: AdditiveModel, x: np.ndarray | None, z: np.ndarray, y: np.ndarray, lam: float | None,
+                  grouping: Grouping) -> tuple[np.ndarray, Scales, np.ndarray]:
+    """One grouping's adapted costs, its fit, and its signed leave-one-out relative errors
+    (``x`` None: not refined)."""
+    fitted = fit_scales(z, y, source.intercept, lam, grouping)
+    costs = _costs(source, fitted.params, grouping)
+    signed = _loo(z, y, fitted.lam, source.intercept)
+    if x is not None:
+        others = [np.arange(len(y)) != i for i in range(len(y))]
+        loo_bases = np.array([_costs(source, _solve(z[k], y[k], fitted.lam, source.intercept), grouping)
+                              for k in others])
+        refined, mu, signed = _refine_signed(x, y, costs, loo_bases, None)
+        moved = int(np.sum(~np.isclose(refined, costs, rtol=1e-9, atol=1e-12)))
+        fitted = replace(fitted, refine_mu=mu, refined_features=moved, loo_abs_rel_error=np.abs(signed))
+        costs = refined
+    return costs, fitted, signed
+
+
 def adapt_model(
     source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch], latency_ms: np.ndarray,
     members: int = 16, seed: int = 0, lam: float | None = None, refine: bool = True,
+    groupings: Sequence[Grouping] = GROUPINGS,
 ) -> tuple[AdditiveModel, Scales]:
     """The source model adapted to the device ``latency_ms`` was measured on.
+
+    Each grouping of ``groupings`` is fitted on its own (its scales, then, with ``refine``, the
+    per-feature refinement), and the adapted model is their mean: its costs are the mean of the
+    groupings' costs, so it is an ordinary additive model whose prediction is the mean of theirs.
+    The families are steadier with few measurements; the per-operator grouping follows a device
+    whose operators do not move together, and alone it loses on some devices what it gains on
+    others. The mean keeps most of its gains and few of its losses (figures: BENCHMARKS.md).
 
     Args:
         source: the other device's fitted model.
@@ -308,35 +406,38 @@ def adapt_model(
         latency_ms: their latencies there.
         members: bootstrap ensemble size for the uncertainty (refitted on resampled networks).
         seed: seed of the bootstrap.
-        lam: ridge strength of the group scales; None: chosen by leave-one-out.
+        lam: ridge strength of the group scales (every grouping's); None: chosen by leave-one-out,
+            for each grouping.
         refine: then refine each feature's cost (:func:`refine_costs`, its strength chosen by
             leave-one-out, which may choose none); False: the scales alone.
+        groupings: the groupings whose fits are averaged (default :data:`GROUPINGS`).
 
     Returns:
-        The adapted model (its ``oof_abs_rel_error`` is the leave-one-out error) and the fit.
+        The adapted model (its ``oof_abs_rel_error`` is the mean model's leave-one-out error) and
+        the fit of the first grouping, with the others' in ``averaged_with``.
 
     Raises:
-        ConfigError: fewer than 3 networks, or invalid latencies.
+        ConfigError: fewer than 3 networks, invalid latencies, or no grouping.
     """
+    if not groupings:
+        raise ConfigError("adapting needs at least one grouping of the features")
     y = np.asarray(latency_ms, dtype=np.float64)
-    z = group_contributions(source, extractor, archs)
-    fitted = fit_scales(z, y, source.intercept, lam)
-    costs = _costs(source, fitted.params)
-    if refine:
-        x = design_matrix(extractor, archs)
-        others = [np.arange(len(y)) != i for i in range(len(y))]
-        loo_bases = np.array([_costs(source, _solve(z[k], y[k], fitted.lam, source.intercept)) for k in others])
-        refined, mu, loo_err = refine_costs(x, y, costs, loo_bases)
-        moved = int(np.sum(~np.isclose(refined, costs, rtol=1e-9, atol=1e-12)))
-        fitted = replace(fitted, refine_mu=mu, refined_features=moved, loo_abs_rel_error=loo_err)
-        costs = refined
+    x = design_matrix(extractor, archs) if refine else None
+    designs = [group_contributions(source, extractor, archs, g) for g in groupings]
+    fits = [_fit_grouping(source, x, z, y, lam, g) for z, g in zip(designs, groupings, strict=True)]
+    costs = np.mean([c for c, _, _ in fits], axis=0)
+    loo_err = np.abs(np.mean([e for _, _, e in fits], axis=0))  # the mean model's: the mean signed error
+    fitted = replace(fits[0][1], loo_abs_rel_error=loo_err, averaged_with=tuple(f for _, f, _ in fits[1:]))
     model = _with_costs(source, extractor, costs)
     rng = np.random.default_rng(seed)
     members_costs = []
     for _ in range(members):
         idx = rng.integers(0, len(y), len(y))
-        member = _costs(source, _solve(z[idx], y[idx], fitted.lam, source.intercept))
-        members_costs.append(_refine(x[idx], y[idx], member, fitted.refine_mu) if refine else member)
+        each = []
+        for z, g, (_, f, _) in zip(designs, groupings, fits, strict=True):
+            member = _costs(source, _solve(z[idx], y[idx], f.lam, source.intercept), g)
+            each.append(_refine(x[idx], y[idx], member, f.refine_mu) if x is not None else member)
+        members_costs.append(np.mean(each, axis=0))
     ens = np.array(members_costs).reshape(members, len(FEATURE_NAMES) + 1)
     model.members = members
     model.ensemble_coef = ens[:, :-1]
@@ -442,9 +543,14 @@ class TransferReport:
             + f" (global {s['global_scale']:.3g}); fixed {s['fixed_ms']:.3g} ms, per call {s['per_call_ms']:.3g} ms; "
             f"lambda {s['lambda']:g}; "
             + ("not refined" if s.get("refine_mu") is None else
-               f"refined {s['refined_features']} costs (mu {s['refine_mu']:g})")
-            + f"; leave-one-out MAPE {s['loo_mape']:.1%}",
+               f"refined {s['refined_features']} costs (mu {s['refine_mu']:g})"),
         ]
+        for other in s.get("averaged_with", []):
+            lines.append(f"averaged with the {other['grouping']} fit ({len(other['scales'])} scales): lambda "
+                         f"{other['lambda']:g}; "
+                         + ("not refined" if other.get("refine_mu") is None else
+                            f"refined {other['refined_features']} costs (mu {other['refine_mu']:g})"))
+        lines.append(f"leave-one-out MAPE {s['loo_mape']:.1%}" + (" (of the mean)" if s.get("averaged_with") else ""))
         if not self.models:
             lines.append("no held-out architectures: nothing to compare (measure more on this device, after the "
                          "first n, or give --test-data)")

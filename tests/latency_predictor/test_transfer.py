@@ -30,10 +30,13 @@ from latency_predictor.predictor import expected_target, load_predictor, read_pr
 from latency_predictor.train import main as train_main
 from latency_predictor.train import train_predictor
 from latency_predictor.transfer import (
+    COARSE,
     GROUPS,
     PARAMETERS,
+    PER_OPERATOR,
     adapt_model,
     adapt_predictor,
+    feature_group,
     fit_scales,
     group_contributions,
     informative_order,
@@ -90,7 +93,8 @@ def test_adapting_recovers_a_known_transfer_exactly(source: AdditiveModel) -> No
     archs = _archs("mobile", 60, 3)
     y = _new_device(source, archs)
     fit = informative_order(source, extractor, archs, 12)
-    model, scales = adapt_model(source, extractor, [archs[i] for i in fit], y[fit], members=4, lam=1e-9)
+    model, scales = adapt_model(source, extractor, [archs[i] for i in fit], y[fit], members=4, lam=1e-9,
+                                groupings=(COARSE,))
     held = [i for i in range(60) if i not in fit]
     np.testing.assert_allclose(model.predict([archs[i] for i in held]), y[held], rtol=1e-3)
     np.testing.assert_allclose(scales.params, TRUTH, rtol=0.02, atol=1e-3)
@@ -173,8 +177,8 @@ def test_without_anything_to_refine_the_refinement_changes_nothing(source: Addit
     extractor = FeatureExtractor(TARGET_SHAPE)
     archs = _archs("mobile", 20, 9)
     y = _new_device(source, archs)  # exactly the known transfer, which the scales recover
-    refined, _ = adapt_model(source, extractor, archs, y, members=0, lam=1e-9)
-    scaled, _ = adapt_model(source, extractor, archs, y, members=0, lam=1e-9, refine=False)
+    refined, _ = adapt_model(source, extractor, archs, y, members=0, lam=1e-9, groupings=(COARSE,))
+    scaled, _ = adapt_model(source, extractor, archs, y, members=0, lam=1e-9, refine=False, groupings=(COARSE,))
     np.testing.assert_allclose(refined.coef, scaled.coef, rtol=1e-6, atol=1e-12)
 
 
@@ -286,3 +290,54 @@ def test_train_command_line_adapts_and_reports(source_file: Path, new_device: Pa
     assert "go with --adapt-from" in capsys.readouterr().err
     assert train_main([f"data={new_device}", f"out={out}", f"adapt_from={source_file}", "test_fraction=0.3"]) == 2
     assert "--test-fraction does not apply" in capsys.readouterr().err
+
+
+def _one_operator_moves_alone(source: AdditiveModel, archs: list[Arch], factor: float = 3.0,
+                              noise: float = 0.01) -> tuple[np.ndarray, str]:
+    """The known transfer, except that one operator kind's compute is ``factor`` times slower than its
+    family's (as a runtime without a fast 7x7 depthwise kernel): the per-operator group whose share of
+    the latency varies most across ``archs``."""
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    z = group_contributions(source, extractor, archs, PER_OPERATOR)
+    family = {g: feature_group(next(n for n, k in zip(FEATURE_NAMES, PER_OPERATOR.of, strict=True)
+                                    if PER_OPERATOR.groups[k] == g)) for g in PER_OPERATOR.groups}
+    theta = np.r_[[TRUTH[GROUPS.index(family[g])] for g in PER_OPERATOR.groups], TRUTH[len(GROUPS):]]
+    y = z @ theta
+    share = z[:, : len(PER_OPERATOR.groups)] / y[:, None]
+    candidates = [k for k, g in enumerate(PER_OPERATOR.groups) if g.endswith(".compute") and share[:, k].mean() > 0.02]
+    k = max(candidates, key=lambda c: float(share[:, c].std()))
+    theta[k] *= factor
+    return (z @ theta) * np.exp(np.random.default_rng(1).normal(0.0, noise, len(y))), PER_OPERATOR.groups[k]
+
+
+def test_the_adapted_model_is_the_mean_of_the_family_and_the_per_operator_fits(source: AdditiveModel) -> None:
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    archs = _archs("mobile", 25, 11)
+    y = _new_device(source, archs, noise=0.02, seed=11)
+    mean, scales = adapt_model(source, extractor, archs, y, members=3)
+    families, _ = adapt_model(source, extractor, archs, y, members=0, groupings=(COARSE,))
+    per_op, per_op_fit = adapt_model(source, extractor, archs, y, members=0, groupings=(PER_OPERATOR,))
+    np.testing.assert_allclose(mean.coef, (families.coef + per_op.coef) / 2, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(mean.predict(archs), (families.predict(archs) + per_op.predict(archs)) / 2, rtol=1e-9)
+    d = scales.to_dict()
+    assert d["grouping"] == "families" and set(d["scales"]) == set(GROUPS)
+    assert [o["grouping"] for o in d["averaged_with"]] == ["per_operator"]
+    assert d["averaged_with"][0]["lambda"] == per_op_fit.lam and len(d["averaged_with"][0]["scales"]) > len(GROUPS)
+    assert mean.ensemble_coef.shape == (3, len(FEATURE_NAMES)) and np.all(mean.ensemble_coef >= 0)
+    # its leave-one-out error is the mean model's, not either fit's
+    assert len(mean.oof_abs_rel_error) == len(archs) and np.all(mean.oof_abs_rel_error >= 0)
+    with pytest.raises(ConfigError, match="at least one grouping"):
+        adapt_model(source, extractor, archs, y, groupings=())
+
+
+def test_when_one_operator_moves_alone_the_mean_beats_the_families_alone(source: AdditiveModel) -> None:
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    archs = _archs("mobile", 140, 12)
+    y, moved = _one_operator_moves_alone(source, archs)
+    fit, test = list(range(40)), list(range(40, 140))
+    held = [archs[i] for i in test]
+    mean, _ = adapt_model(source, extractor, [archs[i] for i in fit], y[fit], members=0, refine=False)
+    families, _ = adapt_model(source, extractor, [archs[i] for i in fit], y[fit], members=0, refine=False,
+                              groupings=(COARSE,))
+    a, b = accuracy_metrics(y[test], mean.predict(held)), accuracy_metrics(y[test], families.predict(held))
+    assert a.mape < 0.8 * b.mape, (moved, a, b)
