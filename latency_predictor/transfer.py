@@ -50,7 +50,7 @@ order is most informative first, so measuring stops early with the best subset s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -123,7 +123,7 @@ class Grouping:
     of: np.ndarray = field(repr=False)
 
     @classmethod
-    def by(cls, name: str, group_of: Any) -> Grouping:
+    def by(cls, name: str, group_of: Callable[[str], str]) -> Grouping:
         """The grouping that ``group_of`` (feature name -> group name) makes of :data:`FEATURE_NAMES`."""
         names = tuple(dict.fromkeys(group_of(n) for n in FEATURE_NAMES))
         return cls(name, names, np.array([names.index(group_of(n)) for n in FEATURE_NAMES]))
@@ -271,6 +271,12 @@ def fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float = 
     Raises:
         ConfigError: fewer than 3 measurements, mismatched lengths, or invalid latencies.
     """
+    return _fit_scales(z, latency_ms, source_intercept, lam, grouping)[0]
+
+
+def _fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float, lam: float | None,
+                grouping: Grouping) -> tuple[Scales, np.ndarray]:
+    """:func:`fit_scales`, and its leave-one-out relative errors signed."""
     y = np.asarray(latency_ms, dtype=np.float64)
     if z.ndim != 2 or z.shape != (len(y), len(grouping.parameters)):
         raise ConfigError(f"got {len(z)} design rows for {len(y)} measurements")
@@ -282,8 +288,9 @@ def fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float = 
         # the lowest mean LOO error; on ties the stronger ridge (the simpler model when the data do not tell)
         lam = min(LAMBDAS, key=lambda v: (round(float(np.mean(np.abs(_loo(z, y, v, source_intercept)))), 6), -v))
     _, _, c = _prior(z, y, source_intercept)
-    return Scales(_solve(z, y, lam, source_intercept), c, float(lam), np.abs(_loo(z, y, lam, source_intercept)),
-                  groups=grouping.groups, grouping=grouping.name)
+    signed = _loo(z, y, lam, source_intercept)
+    return Scales(_solve(z, y, lam, source_intercept), c, float(lam), np.abs(signed), groups=grouping.groups,
+                  grouping=grouping.name), signed
 
 
 def _costs(source: AdditiveModel, params: np.ndarray, grouping: Grouping = COARSE) -> np.ndarray:
@@ -371,9 +378,8 @@ def _fit_grouping(source: AdditiveModel, x: np.ndarray | None, z: np.ndarray, y:
                   grouping: Grouping) -> tuple[np.ndarray, Scales, np.ndarray]:
     """One grouping's adapted costs, its fit, and its signed leave-one-out relative errors
     (``x`` None: not refined)."""
-    fitted = fit_scales(z, y, source.intercept, lam, grouping)
+    fitted, signed = _fit_scales(z, y, source.intercept, lam, grouping)
     costs = _costs(source, fitted.params, grouping)
-    signed = _loo(z, y, fitted.lam, source.intercept)
     if x is not None:
         others = [np.arange(len(y)) != i for i in range(len(y))]
         loo_bases = np.array([_costs(source, _solve(z[k], y[k], fitted.lam, source.intercept), grouping)
