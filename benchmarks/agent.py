@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import json
 import os
 import re
 import secrets
@@ -39,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import spread
+from benchmarks.common import spread, write_record
 from latency_predictor.agent.client import RemoteEstimator
 from latency_predictor.backends import make_estimator
 from latency_predictor.environment import base_environment, package_version
@@ -167,7 +166,7 @@ def main() -> int:
         "figures": figures,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_record(args.out, record)
     print(f"wrote {args.out}")
     return 0
 

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -62,10 +63,40 @@ def record_path(name: str, mode: str, out_dir: Path | None = None) -> Path:
 
 
 def write_record(path: Path, record: dict[str, Any]) -> Path:
-    """Write ``record`` as indented JSON (creating the folder)."""
+    """Write ``record`` as indented JSON (creating the folder), its paths made :func:`portable`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
+    path.write_text(json.dumps(portable(record), indent=2, default=_jsonable) + "\n")
     return path
+
+
+_PATH = re.compile(r"(?<![\w.:/-])(?:/|(?:\.\./)+)(?:[^\s/\"']+/)*[^\s/\"']+")
+"""An absolute path, or one that climbs out of the working folder (``../``), as a word of a string."""
+
+
+def portable(x: Any) -> Any:
+    """``x`` (a record, or any of its values) with its paths made machine-independent.
+
+    An absolute path inside the repository becomes relative to its root; any other absolute path,
+    or one starting with ``../``, becomes ``DIR/<name>``
+    (the data archive, a scratch folder): a record names what was used, not where one machine
+    keeps it.
+    """
+    if isinstance(x, dict):
+        return {k: portable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [portable(v) for v in x]
+    if isinstance(x, Path):
+        x = str(x)
+    if isinstance(x, str):
+        return _PATH.sub(_relative, x)
+    return x
+
+
+def _relative(m: re.Match[str]) -> str:
+    path = Path(m.group(0))
+    if path.is_absolute() and path.is_relative_to(ROOT):
+        return path.relative_to(ROOT).as_posix() or "."
+    return f"DIR/{path.name}"
 
 
 def _jsonable(x: object) -> object:

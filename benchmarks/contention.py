@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import os
 import signal
 import statistics
@@ -40,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import write_record
 from latency_predictor.backends import make_estimator
 from latency_predictor.environment import cpu_model, package_version, usable_cpus
 from latency_predictor.slot import SLOT_DIR_ENV, measurement_slot
@@ -227,7 +227,7 @@ def main() -> None:
         "summary": summary, "slot_over_no_slot_paired": paired, "measurements": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_record(args.out, report)
     print(f"wrote {args.out}")
 
 

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import ROOT, machine
+from benchmarks.common import ROOT, machine, portable
 from latency_predictor.environment import package_version
 
 CLOCK_TOLERANCE = 0.25
@@ -681,6 +681,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcomes = run_checks(ctx, checks, args.budget_s)
     command = " ".join(["python scripts/gpu_check.py", *(argv if argv is not None else sys.argv[1:])])
     rec = record(ctx, outcomes, command, time.perf_counter() - t0)
-    args.out.write_text(json.dumps(rec, indent=2, default=str) + "\n")
+    args.out.write_text(json.dumps(portable(rec), indent=2, default=str) + "\n")
     print(f"{rec['summary']}; record: {args.out}")
     return 1 if rec["counts"][FAILED] else 0

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.common import write_record
 from latency_predictor.backends import make_estimator
 from latency_predictor.environment import base_environment, package_version
 from search_spaces import REFERENCES, resolve_arch
@@ -139,7 +140,7 @@ def main() -> int:
     record["gpu"] = gpu(args.arch)
     record["load_average_before_after"] = [list(load_before), list(os.getloadavg())]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_record(args.out, record)
     print(f"wrote {args.out}")
     return 0
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import write_record
 from latency_predictor.backends import make_estimator
 from latency_predictor.collect import collect, default_out
 from latency_predictor.dataset import Dataset
@@ -159,7 +159,7 @@ def main() -> int:
         "throughput": tp, "targets": TARGETS, "results": got, "met": verdict,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_record(args.out, record)
     print(f"wrote {args.out}")
     return 0
 

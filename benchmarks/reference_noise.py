@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from benchmarks import fidelity
-from benchmarks.common import RECORDS_DIR, ROOT
+from benchmarks.common import RECORDS_DIR, ROOT, write_record
 from latency_predictor.environment import base_environment
 from nas.data import load_dataset
 from nas.studies.fidelity import REFERENCE, SUPERNET, Task, _Context, compute
@@ -117,7 +117,7 @@ def main() -> int:
               "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "environment": base_environment(),
               "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
               "wall_seconds": time.perf_counter() - t0, "figures": figures}
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_record(args.out, record)
     s = figures["seed_vs_seed"]
     print(f"seed 0 vs seed {args.seed}: Kendall tau {s['kendall_tau']:.3f} ({s['kendall_ci'][0]:.2f} to "
           f"{s['kendall_ci'][1]:.2f}), Spearman {s['spearman']:.3f}; median |difference| "

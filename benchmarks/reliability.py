@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import os
 import shlex
 import signal
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import write_record
 from latency_predictor.environment import cpu_model, package_version, usable_cpus
 from nas.trial.faults import ENV_VAR, FaultPlan
 
@@ -320,7 +320,7 @@ def main() -> None:
     for line in result["wrong"]:
         print(f"       {line}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_record(args.out, report)
     print(f"wrote {args.out}")
     if not all(result["checks"].values()):
         sys.exit(1)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import write_record
 from latency_predictor.environment import cpu_model, package_version, usable_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +136,7 @@ def main() -> None:
                   f"start-up {q['startup_seconds']:.0f} s, trials {q['tune_seconds']:.0f} s); "
                   f"best reward {q['best_reward']:.4f} at {q['best_latency_ms']:.1f} ms", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_record(args.out, report)
     print(f"wrote {args.out}")
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import itertools
-import json
 import os
 import sys
 import time
@@ -43,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import write_record
 from latency_predictor.backends import make_estimator
 from latency_predictor.collect import collect, default_out
 from latency_predictor.dataset import Dataset, LatencyTable
@@ -230,7 +230,7 @@ def main() -> int:
         "devices": devices, "pairs": pairs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_record(args.out, record)
     print(f"wrote {args.out}")
     return 0
 

@@ -433,3 +433,26 @@ def test_render_the_reference_noise_record_in_its_own_section() -> None:
     assert rows == ["| macs | 0.250 | 0.250 | 0.500 | -0.10 to 0.50 |",
                     "| **supernet** | 0.250 | 0.250 | 0.250 | -0.10 to 0.50 |"]
     assert "DIR/cifar.tar.gz" in out
+
+
+def test_records_name_no_machine_path(tmp_path: Path) -> None:
+    """A record says what was used, not where one machine keeps it: the repository's own paths are
+    made relative, any other path (absolute or ``../``) is ``DIR/<name>``; ratios and URLs stay."""
+    inside = common.ROOT / ".latnas" / "bench" / "supernet.pt"
+    record = {"command": "python scripts/bench.py fidelity --cifar10 /data/sets/cifar10.tar.gz",
+              "argv": ["--cifar10", "../elsewhere/data/cifar10.tar.gz"], "checkpoint": str(inside),
+              "path": inside, "note": "p50/p90 at 1/2 load, see http://127.0.0.1:8000/v1/measure",
+              "nested": [{"source": "/tmp/x/records.jsonl", "n": 3}]}
+    out = common.write_record(tmp_path / "r.json", record)
+    got = json.loads(out.read_text())
+    assert got["command"] == "python scripts/bench.py fidelity --cifar10 DIR/cifar10.tar.gz"
+    assert got["argv"] == ["--cifar10", "DIR/cifar10.tar.gz"]
+    assert got["checkpoint"] == got["path"] == ".latnas/bench/supernet.pt"
+    assert got["note"] == record["note"]
+    assert got["nested"] == [{"source": "DIR/records.jsonl", "n": 3}]
+
+
+def test_the_committed_records_name_no_machine_path() -> None:
+    for path in sorted((common.RECORDS_DIR).rglob("*.json")):
+        record = json.loads(path.read_text())
+        assert common.portable(record) == record, f"{path.name} names a path of the machine it ran on"
