@@ -5,6 +5,7 @@ Usage::
     python -m latency_predictor.train --data DIR --out predictor.json [--json [REPORT]]
     python -m latency_predictor.train data=DIR out=predictor.json          # key=value form
     python -m latency_predictor.train --data NEW --adapt-from OTHER.json --shots 20 --out new.json
+    python -m latency_predictor.train --data NEW --adapt-from A.json B.json C.json --shots 20 --out new.json
     python -m latency_predictor.train --data DIR --statistic p99 --out p99.json   # a predictor of the tail
 
 ``--statistic`` (default ``p50``) is the statistic the predictor learns and predicts: each
@@ -19,7 +20,10 @@ With ``--adapt-from``, the predictor of another device is adapted to the device 
 with the first ``--shots`` architectures measured there (:mod:`latency_predictor.transfer`), and
 the report compares it, on the held-out architectures (the rest of ``--data``, or ``--test-data``),
 with a predictor fitted from scratch on the same measurements and, given ``--full``, with one
-trained on many measurements of the new device. The rest of this docstring is about training.
+trained on many measurements of the new device. Given several predictors (of several other
+devices), each is adapted with the same measurements and the predictor is their mix, weighted so
+that the mix's leave-one-out error is least; the report then also shows the first one adapted
+alone. The rest of this docstring is about training.
 
 The architectures are split once (``--test-fraction``, ``--seed``) into a training set and a
 held-out set. The predictor and both baselines (latency proportional to MACs; a per-block
@@ -341,7 +345,10 @@ def _parser() -> argparse.ArgumentParser:
         "a predictor for a new device from a few measurements",
         "start from another device's predictor and refit its per-group scales on --data (the new device)",
     )
-    few.add_argument("--adapt-from", metavar="PREDICTOR", help="the other device's predictor file")
+    few.add_argument("--adapt-from", metavar="PREDICTOR", nargs="+",
+                     help="the other device's predictor file; several (other devices'): each is adapted and the "
+                          "predictor is their mix, weighted by leave-one-out error (the first is the one the report "
+                          "compares with)")
     few.add_argument("--shots", type=int,
                      help="adapt with the first N usable architectures of --data (default: all of them)")
     few.add_argument("--test-data", metavar="DIR",
@@ -355,11 +362,11 @@ def _adapt(args: argparse.Namespace) -> tuple[PredictorEstimator, TransferReport
     if args.test_fraction is not None:
         raise ConfigError("--test-fraction does not apply with --adapt-from: the held-out architectures are "
                           "those after the first --shots (or --test-data)")
-    source = read_predictor(args.adapt_from)
+    source, *others = (read_predictor(path) for path in args.adapt_from)
     test = Dataset.open(args.test_data) if args.test_data else None
     full = read_predictor(args.full) if args.full else None
     return adapt_predictor(source, Dataset.open(args.data), args.shots, test, full, args.members, args.seed,
-                           args.include_disturbed, args.statistic)
+                           args.include_disturbed, args.statistic, others)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -425,6 +425,22 @@ def adapt_model(
     Raises:
         ConfigError: fewer than 3 networks, invalid latencies, or no grouping.
     """
+    fit = _adapt(source, extractor, archs, latency_ms, members, seed, lam, refine, groupings)
+    return _with_members(source, extractor, fit.costs, fit.members, fit.scales), fit.scales
+
+
+@dataclass(frozen=True)
+class _Adapted:
+    """One source's adaptation: its costs, fit, signed leave-one-out errors and bootstrap members' costs."""
+
+    costs: np.ndarray
+    scales: Scales
+    signed: np.ndarray
+    members: np.ndarray
+
+
+def _adapt(source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch], latency_ms: np.ndarray,
+           members: int, seed: int, lam: float | None, refine: bool, groupings: Sequence[Grouping]) -> _Adapted:
     if not groupings:
         raise ConfigError("adapting needs at least one grouping of the features")
     y = np.asarray(latency_ms, dtype=np.float64)
@@ -432,9 +448,8 @@ def adapt_model(
     designs = [group_contributions(source, extractor, archs, g) for g in groupings]
     fits = [_fit_grouping(source, x, z, y, lam, g) for z, g in zip(designs, groupings, strict=True)]
     costs = np.mean([c for c, _, _ in fits], axis=0)
-    loo_err = np.abs(np.mean([e for _, _, e in fits], axis=0))  # the mean model's: the mean signed error
-    fitted = replace(fits[0][1], loo_abs_rel_error=loo_err, averaged_with=tuple(f for _, f, _ in fits[1:]))
-    model = _with_costs(source, extractor, costs)
+    signed = np.mean([e for _, _, e in fits], axis=0)  # the mean model's leave-one-out errors
+    fitted = replace(fits[0][1], loo_abs_rel_error=np.abs(signed), averaged_with=tuple(f for _, f, _ in fits[1:]))
     rng = np.random.default_rng(seed)
     members_costs = []
     for _ in range(members):
@@ -445,11 +460,79 @@ def adapt_model(
             each.append(_refine(x[idx], y[idx], member, f.refine_mu) if x is not None else member)
         members_costs.append(np.mean(each, axis=0))
     ens = np.array(members_costs).reshape(members, len(FEATURE_NAMES) + 1)
-    model.members = members
-    model.ensemble_coef = ens[:, :-1]
-    model.ensemble_intercept = ens[:, -1]
-    model.oof_abs_rel_error = fitted.loo_abs_rel_error
-    return model, fitted
+    return _Adapted(costs, fitted, signed, ens)
+
+
+def _with_members(source: AdditiveModel, extractor: FeatureExtractor, costs: np.ndarray, members: np.ndarray,
+                  scales: Scales) -> AdditiveModel:
+    model = _with_costs(source, extractor, costs)
+    model.members = len(members)
+    model.ensemble_coef = members[:, :-1]
+    model.ensemble_intercept = members[:, -1]
+    model.oof_abs_rel_error = scales.loo_abs_rel_error
+    return model
+
+
+def mix_weights(signed: np.ndarray) -> np.ndarray:
+    """The weights of a mix of adapted predictors: non-negative, summing to 1, and minimising the
+    summed squared leave-one-out relative error of the mix.
+
+    Args:
+        signed: ``n x k``: each of the ``k`` adapted predictors' signed leave-one-out relative
+            errors on the same ``n`` measurements (the mix's error is ``signed @ w``, the
+            measurements being the same).
+    """
+    n, k = signed.shape
+    if k == 1:
+        return np.ones(1)
+    big = 1e3 * max(1.0, float(np.abs(signed).max()))  # the sum-to-one row outweighs any error
+    sol = lsq_linear(np.vstack([signed, np.full((1, k), big)]), np.r_[np.zeros(n), big], bounds=(0.0, np.inf),
+                     method="bvls")
+    w: np.ndarray = sol.x / sol.x.sum()
+    return w
+
+
+@dataclass(frozen=True)
+class Mix:
+    """A mix of predictors adapted from several devices: each source's fit, and its weight."""
+
+    scales: tuple[Scales, ...]
+    weights: np.ndarray
+    loo_abs_rel_error: np.ndarray = field(repr=False)
+
+
+def adapt_model_from_many(
+    sources: Sequence[AdditiveModel], extractor: FeatureExtractor, archs: Sequence[Arch], latency_ms: np.ndarray,
+    members: int = 16, seed: int = 0, lam: float | None = None, refine: bool = True,
+    groupings: Sequence[Grouping] = GROUPINGS,
+) -> tuple[AdditiveModel, Mix]:
+    """Several devices' models, each adapted (:func:`adapt_model`) with the same measurements of the
+    new device, then mixed.
+
+    The mix's costs are the weighted mean of the adapted costs (:func:`mix_weights`, from their
+    leave-one-out errors), so it is still one additive model. A source whose structure is wrong for
+    the new device (eager PyTorch's per-call overheads for ONNX Runtime) gets a small weight when
+    another source explains the measurements better. The weights are chosen on the same
+    leave-one-out errors that the mix's own error is then computed from, so that error is a little
+    optimistic (``k`` weights from ``n`` measurements).
+
+    Returns:
+        The mixed model (its bootstrap members mix the sources' members with the same weights)
+        and the :class:`Mix`.
+
+    Raises:
+        ConfigError: no source, fewer than 3 networks, invalid latencies, or no grouping.
+    """
+    if not sources:
+        raise ConfigError("adapting needs at least one source predictor")
+    fits = [_adapt(s, extractor, archs, latency_ms, members, seed, lam, refine, groupings) for s in sources]
+    w = mix_weights(np.column_stack([f.signed for f in fits]))
+    costs = np.tensordot(w, np.array([f.costs for f in fits]), axes=1)
+    member_costs = np.tensordot(w, np.array([f.members for f in fits]), axes=1)
+    err = np.abs(np.column_stack([f.signed for f in fits]) @ w)
+    mix = Mix(tuple(f.scales for f in fits), w, err)
+    model = _with_members(sources[0], extractor, costs, member_costs, replace(fits[0].scales, loo_abs_rel_error=err))
+    return model, mix
 
 
 def informative_order(
@@ -507,11 +590,14 @@ class TransferReport:
 
     Attributes:
         source: the predictor adapted from (its device, what it was trained on).
+        others: the further predictors it was mixed with (:func:`adapt_model_from_many`), each
+            with its weight; ``source``'s weight is ``source_weight``.
         dataset: the new device's dataset summary.
         shots: the architectures the adaptation used (the first n of the dataset).
         test_archs: the held-out architectures every figure is computed on.
         scales: the fitted scales (:meth:`Scales.to_dict`).
-        models: accuracy of ``adapted``; ``scratch`` (the predictor fitted from scratch on the same
+        models: accuracy of ``adapted``; with ``others``, ``adapted_first`` (adapted from
+            ``source`` alone); ``scratch`` (the predictor fitted from scratch on the same
             n), ``global_scale`` (the source times one scale), ``source`` (as it is), ``macs``
             (latency proportional to MACs, fitted on the n) and ``full`` (a predictor trained on
             many measurements of the new device, when given).
@@ -524,6 +610,8 @@ class TransferReport:
     shots: list[str]
     test_archs: list[str]
     scales: dict[str, Any]
+    others: list[dict[str, Any]] = field(default_factory=list)
+    source_weight: float = 1.0
     models: dict[str, Any] = field(default_factory=dict)
     predictions: dict[str, list[float]] = field(repr=False, default_factory=dict)
     measured_ms: list[float] = field(repr=False, default_factory=list)
@@ -534,6 +622,8 @@ class TransferReport:
             "source": self.source, "dataset": self.dataset, "n_shots": len(self.shots), "n_test": len(self.test_archs),
             "scales": self.scales, "models": {k: m.to_dict() for k, m in self.models.items()},
         }
+        if self.others:
+            d.update(source_weight=self.source_weight, others=self.others)
         if with_archs:
             d.update(shots=self.shots, test_archs=self.test_archs, measured_ms=self.measured_ms,
                      predictions=self.predictions)
@@ -556,7 +646,12 @@ class TransferReport:
                          f"{other['lambda']:g}; "
                          + ("not refined" if other.get("refine_mu") is None else
                             f"refined {other['refined_features']} costs (mu {other['refine_mu']:g})"))
-        lines.append(f"leave-one-out MAPE {s['loo_mape']:.1%}" + (" (of the mean)" if s.get("averaged_with") else ""))
+        if self.others:
+            lines.append(f"mixed: weight {self.source_weight:.2f} for {self.source['device']}; "
+                         + "; ".join(f"{o['weight']:.2f} for {o['device']} (adapted alone: leave-one-out MAPE "
+                                     f"{o['loo_mape']:.1%})" for o in self.others))
+        lines.append(f"leave-one-out MAPE {s['loo_mape']:.1%}"
+                     + (" (of the mix)" if self.others else " (of the mean)" if s.get("averaged_with") else ""))
         if not self.models:
             lines.append("no held-out architectures: nothing to compare (measure more on this device, after the "
                          "first n, or give --test-data)")
@@ -572,6 +667,18 @@ class TransferReport:
             lines.append(f"{name:<14}{n!s:>6}{m.mape:>8.2%}{m.within_5:>8.1%}{m.within_10:>8.1%}{m.spearman:>10.3f}"
                          f"{m.kendall:>9.3f}")
         return "\n".join(lines)
+
+
+def _check_sources(source: PredictorEstimator, others: Sequence[PredictorEstimator]) -> None:
+    seen = {source.digest}
+    for other in others:
+        if other.digest in seen:
+            raise ConfigError(f"predictor {other.digest[:12]} is given twice as a source: give each device's once")
+        seen.add(other.digest)
+        if other.statistic != source.statistic:
+            raise PredictorMismatchError(
+                f"the source predictors predict different statistics: {source.statistic!r} and {other.statistic!r} "
+                "(mix predictors of one statistic)")
 
 
 def _source_summary(source: PredictorEstimator) -> dict[str, Any]:
@@ -594,6 +701,7 @@ def adapt_predictor(
     seed: int = 0,
     include_disturbed: bool = False,
     statistic: str | None = None,
+    others: Sequence[PredictorEstimator] = (),
 ) -> tuple[PredictorEstimator, TransferReport]:
     """Adapt ``source`` (another device's predictor) with measurements of the device of ``dataset``.
 
@@ -610,6 +718,8 @@ def adapt_predictor(
         include_disturbed: also use architectures whose every measurement was disturbed.
         statistic: the statistic the adapted predictor learns (None: ``source``'s); records with
             too few timed runs for it are not used.
+        others: predictors of further devices: each is adapted with the same measurements, and the
+            adapted predictor is their mix with ``source``'s (:func:`adapt_model_from_many`).
 
     Returns:
         The adapted predictor, valid for the dataset's setting, and the comparison on held-out
@@ -617,9 +727,11 @@ def adapt_predictor(
 
     Raises:
         DatasetError: fewer usable architectures than ``shots`` (or than 3).
-        PredictorMismatchError: ``test`` or ``full`` is for another setting than ``dataset``.
-        ConfigError: ``full`` was trained on held-out architectures.
+        PredictorMismatchError: ``test`` or ``full`` is for another setting than ``dataset``, or
+            one of ``others`` predicts another statistic than ``source``.
+        ConfigError: ``full`` was trained on held-out architectures, or a source is given twice.
     """
+    _check_sources(source, others)
     stat = check_stat(source.statistic if statistic is None else statistic)
     table = dataset.table(include_disturbed=include_disturbed, statistic=stat)
     n = len(table) if shots is None else shots
@@ -639,16 +751,27 @@ def adapt_predictor(
         held = table.subset(np.arange(n, len(table)))
     extractor = FeatureExtractor(dataset.target.input_shape, dataset.target.num_classes)
     fit_archs = [Arch.decode(a) for a in fit_rows.archs]
-    model, scales = adapt_model(source.model, extractor, fit_archs, fit_rows.latency_ms, members, seed)
-    report = TransferReport(
-        source=_source_summary(source), dataset=dataset.summary(), shots=list(fit_rows.archs),
-        test_archs=list(held.archs), scales=scales.to_dict(),
-    )
+    report = TransferReport(source=_source_summary(source), dataset=dataset.summary(), shots=list(fit_rows.archs),
+                            test_archs=list(held.archs), scales={})
+    first: AdditiveModel | None = None
+    if others:
+        model, mix = adapt_model_from_many([source.model, *(o.model for o in others)], extractor, fit_archs,
+                                           fit_rows.latency_ms, members, seed)
+        scales = replace(mix.scales[0], loo_abs_rel_error=mix.loo_abs_rel_error)
+        report.source_weight = float(mix.weights[0])
+        report.others = [{**_source_summary(o), "weight": float(w), "loo_mape": float(np.mean(f.loo_abs_rel_error))}
+                         for o, w, f in zip(others, mix.weights[1:], mix.scales[1:], strict=True)]
+        if len(held) >= 2:
+            first = adapt_model(source.model, extractor, fit_archs, fit_rows.latency_ms, members=0)[0]
+    else:
+        model, scales = adapt_model(source.model, extractor, fit_archs, fit_rows.latency_ms, members, seed)
+    report.scales = scales.to_dict()
     if len(held) >= 2:
         _compare(report, source, model, scales, extractor, fit_archs, fit_rows.latency_ms, held, dataset.target,
-                 full, seed)
+                 full, seed, first)
     training = {
         "dataset": dataset.summary(), "statistic": stat, "seed": seed, "adapted_from": report.source,
+        **({"also_adapted_from": report.others, "source_weight": report.source_weight} if others else {}),
         "train_arch_ids": [arch_id_of(a) for a in fit_rows.archs],
         "test_arch_ids": [arch_id_of(a) for a in held.archs],
         "report": report.to_dict(with_archs=False),
@@ -659,10 +782,12 @@ def adapt_predictor(
 def _compare(
     report: TransferReport, source: PredictorEstimator, adapted: AdditiveModel, scales: Scales,
     extractor: FeatureExtractor, fit_archs: list[Arch], fit_ms: np.ndarray, held: LatencyTable,
-    target: PredictorTarget, full: PredictorEstimator | None, seed: int,
+    target: PredictorTarget, full: PredictorEstimator | None, seed: int, first: AdditiveModel | None = None,
 ) -> None:
     test_archs = [Arch.decode(a) for a in held.archs]
     preds: dict[str, np.ndarray] = {"adapted": adapted.predict(test_archs)}
+    if first is not None:
+        preds["adapted_first"] = first.predict(test_archs)
     if len(fit_archs) >= 5:
         scratch = AdditiveModel(extractor, members=0, seed=seed)
         scratch.fit(fit_archs, fit_ms)

@@ -35,12 +35,14 @@ from latency_predictor.transfer import (
     PARAMETERS,
     PER_OPERATOR,
     adapt_model,
+    adapt_model_from_many,
     adapt_predictor,
     feature_group,
     fit_scales,
     group_contributions,
     informative_order,
     mix_rows,
+    mix_weights,
     scaled_model,
 )
 from search_spaces import Arch, SearchSpace, load_space
@@ -341,3 +343,81 @@ def test_when_one_operator_moves_alone_the_mean_beats_the_families_alone(source:
                               groupings=(COARSE,))
     a, b = accuracy_metrics(y[test], mean.predict(held)), accuracy_metrics(y[test], families.predict(held))
     assert a.mape < 0.8 * b.mape, (moved, a, b)
+
+
+def _wrong_source() -> AdditiveModel:
+    """A device with another cost structure than ``source``'s (other features cost what)."""
+    rng = np.random.default_rng(5)
+    extractor = FeatureExtractor(SOURCE_SHAPE)
+    coef = rng.uniform(0.0, 1.0, len(FEATURE_NAMES)) * (rng.uniform(size=len(FEATURE_NAMES)) < 0.6)
+    archs = _archs("mobile", 200, 2)
+    model = AdditiveModel(extractor, members=0)
+    model.fit(archs, extractor.transform(archs) @ (coef * 0.01) + 0.2)
+    return model
+
+
+def test_mix_weights_are_a_convex_mix_that_favours_the_smaller_leave_one_out_error() -> None:
+    rng = np.random.default_rng(0)
+    good, bad = rng.normal(0.0, 0.01, 30), rng.normal(0.0, 0.2, 30)
+    w = mix_weights(np.column_stack([bad, good]))
+    assert np.all(w >= 0) and w.sum() == pytest.approx(1.0) and w[1] > 0.9
+    # two sources wrong in opposite directions: the mix cancels their errors
+    w = mix_weights(np.column_stack([np.full(30, 0.1), np.full(30, -0.1)]))
+    np.testing.assert_allclose(w, [0.5, 0.5], atol=1e-6)
+    assert mix_weights(np.zeros((5, 1))).tolist() == [1.0]
+
+
+def test_adapting_from_several_devices_weights_the_one_whose_structure_fits(source: AdditiveModel) -> None:
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    archs = _archs("mobile", 120, 13)
+    y = _new_device(source, archs, noise=0.02, seed=13)
+    fit, test = list(range(20)), list(range(20, 120))
+    shots, held = [archs[i] for i in fit], [archs[i] for i in test]
+    wrong = _wrong_source()
+    mixed, mix = adapt_model_from_many([wrong, source], extractor, shots, y[fit], members=3)
+    assert mix.weights.sum() == pytest.approx(1.0) and mix.weights[1] > 0.6, mix.weights
+    alone_wrong, _ = adapt_model(wrong, extractor, shots, y[fit], members=0)
+    alone_right, _ = adapt_model(source, extractor, shots, y[fit], members=0)
+    m, w, r = (accuracy_metrics(y[test], model.predict(held)) for model in (mixed, alone_wrong, alone_right))
+    assert m.mape < 0.5 * w.mape and m.mape < 1.1 * r.mape, (m, w, r)
+    assert mixed.ensemble_coef.shape == (3, len(FEATURE_NAMES)) and len(mixed.oof_abs_rel_error) == 20
+    # one source: exactly the single adaptation
+    one, one_mix = adapt_model_from_many([source], extractor, shots, y[fit], members=0)
+    np.testing.assert_allclose(one.coef, alone_right.coef, rtol=1e-12)
+    assert one_mix.weights.tolist() == [1.0]
+    with pytest.raises(ConfigError, match="at least one source"):
+        adapt_model_from_many([], extractor, shots, y[fit])
+
+
+@pytest.fixture(scope="module")
+def other_source_file(space: SearchSpace, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A third device: eager PyTorch, a predictor of its own."""
+    slots = tmp_path_factory.mktemp("slots")
+    est = make_estimator("torch", input_shape=SOURCE_SHAPE, measure=MEASURE, slot_dir=slots, num_classes=10,
+                         threads=1)
+    data = tmp_path_factory.mktemp("other") / "data"
+    collect(space, est, data, 12, repeats=0, min_cpu_share=0.0, progress=False)
+    predictor, _ = train_predictor(Dataset.open(data), test_fraction=0.25)
+    return predictor.save(data.parent / "other.json")
+
+
+def test_train_adapts_from_several_devices_and_reports_the_mix(
+    source_file: Path, other_source_file: Path, new_device: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "mixed.json"
+    assert train_main(["--data", str(new_device), "--out", str(out), "--adapt-from", str(source_file),
+                       str(other_source_file), "--shots", "8", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    others = rep["others"]
+    assert [o["device"].split(" ")[0] for o in others] == ["torch"]
+    assert rep["source_weight"] + others[0]["weight"] == pytest.approx(1.0)
+    assert {"adapted", "adapted_first", "scratch", "source"} <= set(rep["models"])
+    training = read_predictor(out).training
+    assert training["also_adapted_from"][0]["predictor_digest"] == read_predictor(other_source_file).digest
+    assert train_main(["--data", str(new_device), "--out", str(out), "--adapt-from", str(source_file),
+                       str(other_source_file), "--shots", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "mixed: weight" in text and "(of the mix)" in text and "\nadapted_first " in text
+    assert train_main(["--data", str(new_device), "--out", str(out), "--adapt-from", str(source_file),
+                       str(source_file)]) == 2
+    assert "is given twice as a source" in capsys.readouterr().err

@@ -1,0 +1,144 @@
+"""Benchmark of a predictor for a new device adapted from several other devices' predictors.
+
+Usage::
+
+    python -m benchmarks.transfer_many [--devices ort1,ort2,torch,ort160,ort-b4] [--shots 10,20,30]
+                                       [--splits 5] [--out benchmarks/records/transfer_many.json]
+
+The datasets, held-out splits and source predictors are those of :mod:`benchmarks.transfer` (run it
+first: its datasets are read, not measured again). For every ordered pair ``first -> target`` and
+each n of ``--shots``, the n measurements of the target are those ``collect --adapt-from FIRST``
+chooses (the first source's informative order), and two predictors are adapted with them:
+
+* ``first``: adapted from the first source alone (``train --adapt-from FIRST``, the figure of
+  :mod:`benchmarks.transfer`);
+* ``mix``: adapted from every device except the target, the first included, and mixed with weights
+  chosen by leave-one-out error (``train --adapt-from FIRST OTHER ...``).
+
+Every figure is the +-10% share and Spearman on the held-out architectures, averaged over the
+splits; the mix's weights are averaged too. Nothing is timed.
+
+Goal (issue): at n = 20, Spearman >= 0.95 and +-10% >= 90%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import write_record
+from benchmarks.transfer import DEVICES, GOAL, _default_devices, _fit, _mean, _score, dataset_for
+from latency_predictor.dataset import Dataset
+from latency_predictor.environment import base_environment, package_version
+from latency_predictor.features import FeatureExtractor
+from latency_predictor.models import AdditiveModel
+from latency_predictor.transfer import adapt_model, adapt_model_from_many, informative_order
+from search_spaces import Arch
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--devices", default=None, help=f"comma separated, three or more of {list(DEVICES)} (default: all "
+                                                   "this machine can run)")
+    p.add_argument("--n-full", type=int, default=300, help="measurements of each source predictor (default 300)")
+    p.add_argument("--n-test", type=int, default=60, help="held-out architectures per split (default 60)")
+    p.add_argument("--shots", default="10,20,30", help="n, comma separated (default 10,20,30)")
+    p.add_argument("--splits", type=int, default=5, help="random held-out splits (default 5)")
+    p.add_argument("--data-root", type=Path, default=Path(".latnas/datasets"),
+                   help="where the datasets are (default .latnas/datasets, those of benchmarks.transfer)")
+    p.add_argument("--out", type=Path, default=Path("benchmarks/records/transfer_many.json"),
+                   help="JSON record to write")
+    return p
+
+
+def evaluate(datasets: dict[str, Dataset], shots: list[int], n_full: int, n_test: int,
+             splits: int) -> list[dict[str, Any]]:
+    """The figures of every ``first -> target`` pair (module docstring)."""
+    keys = list(datasets)
+    tables = {k: d.table() for k, d in datasets.items()}
+    extractors = {k: FeatureExtractor(d.target.input_shape, d.target.num_classes) for k, d in datasets.items()}
+    scores: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
+    weights: dict[tuple[str, str], dict[int, list[np.ndarray]]] = {}
+    for split in range(splits):
+        sources: dict[tuple[str, str], AdditiveModel] = {}  # (device, target): fitted without the target's held-out
+        for t in keys:
+            rng = np.random.default_rng(1000 + split)  # benchmarks.transfer's held-out split
+            held = tables[t].subset(np.sort(rng.permutation(len(tables[t]))[:n_test]))
+            held_set, held_archs = set(held.archs), [Arch.decode(a) for a in held.archs]
+            for s in keys:
+                if s != t:
+                    rows = [i for i, a in enumerate(tables[s].archs) if a not in held_set][:n_full]
+                    sources[s, t] = _fit(extractors[s], tables[s].subset(rows))
+            pool = tables[t].subset([i for i, a in enumerate(tables[t].archs) if a not in held_set])
+            pool_archs = [Arch.decode(a) for a in pool.archs]
+            others = [s for s in keys if s != t]
+            for first in others:
+                order = [first, *(s for s in others if s != first)]
+                cell = scores.setdefault((first, t), {})
+                for n in shots:
+                    idx = informative_order(sources[first, t], extractors[t], pool_archs, n)
+                    archs, y = [pool_archs[i] for i in idx], pool.latency_ms[idx]
+                    alone, _ = adapt_model(sources[first, t], extractors[t], archs, y, members=0)
+                    mixed, mix = adapt_model_from_many([sources[s, t] for s in order], extractors[t], archs, y,
+                                                       members=0)
+                    cell.setdefault(f"{n}.first", []).append(_score(held.latency_ms, alone.predict(held_archs)))
+                    cell.setdefault(f"{n}.mix", []).append(_score(held.latency_ms, mixed.predict(held_archs)))
+                    weights.setdefault((first, t), {}).setdefault(n, []).append(
+                        np.array([mix.weights[order.index(s)] for s in others]))
+        print(f"split {split + 1}/{splits} done", flush=True)
+    pairs = []
+    for (first, t), cell in scores.items():
+        others = [s for s in keys if s != t]
+        by_n = {str(n): {"first": _mean(cell[f"{n}.first"]), "mix": _mean(cell[f"{n}.mix"]),
+                         "weights": dict(zip(others, np.mean(weights[first, t][n], axis=0).tolist(), strict=True))}
+                for n in shots}
+        at = by_n.get(str(GOAL["n"]), {}).get("mix")
+        met = None if at is None else bool(at["spearman"] >= GOAL["spearman"] and at["within_10"] >= GOAL["within_10"])
+        pairs.append({"first": first, "target": t, "sources": others, "by_n": by_n, "goal_met": met})
+        cells = "; ".join(f"n={n}: first {v['first']['within_10']:.0%}, mix {v['mix']['within_10']:.0%}"
+                          for n, v in by_n.items())
+        print(f"{first} (+ {len(others) - 1} more) -> {t}: {cells}", flush=True)
+    return pairs
+
+
+def main() -> int:
+    """Run the benchmark; returns 0 (goals missed are reported, not turned into a failure)."""
+    args = _parser().parse_args()
+    keys = (args.devices or _default_devices()).split(",")
+    unknown = [k for k in keys if k not in DEVICES]
+    if unknown or len(keys) < 3:
+        print(f"error: --devices needs three or more of {list(DEVICES)}, got {keys}", file=sys.stderr)
+        return 2
+    shots = [int(x) for x in args.shots.split(",") if x]
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    datasets, devices = {}, {}
+    for key in keys:
+        datasets[key], devices[key] = dataset_for(key, args.n_full + args.n_test, args.data_root, retries=3)
+    collect_s = time.perf_counter() - t0
+    pairs = evaluate(datasets, shots, args.n_full, args.n_test, args.splits)
+    record = {
+        "command": ["python", "-m", "benchmarks.transfer_many", *sys.argv[1:]],
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
+                        "scipy": package_version("scipy")},
+        "settings": {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots,
+                     "splits": args.splits},
+        "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
+        "collect_seconds": collect_s, "wall_seconds": time.perf_counter() - t0, "goal": GOAL,
+        "devices": devices, "pairs": pairs,
+    }
+    write_record(args.out, record)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
