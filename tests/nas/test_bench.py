@@ -148,6 +148,23 @@ def test_render_transfer_and_agent_records() -> None:
     assert "**1.0100**" in out
 
 
+
+def test_render_the_several_sources_record_after_the_pairs() -> None:
+    good = {"within_10": 0.95, "spearman": 0.99, "within_10_min": 0.9, "spearman_min": 0.98}
+    poor = {**good, "within_10": 0.7}
+    many = {
+        "command": ["python", "-m", "benchmarks.transfer_many"], "created": "2026-12-01T14:00:00+00:00",
+        "environment": MACHINE, "goal": {"n": 20, "spearman": 0.95, "within_10": 0.9},
+        "settings": {"space": "mobile", "n_full": 300, "n_test": 60, "shots": [20], "splits": 5},
+        "pairs": [{"first": "torch", "target": "ort1", "sources": ["torch", "ort2"], "goal_met": True,
+                   "by_n": {"20": {"first": poor, "mix": good, "weights": {"torch": 0.1, "ort2": 0.9}}}}],
+    }
+    out = render.render({"transfer_many": many})
+    assert "## A predictor for a new device from several devices' predictors" in out
+    assert "| torch -> ort1 | 70.0% / 0.990 | 95.0% / 0.990 | ort2 0.90, torch 0.10 | met |" in out
+    assert "n = 20: 70.0% alone, 95.0% mixed" in out and "met by\n1 of 1." in out
+
+
 def test_render_the_supernet_record() -> None:
     agreement = {"kendall_tau": 0.71, "kendall_ci": [0.5, 0.85], "spearman": 0.86, "spearman_ci": [0.7, 0.95],
                  "top_overlap": 0.5, "top_n": 2, "seconds_per_candidate": 1.4}
