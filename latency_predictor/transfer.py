@@ -35,6 +35,11 @@ the whole fit (scales, overheads, refinement) is made once with the families (:d
 once with a scale per operator kind's compute and memory (:data:`PER_OPERATOR`), and the adapted
 model is the mean of the two (:data:`GROUPINGS`, :func:`adapt_model`), still one additive model.
 
+With predictors of several other devices (:func:`adapt_model_from_many`), each is adapted with the
+same measurements and the result is their mix, weighted (:func:`mix_weights`) so that its
+leave-one-out error is least: a source whose structure is wrong for the new device (eager
+PyTorch's per-call overheads for ONNX Runtime) then gives way to one whose structure fits.
+
 Which architectures to measure (:func:`informative_order`): those that best represent the
 candidates, judged by their *mix*: the share of a network's predicted latency from each group (and
 the fixed and per-call terms), standardised across the candidates. A greedy k-median choice takes,
