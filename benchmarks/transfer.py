@@ -191,23 +191,49 @@ def evaluate_pair(source: Dataset, target: Dataset, shots: list[int], n_full: in
     return out
 
 
-def main() -> int:
-    """Run the benchmark; returns 0 (goals missed are reported, not turned into a failure)."""
-    args = _parser().parse_args()
-    keys = (args.devices or _default_devices()).split(",")
-    unknown = [k for k in keys if k not in DEVICES]
-    if unknown or len(keys) < 2:
-        print(f"error: --devices needs two or more of {list(DEVICES)}, got {keys}", file=sys.stderr)
-        return 2
-    shots = [int(x) for x in args.shots.split(",") if x]
-    load_before = os.getloadavg()
+def open_devices(spec: str | None, at_least: int, n: int, root: Path, retries: int
+                 ) -> tuple[dict[str, Dataset], dict[str, Any], float]:
+    """The datasets of the devices ``spec`` names (comma separated; None: all this machine can run),
+    each with at least ``n`` usable architectures, their summaries, and the seconds collecting took.
+
+    Raises:
+        SystemExit: status 2, an unknown device or fewer than ``at_least`` (the message on stderr).
+    """
+    keys = (spec or _default_devices()).split(",")
+    if [k for k in keys if k not in DEVICES] or len(keys) < at_least:
+        print(f"error: --devices needs {at_least} or more of {list(DEVICES)}, got {keys}", file=sys.stderr)
+        raise SystemExit(2)
     t0 = time.perf_counter()
     datasets, devices = {}, {}
     for key in keys:
-        datasets[key], devices[key] = dataset_for(key, args.n_full + args.n_test, args.data_root, args.retries)
-    collect_s = time.perf_counter() - t0
+        datasets[key], devices[key] = dataset_for(key, n, root, retries)
+    return datasets, devices, time.perf_counter() - t0
+
+
+def record(module: str, settings: dict[str, Any], load_before: float, t0: float, collect_s: float,
+           devices: dict[str, Any], pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A transfer benchmark's record."""
+    return {
+        "command": ["python", "-m", module, *sys.argv[1:]],
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
+                        "scipy": package_version("scipy")},
+        "settings": settings, "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
+        "collect_seconds": collect_s, "wall_seconds": time.perf_counter() - t0, "goal": GOAL,
+        "devices": devices, "pairs": pairs,
+    }
+
+
+def main() -> int:
+    """Run the benchmark; returns 0 (goals missed are reported, not turned into a failure)."""
+    args = _parser().parse_args()
+    shots = [int(x) for x in args.shots.split(",") if x]
+    load_before = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    datasets, devices, collect_s = open_devices(args.devices, 2, args.n_full + args.n_test, args.data_root,
+                                                args.retries)
     pairs = []
-    for s, t in itertools.permutations(keys, 2):
+    for s, t in itertools.permutations(datasets, 2):
         fig = evaluate_pair(datasets[s], datasets[t], shots, args.n_full, args.n_test, args.splits, args.reps)
         pairs.append({"source": s, "target": t, **fig})
         cells = "; ".join(
@@ -216,21 +242,11 @@ def main() -> int:
             for n, v in fig["by_n"].items())
         print(f"{s} -> {t}: full {fig['full']['within_10']:.0%}/{fig['full']['spearman']:.3f}; {cells} "
               f"(+-10% / Spearman)", flush=True)
-    record = {
-        "command": ["python", "-m", "benchmarks.transfer", *sys.argv[1:]],
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "scipy": package_version("scipy")},
-        "settings": {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots,
-                     "splits": args.splits, "reps": args.reps, "measure": {
-                         k: getattr(MEASURE, k) for k in ("warmup_runs", "warmup_s", "min_runs", "min_time_s",
-                                                          "max_time_s")}},
-        "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
-        "collect_seconds": collect_s, "wall_seconds": time.perf_counter() - t0, "goal": GOAL,
-        "devices": devices, "pairs": pairs,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_record(args.out, record)
+    settings = {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots,
+                "splits": args.splits, "reps": args.reps, "measure": {
+                    k: getattr(MEASURE, k)
+                    for k in ("warmup_runs", "warmup_s", "min_runs", "min_time_s", "max_time_s")}}
+    write_record(args.out, record("benchmarks.transfer", settings, load_before, t0, collect_s, devices, pairs))
     print(f"wrote {args.out}")
     return 0
 

@@ -24,7 +24,6 @@ Goal (issue): at n = 20, Spearman >= 0.95 and +-10% >= 90%.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 import time
@@ -34,9 +33,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_record
-from benchmarks.transfer import DEVICES, GOAL, _default_devices, _fit, _mean, _score, dataset_for
+from benchmarks.transfer import DEVICES, GOAL, _fit, _mean, _score, open_devices, record
 from latency_predictor.dataset import Dataset
-from latency_predictor.environment import base_environment, package_version
 from latency_predictor.features import FeatureExtractor
 from latency_predictor.models import AdditiveModel
 from latency_predictor.transfer import adapt_model, adapt_model_from_many, informative_order
@@ -111,31 +109,13 @@ def evaluate(datasets: dict[str, Dataset], shots: list[int], n_full: int, n_test
 def main() -> int:
     """Run the benchmark; returns 0 (goals missed are reported, not turned into a failure)."""
     args = _parser().parse_args()
-    keys = (args.devices or _default_devices()).split(",")
-    unknown = [k for k in keys if k not in DEVICES]
-    if unknown or len(keys) < 3:
-        print(f"error: --devices needs three or more of {list(DEVICES)}, got {keys}", file=sys.stderr)
-        return 2
     shots = [int(x) for x in args.shots.split(",") if x]
-    load_before = os.getloadavg()
+    load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    datasets, devices = {}, {}
-    for key in keys:
-        datasets[key], devices[key] = dataset_for(key, args.n_full + args.n_test, args.data_root, retries=3)
-    collect_s = time.perf_counter() - t0
+    datasets, devices, collect_s = open_devices(args.devices, 3, args.n_full + args.n_test, args.data_root, 3)
     pairs = evaluate(datasets, shots, args.n_full, args.n_test, args.splits)
-    record = {
-        "command": ["python", "-m", "benchmarks.transfer_many", *sys.argv[1:]],
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "scipy": package_version("scipy")},
-        "settings": {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots,
-                     "splits": args.splits},
-        "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
-        "collect_seconds": collect_s, "wall_seconds": time.perf_counter() - t0, "goal": GOAL,
-        "devices": devices, "pairs": pairs,
-    }
-    write_record(args.out, record)
+    settings = {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots, "splits": args.splits}
+    write_record(args.out, record("benchmarks.transfer_many", settings, load_before, t0, collect_s, devices, pairs))
     print(f"wrote {args.out}")
     return 0
 
