@@ -84,3 +84,22 @@ def agreement(reference: np.ndarray, estimate: np.ndarray, resamples: int = 1000
 def _ci(values: list[float]) -> tuple[float, float]:
     lo, hi = np.percentile(values, [2.5, 97.5])
     return float(lo), float(hi)
+
+
+def noise_ceiling(tau_between: float) -> float:
+    """The Kendall tau an error-free estimator is expected to reach against *one* reference, when two
+    runs of that reference agree at ``tau_between``.
+
+    Each run is taken as the true score plus independent noise, all Gaussian. For Gaussian pairs,
+    Kendall's tau and Pearson's r are related by ``tau = (2 / pi) asin(r)``. Two runs then
+    correlate at ``r_between = sin(pi tau_between / 2)``, and the truth correlates with either run
+    at ``sqrt(r_between)``. The truth agrees with one run better than two runs agree with each
+    other, because only one side is noisy. A model, not a measurement: the empirical counterpart is
+    one run's tau against the mean of the others.
+
+    Raises:
+        ValueError: ``tau_between`` outside (0, 1].
+    """
+    if not 0.0 < tau_between <= 1.0:
+        raise ValueError(f"the references must agree positively (tau in (0, 1]), got {tau_between}")
+    return 2.0 / math.pi * math.asin(math.sqrt(math.sin(math.pi * tau_between / 2.0)))

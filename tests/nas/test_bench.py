@@ -436,19 +436,25 @@ def test_the_supernet_benchmark_reads_the_fidelity_estimates_from_the_committed_
 
 def test_render_the_reference_noise_record_in_its_own_section() -> None:
     agree = {"kendall_tau": 0.25, "kendall_ci": [-0.1, 0.5], "spearman": 0.3}
-    figures = {"k": 20, "reference": {"train_samples": 10000, "epochs": 5}, "seeds": [0, 1],
-               "seed_vs_seed": {"kendall_tau": 0.6, "kendall_ci": [0.37, 0.79], "spearman": 0.77},
-               "abs_diff_points": {"median": 0.8, "max": 2.9},
-               "estimators": {"supernet": {"vs_seed0": agree, "vs_seed1": agree, "vs_mean": agree},
-                              "macs": {"vs_seed0": agree, "vs_seed1": agree, "vs_mean": {**agree, "kendall_tau": 0.5}}}}
+    pair = {"kendall_tau": 0.6, "kendall_ci": [0.37, 0.79], "spearman": 0.77,
+            "abs_diff_points": {"median": 0.8, "max": 2.9}}
+    figures = {"k": 20, "reference": {"train_samples": 10000, "epochs": 5}, "seeds": [0, 1, 2],
+               "pairs": [{"seeds": [0, 1], **pair}, {"seeds": [0, 2], **pair}, {"seeds": [1, 2], **pair}],
+               "mean_tau_between": 0.6, "noise_ceiling": 0.712,
+               "one_vs_rest": {"0": {**agree, "kendall_tau": 0.66}, "1": agree, "2": agree},
+               "estimators": {"supernet": {"vs_seed0": agree, "vs_seed1": agree, "vs_seed2": agree, "vs_mean": agree},
+                              "macs": {"vs_seed0": agree, "vs_seed1": agree, "vs_seed2": agree,
+                                       "vs_mean": {**agree, "kendall_tau": 0.5}}}}
     rec = {"command": ["python", "-m", "benchmarks.reference_noise", "--cifar10", "/data/x/cifar.tar.gz"],
            "created": "2026-12-01T12:00:00+00:00", "environment": {"torch": "2.13.0"}, "figures": figures}
     out = render.render({"reference_noise": rec})
     assert "## Proxy fidelity: how reproducible the reference is" in out  # not read as a variant of "reference"
-    assert "**0.600** (95% CI 0.37 to 0.79)" in out
+    assert "with\nseeds 1, 2 (another" in out
+    assert "| seed 1 vs seed 2 | **0.600** | 0.37 to 0.79 | 0.770 | 0.8 points | 2.9 points |" in out
+    assert "seed 0 **0.660** (-0.10 to 0.50)" in out and "tau **0.712** against one" in out
     rows = [line for line in out.splitlines() if line.startswith("| macs") or line.startswith("| **supernet**")]
-    assert rows == ["| macs | 0.250 | 0.250 | 0.500 | -0.10 to 0.50 |",
-                    "| **supernet** | 0.250 | 0.250 | 0.250 | -0.10 to 0.50 |"]
+    assert rows == ["| macs | 0.250 | 0.250 | 0.250 | 0.500 | -0.10 to 0.50 |",
+                    "| **supernet** | 0.250 | 0.250 | 0.250 | 0.250 | -0.10 to 0.50 |"]
     assert "DIR/cifar.tar.gz" in out
 
 
