@@ -596,7 +596,8 @@ class TransferReport:
     Attributes:
         source: the predictor adapted from (its device, what it was trained on).
         others: the further predictors it was mixed with (:func:`adapt_model_from_many`), each
-            with its weight; ``source``'s weight is ``source_weight``.
+            with its weight and its leave-one-out MAPE adapted alone; ``source``'s are
+            ``source_weight`` and ``source_loo_mape``.
         dataset: the new device's dataset summary.
         shots: the architectures the adaptation used (the first n of the dataset).
         test_archs: the held-out architectures every figure is computed on.
@@ -617,6 +618,7 @@ class TransferReport:
     scales: dict[str, Any]
     others: list[dict[str, Any]] = field(default_factory=list)
     source_weight: float = 1.0
+    source_loo_mape: float | None = None
     models: dict[str, Any] = field(default_factory=dict)
     predictions: dict[str, list[float]] = field(repr=False, default_factory=dict)
     measured_ms: list[float] = field(repr=False, default_factory=list)
@@ -628,7 +630,7 @@ class TransferReport:
             "scales": self.scales, "models": {k: m.to_dict() for k, m in self.models.items()},
         }
         if self.others:
-            d.update(source_weight=self.source_weight, others=self.others)
+            d.update(source_weight=self.source_weight, source_loo_mape=self.source_loo_mape, others=self.others)
         if with_archs:
             d.update(shots=self.shots, test_archs=self.test_archs, measured_ms=self.measured_ms,
                      predictions=self.predictions)
@@ -652,9 +654,12 @@ class TransferReport:
                          + ("not refined" if other.get("refine_mu") is None else
                             f"refined {other['refined_features']} costs (mu {other['refine_mu']:g})"))
         if self.others:
-            lines.append(f"mixed: weight {self.source_weight:.2f} for {self.source['device']}; "
-                         + "; ".join(f"{o['weight']:.2f} for {o['device']} (adapted alone: leave-one-out MAPE "
-                                     f"{o['loo_mape']:.1%})" for o in self.others))
+            mixed = [(self.source_weight, self.source["device"], self.source_loo_mape),
+                     *((o["weight"], o["device"], o["loo_mape"]) for o in self.others)]
+            lines.append("mixed: " + "; ".join(
+                f"weight {w:.2f} for {device}"
+                + ("" if mape is None else f" (adapted alone: leave-one-out MAPE {mape:.1%})")
+                for w, device, mape in mixed))
         lines.append(f"leave-one-out MAPE {s['loo_mape']:.1%}"
                      + (" (of the mix)" if self.others else " (of the mean)" if s.get("averaged_with") else ""))
         if not self.models:
@@ -764,6 +769,7 @@ def adapt_predictor(
                                            fit_rows.latency_ms, members, seed)
         scales = replace(mix.scales[0], loo_abs_rel_error=mix.loo_abs_rel_error)
         report.source_weight = float(mix.weights[0])
+        report.source_loo_mape = float(np.mean(mix.scales[0].loo_abs_rel_error))
         report.others = [{**_source_summary(o), "weight": float(w), "loo_mape": float(np.mean(f.loo_abs_rel_error))}
                          for o, w, f in zip(others, mix.weights[1:], mix.scales[1:], strict=True)]
         if len(held) >= 2:

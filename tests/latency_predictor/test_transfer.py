@@ -411,6 +411,7 @@ def test_train_adapts_from_several_devices_and_reports_the_mix(
     others = rep["others"]
     assert [o["device"].split(" ")[0] for o in others] == ["torch"]
     assert rep["source_weight"] + others[0]["weight"] == pytest.approx(1.0)
+    assert rep["source_loo_mape"] > 0 and others[0]["loo_mape"] > 0
     assert {"adapted", "adapted_first", "scratch", "source"} <= set(rep["models"])
     training = read_predictor(out).training
     assert training["also_adapted_from"][0]["predictor_digest"] == read_predictor(other_source_file).digest
