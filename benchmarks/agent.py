@@ -109,7 +109,7 @@ def run(archs: dict[str, Arch], rounds: int, shape: tuple[int, ...], measure: Me
                     else:
                         here.append(entry)
             ratios = [b["p50_ms"] / a["p50_ms"] for a, b in zip(here, there, strict=True)]
-            row = {
+            row: dict[str, Any] = {
                 "network": name, "arch": arch.encode(), "local_p50_ms": float(np.median([a["p50_ms"] for a in here])),
                 "agent_p50_ms": float(np.median([b["p50_ms"] for b in there])), "p50_ratio": float(np.median(ratios)),
                 "ratios": ratios, "transport_s": spread([b["transport_s"] for b in there]),

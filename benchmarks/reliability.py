@@ -209,7 +209,7 @@ def check(store: Store, plan: FaultPlan, n_trials: int, timeout_s: float, phases
     n_optuna = parent.data.metrics.get("n_optuna_trials") if parent else None
     checks = {
         "one_parent_run": len(parents) == 1,
-        "parent_finished": bool(parent) and parent.info.status == "FINISHED",
+        "parent_finished": parent is not None and parent.info.status == "FINISHED",
         "reached_n_trials": len(live) == n_trials,
         "one_run_per_architecture": all(v == 1 for v in archs.values()),
         "none_left_running": all(c.info.status != "RUNNING" for c in children),
