@@ -1,5 +1,5 @@
 """How well the proxy-fidelity study's reference ranks its own architectures: the reference trained
-again with another seed, and each estimator's Kendall tau against both.
+again with other seeds, and each estimator's Kendall tau against every run and their mean.
 
 Usage::
 
@@ -64,8 +64,8 @@ def _train(seed: int, archs: list[str], study: dict[str, Any], cfg: Any, work_di
                    cfg.zero_cost_batch, study["data"]["classes"], os.cpu_count() or 1)
     torch.set_num_threads(ctx.threads)
     path = work_dir / f"records-seed{seed}.jsonl"
-    done = {json.loads(x)["arch"]: json.loads(x) for x in path.read_text().splitlines() if x.strip()} \
-        if path.is_file() else {}
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    done = {r["arch"]: r for r in rows}
     todo = [a for a in archs if a not in done]
     print(f"reference again with seed {seed}: {len(archs)} architectures, {len(done)} done, {len(todo)} to "
           f"train ({cfg.reference.train_samples} images x {cfg.reference.epochs} epochs, {ctx.threads} threads)",

@@ -13,10 +13,11 @@ and are placed, marked as such, under the generated tables.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import portable
 
 Rec = dict[str, Any]
 
@@ -86,8 +87,7 @@ def meta(rec: Rec) -> str:
     cmd = rec.get("command", "")
     if isinstance(cmd, list):
         cmd = " ".join(cmd)
-    # a folder outside the repository is the reader's choice, not part of the command
-    cmd = re.sub(r"(?<!\S)(?:/|\.\./)\S*/([^/\s]+)", r"DIR/\1", cmd)
+    cmd = portable(cmd)  # a folder outside the repository is the reader's choice, not part of the command
     date = rec.get("date") or rec.get("created") or "?"
     cpus = m.get("cpus_usable", "?")
     load = m.get("load_average")

@@ -37,7 +37,7 @@ from benchmarks.transfer import DEVICES, GOAL, _fit, _mean, _score, open_devices
 from latency_predictor.dataset import Dataset
 from latency_predictor.features import FeatureExtractor
 from latency_predictor.models import AdditiveModel
-from latency_predictor.transfer import adapt_model, adapt_model_from_many, informative_order
+from latency_predictor.transfer import adapt_model_from_many, informative_order
 from search_spaces import Arch
 
 
@@ -83,9 +83,9 @@ def evaluate(datasets: dict[str, Dataset], shots: list[int], n_full: int, n_test
                 for n in shots:
                     idx = informative_order(sources[first, t], extractors[t], pool_archs, n)
                     archs, y = [pool_archs[i] for i in idx], pool.latency_ms[idx]
-                    alone, _ = adapt_model(sources[first, t], extractors[t], archs, y, members=0)
                     mixed, mix = adapt_model_from_many([sources[s, t] for s in order], extractors[t], archs, y,
                                                        members=0)
+                    alone = mix.alone[0]
                     cell.setdefault(f"{n}.first", []).append(_score(held.latency_ms, alone.predict(held_archs)))
                     cell.setdefault(f"{n}.mix", []).append(_score(held.latency_ms, mixed.predict(held_archs)))
                     weights.setdefault((first, t), {}).setdefault(n, []).append(

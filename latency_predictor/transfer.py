@@ -499,9 +499,11 @@ def mix_weights(signed: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Mix:
-    """A mix of predictors adapted from several devices: each source's fit, and its weight."""
+    """A mix of predictors adapted from several devices: each source's fit, the source adapted alone
+    (without bootstrap members), and its weight."""
 
     scales: tuple[Scales, ...]
+    alone: tuple[AdditiveModel, ...] = field(repr=False)
     weights: np.ndarray
     loo_abs_rel_error: np.ndarray = field(repr=False)
 
@@ -535,7 +537,8 @@ def adapt_model_from_many(
     costs = np.tensordot(w, np.array([f.costs for f in fits]), axes=1)
     member_costs = np.tensordot(w, np.array([f.members for f in fits]), axes=1)
     err = np.abs(np.column_stack([f.signed for f in fits]) @ w)
-    mix = Mix(tuple(f.scales for f in fits), w, err)
+    alone = tuple(_with_costs(s, extractor, f.costs) for s, f in zip(sources, fits, strict=True))
+    mix = Mix(tuple(f.scales for f in fits), alone, w, err)
     model = _with_members(sources[0], extractor, costs, member_costs, replace(fits[0].scales, loo_abs_rel_error=err))
     return model, mix
 
@@ -772,8 +775,7 @@ def adapt_predictor(
         report.source_loo_mape = float(np.mean(mix.scales[0].loo_abs_rel_error))
         report.others = [{**_source_summary(o), "weight": float(w), "loo_mape": float(np.mean(f.loo_abs_rel_error))}
                          for o, w, f in zip(others, mix.weights[1:], mix.scales[1:], strict=True)]
-        if len(held) >= 2:
-            first = adapt_model(source.model, extractor, fit_archs, fit_rows.latency_ms, members=0)[0]
+        first = mix.alone[0]
     else:
         model, scales = adapt_model(source.model, extractor, fit_archs, fit_rows.latency_ms, members, seed)
     report.scales = scales.to_dict()
