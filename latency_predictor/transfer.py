@@ -47,9 +47,17 @@ each time, the candidate that most reduces the summed distance from every candid
 nearest chosen one: the first is the most typical network, the next the one that best covers
 what the first leaves far away, and so on. Networks already measured count as chosen. Typical
 networks are what the predictor is asked about, so a fit on them predicts the candidates better
-than a fit on extreme ones, which a D-optimal design (largest leverage first) would choose and
-which the benchmark found worse as soon as the scales alone did not explain the new device. The
-order is most informative first, so measuring stops early with the best subset so far.
+than a fit on extreme ones. But typical networks move their families together: a wider network
+has more of both compute and memory traffic, so typical networks alone tell the scales apart
+poorly where the new device moves one family and not the other (at another input size, a fit
+on typical networks errs in proportion to a network's share of memory traffic). So once as many
+networks are measured as the family fit has parameters, every other network is instead the one
+with the largest leverage on that fit (a D-optimal step): the candidate whose mix the networks so
+far explain least. A
+D-optimal design alone, most unusual first, did worse on the benchmark than random choices
+wherever the scales alone did not explain the new device; alternating keeps the fit anchored on
+typical networks and still separates the scales. The order is most informative first, so
+measuring stops early with the best subset so far.
 """
 
 from __future__ import annotations
@@ -551,25 +559,53 @@ def informative_order(
 
     Greedy k-median on the networks' mixes (:func:`mix_rows`, over the candidates and
     ``measured``): each step takes the candidate that most reduces the summed distance from every
-    candidate to its nearest chosen or measured network (module docstring).
+    candidate to its nearest chosen or measured network. Once as many networks are measured or
+    chosen as the family fit has parameters (:data:`PARAMETERS`), every other step instead takes
+    the candidate with the largest leverage on the family fit (:func:`_leverages`): the one whose
+    mix the networks so far explain least (module docstring).
 
     Raises:
         ConfigError: ``n`` negative or larger than the number of candidates.
     """
     if not 0 <= n <= len(candidates):
         raise ConfigError(f"cannot choose {n} of {len(candidates)} candidate architectures")
-    rows = mix_rows(source, extractor, [*candidates, *measured])
-    a = rows[: len(candidates)]
+    everything = [*candidates, *measured]
+    rows = mix_rows(source, extractor, everything)
+    relative = _relative_design(source, extractor, everything)
+    a, design = rows[: len(candidates)], relative[: len(candidates)]
     dist = _distances(a, a)  # candidate i to candidate j
     nearest = _distances(rows[len(candidates):], a).min(axis=0, initial=np.inf)
+    known = list(relative[len(candidates):])
     chosen: list[int] = []
     for _ in range(n):
-        total = np.minimum(nearest[None, :], dist).sum(axis=1)
-        total[chosen] = np.inf
-        i = int(np.argmin(total))
+        step = len(known)
+        if step >= len(PARAMETERS) and (step - len(PARAMETERS)) % 2 == 0:
+            score = -_leverages(design, np.array(known))
+        else:
+            score = np.minimum(nearest[None, :], dist).sum(axis=1)
+        score[chosen] = np.inf
+        i = int(np.argmin(score))
         chosen.append(i)
+        known.append(design[i])
         nearest = np.minimum(nearest, dist[i])
     return chosen
+
+
+def _relative_design(source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch]) -> np.ndarray:
+    """The family fit's design (:func:`group_contributions`), each row over the network's source
+    prediction: the rows of the relative least squares the scales are fitted by."""
+    z = group_contributions(source, extractor, archs)
+    predicted = z[:, : len(GROUPS)].sum(axis=1) + source.intercept
+    out: np.ndarray = z / np.where(predicted > 0, predicted, 1.0)[:, None]
+    return out
+
+
+def _leverages(design: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """Each row of ``design``'s leverage ``x (K'K)^-1 x'`` on a least-squares fit to the rows ``known``:
+    how much measuring it would add to what they tell apart."""
+    gram = known.T @ known + 1e-6 * np.eye(design.shape[1])  # solvable when a column is zero in every row
+    out: np.ndarray = np.einsum("ij,ji->i", design, np.linalg.solve(gram, design.T))
+    return out
 
 
 def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -582,9 +618,7 @@ def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def mix_rows(source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch]) -> np.ndarray:
     """Each network's mix: its design row (:func:`group_contributions`) over its source prediction,
     each column standardised over ``archs`` (a column that does not vary stays at zero)."""
-    z = group_contributions(source, extractor, archs)
-    predicted = z[:, : len(GROUPS)].sum(axis=1) + source.intercept
-    rows = z / np.where(predicted > 0, predicted, 1.0)[:, None]
+    rows = _relative_design(source, extractor, archs)
     spread = rows.std(axis=0)
     out: np.ndarray = (rows - rows.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
     return out
