@@ -53,10 +53,9 @@ poorly where the new device moves one family and not the other (at another input
 on typical networks errs in proportion to a network's share of memory traffic). So once as many
 networks are measured as the family fit has parameters, every other network is instead the one
 with the largest leverage on that fit (a D-optimal step): the candidate whose mix the networks so
-far explain least. A
-D-optimal design alone, most unusual first, did worse on the benchmark than random choices
-wherever the scales alone did not explain the new device; alternating keeps the fit anchored on
-typical networks and still separates the scales. The order is most informative first, so
+far explain least. A D-optimal design alone, most unusual first, did worse on the benchmark than
+random choices wherever the scales alone did not explain the new device; alternating keeps the
+fit anchored on typical networks and still separates the scales. The order is most informative first, so
 measuring stops early with the best subset so far.
 """
 
@@ -572,6 +571,8 @@ def informative_order(
     everything = [*candidates, *measured]
     rows = mix_rows(source, extractor, everything)
     relative = _relative_design(source, extractor, everything)
+    rms = np.sqrt(np.mean(relative * relative, axis=0))
+    relative = relative / np.where(rms > 0, rms, 1.0)  # one scale per column, for _leverages
     a, design = rows[: len(candidates)], relative[: len(candidates)]
     dist = _distances(a, a)  # candidate i to candidate j
     nearest = _distances(rows[len(candidates):], a).min(axis=0, initial=np.inf)
@@ -601,9 +602,11 @@ def _relative_design(source: AdditiveModel, extractor: FeatureExtractor, archs: 
 
 
 def _leverages(design: np.ndarray, known: np.ndarray) -> np.ndarray:
-    """Each row of ``design``'s leverage ``x (K'K)^-1 x'`` on a least-squares fit to the rows ``known``:
-    how much measuring it would add to what they tell apart."""
-    gram = known.T @ known + 1e-6 * np.eye(design.shape[1])  # solvable when a column is zero in every row
+    """Each row of ``design``'s leverage ``x (K'K)^-1 x'`` on a least-squares fit to the rows ``known``
+    (``K``): how much measuring it would add to what they tell apart. Adding row ``x`` multiplies
+    ``det(K'K)`` by ``1 + x (K'K)^-1 x'``, so the largest leverage is the D-optimal step. The columns
+    should be of one scale (the small ridge that keeps ``K'K`` invertible is not scale-free)."""
+    gram = known.T @ known + 1e-6 * np.eye(design.shape[1])  # solvable with fewer rows than columns
     out: np.ndarray = np.einsum("ij,ji->i", design, np.linalg.solve(gram, design.T))
     return out
 

@@ -184,21 +184,36 @@ def test_without_anything_to_refine_the_refinement_changes_nothing(source: Addit
     np.testing.assert_allclose(refined.coef, scaled.coef, rtol=1e-6, atol=1e-12)
 
 
-def test_the_informative_order_covers_the_candidates_better_than_random_choices(source: AdditiveModel) -> None:
+def test_the_informative_order_covers_the_candidates_and_tells_the_scales_apart(source: AdditiveModel) -> None:
     extractor = FeatureExtractor(TARGET_SHAPE)
     pool = _archs("mobile", 300, 7)
-    chosen = informative_order(source, extractor, pool, 10)
-    assert len(set(chosen)) == 10 and chosen == informative_order(source, extractor, pool, 10)
+    chosen = informative_order(source, extractor, pool, 20)
+    assert len(set(chosen)) == 20 and chosen == informative_order(source, extractor, pool, 20)
     rows = mix_rows(source, extractor, pool)
+    z = group_contributions(source, extractor, pool)
+    relative = z / (z[:, : len(GROUPS)].sum(axis=1) + source.intercept)[:, None]  # the rows the scales are fitted on
 
     def spread(idx: list[int] | np.ndarray) -> float:  # summed distance of every candidate to its nearest chosen
         return float(np.linalg.norm(rows[:, None, :] - rows[None, idx, :], axis=2).min(axis=1).sum())
 
+    def information(idx: list[int] | np.ndarray) -> float:  # how well the scales are told apart (D-optimality)
+        return float(np.linalg.slogdet(relative[idx].T @ relative[idx])[1])
+
     rng = np.random.default_rng(0)
-    draws = [rng.choice(300, 10, replace=False) for _ in range(200)]
+    draws = [rng.choice(300, 20, replace=False) for _ in range(200)]
+    # more representative than any random choice, and it tells the scales apart better than any, too
+    # (the typical networks alone, the first of the order, do not: they move their families together)
     assert spread(chosen) < min(spread(d) for d in draws)
+    assert information(chosen) > max(information(d) for d in draws)
+    # past the first len(PARAMETERS), every other step adds the network that most raises that information
+    at = len(PARAMETERS)
+    best = max(range(300), key=lambda i: -np.inf if i in chosen[:at] else information([*chosen[:at], i]))
+    assert chosen[at] == best
     # what was measured already counts: the best choice is then another one, the next of the order
     assert informative_order(source, extractor, pool, 1, measured=[pool[chosen[0]]]) == [chosen[1]]
+    rest = [i for i in range(300) if i not in chosen[:10]]
+    resumed = informative_order(source, extractor, [pool[i] for i in rest], 10, measured=[pool[i] for i in chosen[:10]])
+    assert [rest[i] for i in resumed] == chosen[10:]
     with pytest.raises(ConfigError, match="cannot choose 301 of 300"):
         informative_order(source, extractor, pool, 301)
 
