@@ -213,9 +213,9 @@ scratch on the same n and the full predictor fitted on {st['n_full']} measuremen
 
 Each cell is the share of {st['n_test']} held-out `{st['space']}` architectures predicted within +-10%, then the
 Spearman rank correlation, averaged over {st['splits']} random held-out splits. "adapted, n" measures the n
-architectures `collect --adapt-from` chooses (most informative first: the most typical, then those that
-cover the rest); "random n": n chosen at random ({st['reps']} draws per split); "source as is": the source
-device's predictor unchanged.
+architectures `collect --adapt-from` chooses (most informative first: the most typical, then, in turn,
+those that cover the rest and those that tell the scales apart); "random n": n chosen at random
+({st['reps']} draws per split); "source as is": the source device's predictor unchanged.
 
 {table(header, rows)}
 
