@@ -55,8 +55,8 @@ networks are measured as the family fit has parameters, every other network is i
 with the largest leverage on that fit (a D-optimal step): the candidate whose mix the networks so
 far explain least. A D-optimal design alone, most unusual first, did worse on the benchmark than
 random choices wherever the scales alone did not explain the new device; alternating keeps the
-fit anchored on typical networks and still separates the scales. The order is most informative first, so
-measuring stops early with the best subset so far.
+fit anchored on typical networks and still separates the scales. The order is most informative
+first, so measuring stops early with the best subset so far.
 """
 
 from __future__ import annotations
@@ -568,9 +568,8 @@ def informative_order(
     """
     if not 0 <= n <= len(candidates):
         raise ConfigError(f"cannot choose {n} of {len(candidates)} candidate architectures")
-    everything = [*candidates, *measured]
-    rows = mix_rows(source, extractor, everything)
-    relative = _relative_design(source, extractor, everything)
+    relative = _relative_design(source, extractor, [*candidates, *measured])
+    rows = _standardised(relative)
     rms = np.sqrt(np.mean(relative * relative, axis=0))
     relative = relative / np.where(rms > 0, rms, 1.0)  # one scale per column, for _leverages
     a, design = rows[: len(candidates)], relative[: len(candidates)]
@@ -621,7 +620,11 @@ def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def mix_rows(source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch]) -> np.ndarray:
     """Each network's mix: its design row (:func:`group_contributions`) over its source prediction,
     each column standardised over ``archs`` (a column that does not vary stays at zero)."""
-    rows = _relative_design(source, extractor, archs)
+    return _standardised(_relative_design(source, extractor, archs))
+
+
+def _standardised(rows: np.ndarray) -> np.ndarray:
+    """Each column of ``rows`` standardised (a column that does not vary stays at zero)."""
     spread = rows.std(axis=0)
     out: np.ndarray = (rows - rows.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
     return out
