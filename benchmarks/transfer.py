@@ -25,7 +25,7 @@ and eager PyTorch on the GPU (``torch-cuda``) where one is present.
    is the +-10% share and Spearman on the held-out architectures, averaged over the splits
    (random choices: also over the repetitions).
 
-Goal (issue): at n = 20, Spearman >= 0.95 and +-10% >= 90% for the adapted predictor.
+Goal: at n = 20, Spearman >= 0.95 and +-10% >= 90% for the adapted predictor.
 """
 
 from __future__ import annotations
@@ -87,14 +87,20 @@ def _default_devices() -> str:
     return ",".join(k for k, d in DEVICES.items() if not d.needs_cuda or torch.cuda.is_available())
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--devices", default=None, help=f"comma separated, of {list(DEVICES)} (default: all this machine "
-                                                   "can run)")
-    p.add_argument("--n-full", type=int, default=300, help="measurements of the full predictors (default 300)")
+def split_options(p: argparse.ArgumentParser, devices: str, n_full: str) -> None:
+    """The options the transfer benchmarks share: the devices, ``--n-full``, ``--n-test``, ``--shots``
+    and ``--splits`` (``devices``, ``n_full``: what their help says)."""
+    p.add_argument("--devices", default=None,
+                   help=f"comma separated, {devices} of {list(DEVICES)} (default: all this machine can run)")
+    p.add_argument("--n-full", type=int, default=300, help=f"measurements of {n_full} (default 300)")
     p.add_argument("--n-test", type=int, default=60, help="held-out architectures per split (default 60)")
     p.add_argument("--shots", default="10,20,30", help="n, comma separated (default 10,20,30)")
     p.add_argument("--splits", type=int, default=5, help="random held-out splits (default 5)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    split_options(p, "two or more", "the full predictors")
     p.add_argument("--reps", type=int, default=10, help="random choices of the n per split (default 10)")
     p.add_argument("--retries", type=int, default=3, help="re-measurements of a disturbed architecture (default 3)")
     p.add_argument("--data-root", type=Path, default=Path(".latnas/datasets"),
@@ -165,8 +171,9 @@ def evaluate_pair(source: Dataset, target: Dataset, shots: list[int], n_full: in
         add("full", held.latency_ms, _fit(tx, pool.subset(np.arange(min(n_full, len(pool))))).predict(held_archs))
         add("source_as_is", held.latency_ms, unadapted(src_model, tx).predict(held_archs))
         pool_archs = [Arch.decode(a) for a in pool.archs]
+        order = informative_order(src_model, tx, pool_archs, max(shots))  # each n measures its first n
         for n in shots:
-            choices = {"informative": [informative_order(src_model, tx, pool_archs, n)]}
+            choices = {"informative": [order[:n]]}
             choices["random"] = [list(rng.choice(len(pool), n, replace=False)) for _ in range(reps)]
             for how, picks in choices.items():
                 for idx in picks:

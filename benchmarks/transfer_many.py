@@ -18,7 +18,7 @@ chooses (the first source's informative order), and two predictors are adapted w
 Every figure is the +-10% share and Spearman on the held-out architectures, averaged over the
 splits; the mix's weights are averaged too. Nothing is timed.
 
-Goal (issue): at n = 20, Spearman >= 0.95 and +-10% >= 90%.
+Goal: at n = 20, Spearman >= 0.95 and +-10% >= 90%.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_record
-from benchmarks.transfer import DEVICES, GOAL, _fit, _mean, _score, open_devices, record
+from benchmarks.transfer import GOAL, _fit, _mean, _score, open_devices, record, split_options
 from latency_predictor.dataset import Dataset
 from latency_predictor.features import FeatureExtractor
 from latency_predictor.models import AdditiveModel
@@ -43,12 +43,7 @@ from search_spaces import Arch
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--devices", default=None, help=f"comma separated, three or more of {list(DEVICES)} (default: all "
-                                                   "this machine can run)")
-    p.add_argument("--n-full", type=int, default=300, help="measurements of each source predictor (default 300)")
-    p.add_argument("--n-test", type=int, default=60, help="held-out architectures per split (default 60)")
-    p.add_argument("--shots", default="10,20,30", help="n, comma separated (default 10,20,30)")
-    p.add_argument("--splits", type=int, default=5, help="random held-out splits (default 5)")
+    split_options(p, "three or more", "each source predictor")
     p.add_argument("--data-root", type=Path, default=Path(".latnas/datasets"),
                    help="where the datasets are (default .latnas/datasets, those of benchmarks.transfer)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/records/transfer_many.json"),
@@ -80,8 +75,9 @@ def evaluate(datasets: dict[str, Dataset], shots: list[int], n_full: int, n_test
             for first in others:
                 order = [first, *(s for s in others if s != first)]
                 cell = scores.setdefault((first, t), {})
+                chosen = informative_order(sources[first, t], extractors[t], pool_archs, max(shots))
                 for n in shots:
-                    idx = informative_order(sources[first, t], extractors[t], pool_archs, n)
+                    idx = chosen[:n]  # each n measures the first n of the one order
                     archs, y = [pool_archs[i] for i in idx], pool.latency_ms[idx]
                     mixed, mix = adapt_model_from_many([sources[s, t] for s in order], extractors[t], archs, y,
                                                        members=0)
