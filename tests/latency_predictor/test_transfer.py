@@ -104,6 +104,19 @@ def test_adapting_recovers_a_known_transfer_exactly(source: AdditiveModel) -> No
     assert model.ensemble_coef.shape == (4, len(FEATURE_NAMES)) and np.all(model.coef >= 0)
 
 
+def test_the_ridge_chosen_by_leave_one_out_lets_families_far_apart_be_fitted_exactly(source: AdditiveModel) -> None:
+    # the device's families move 1.1x to 4x: any pull towards one global scale would bias every scale
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    archs = _archs("mobile", 60, 3)
+    z = group_contributions(source, extractor, archs)
+    y = z @ TRUTH
+    fit = informative_order(source, extractor, archs, 12)
+    fitted = fit_scales(z[fit], y[fit], source.intercept)
+    np.testing.assert_allclose(fitted.params, TRUTH, rtol=0.02, atol=1e-3)
+    held = [i for i in range(60) if i not in fit]
+    np.testing.assert_allclose(z[held] @ fitted.params, y[held], rtol=0.005)
+
+
 def test_with_few_noisy_measurements_adapting_beats_fitting_from_scratch(source: AdditiveModel) -> None:
     extractor = FeatureExtractor(TARGET_SHAPE)
     archs = _archs("mobile", 110, 4)
