@@ -15,9 +15,9 @@ with the source device's ``w_j`` and one scale ``s_g >= 0`` per group, fitted on
 measurements (:func:`fit_scales`): least squares on relative error, like the predictor itself,
 with a ridge penalty ``lam * sum_g (s_g / c - 1)^2`` that pulls every scale towards the one
 global scale ``c`` that best maps the source predictions onto the new measurements. ``lam`` is
-chosen by leave-one-out cross-validation on the n measurements, from 0 (no pull) up, so with few or uninformative
-measurements the model falls back to "the same network mix, uniformly faster or slower", and with
-more it lets each family move on its own. The result is an ordinary ``AdditiveModel`` (its
+chosen by leave-one-out cross-validation on the n measurements, from 0 (no pull) up, so with few
+or uninformative measurements the model falls back to "the same network mix, uniformly faster or
+slower", and with more it lets each family move on its own. The result is an ordinary ``AdditiveModel`` (its
 coefficients are ``s_g w_j``), saved and loaded like any predictor, with a bootstrap ensemble and
 leave-one-out errors for its uncertainty.
 
@@ -156,7 +156,8 @@ apart, for example, a depthwise 7x7 from a depthwise 3x3, or the classifier from
 GROUPINGS: tuple[Grouping, ...] = (COARSE, PER_OPERATOR)
 """The groupings :func:`adapt_model` fits by default; the adapted model is their mean."""
 
-LAMBDAS: tuple[float, ...] = (0.0, 1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1e4)
+LAMBDAS: tuple[float, ...] = (0.0, 1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0,
+                              1e4)
 """Ridge strengths tried (per measurement): from 0, no pull at all (where the families of the new
 device move far apart, even a weak pull towards the global scale biases every scale), to the
 largest, in effect one global scale."""
