@@ -31,9 +31,17 @@ latency), ``mu`` chosen by leave-one-out among values that include "no refinemen
 few measurements, or measurements the scales already explain, the refinement stays at zero.
 
 Five families are a strong assumption: a device may slow one operator kind and not the others. So
-the whole fit (scales, overheads, refinement) is made once with the families (:data:`COARSE`) and
-once with a scale per operator kind's compute and memory (:data:`PER_OPERATOR`), and the adapted
-model is the mean of the two (:data:`GROUPINGS`, :func:`adapt_model`), still one additive model.
+the adapted model has a scale per operator kind's compute and memory (:data:`PER_OPERATOR`), 36
+scales against 20 or so measurements, which only the ridge makes a fit. The whole fit (scales,
+overheads, refinement) is made twice, with two centres for the pull: once towards the one global
+scale, and once (:data:`PER_OPERATOR_IN_FAMILIES`) towards the family fit (:data:`COARSE`) on the
+same measurements, each operator kind's scale towards its family's fitted scale and the overheads
+towards the family fit's; the adapted model is the mean of the two (:data:`GROUPINGS`,
+:func:`adapt_model`), still one additive model. The pull towards the global scale alone throws away
+what the families tell apart (from one thread at batch 1 to batch 4, the family fit finds per-call
+work less than half as costly per sample and compute as costly); the pull towards the families
+alone trusts the family fit, which errs where a device moves operators of one family apart. In the
+leave-one-out errors the family fit is refitted without each network too.
 
 With predictors of several other devices (:func:`adapt_model_from_many`), each is adapted with the
 same measurements and the result is their mix, weighted (:func:`mix_weights`) so that its
@@ -128,17 +136,42 @@ def operator_group(name: str) -> str:
 
 @dataclass(frozen=True)
 class Grouping:
-    """Which features share a scale: ``groups`` by name, ``of[j]`` the group of feature ``j``."""
+    """Which features share a scale: ``groups`` by name, ``of[j]`` the group of feature ``j``.
+
+    ``within``: a coarser grouping (each of this one's groups inside one of its groups), fitted
+    first on the same measurements; this grouping's scales are then pulled towards their coarse
+    group's fitted scale, and its overheads towards the coarse fit's, instead of towards the one
+    global scale (:func:`Grouping.nested_in`). ``inside[k]``: the coarse group of group ``k``.
+    """
 
     name: str
     groups: tuple[str, ...]
     of: np.ndarray = field(repr=False)
+    within: Grouping | None = field(default=None, repr=False)
+    inside: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
     def by(cls, name: str, group_of: Callable[[str], str]) -> Grouping:
         """The grouping that ``group_of`` (feature name -> group name) makes of :data:`FEATURE_NAMES`."""
         names = tuple(dict.fromkeys(group_of(n) for n in FEATURE_NAMES))
         return cls(name, names, np.array([names.index(group_of(n)) for n in FEATURE_NAMES]))
+
+    def nested_in(self, coarse: Grouping, name: str) -> Grouping:
+        """This grouping, its scales pulled towards ``coarse``'s fit (see ``within``).
+
+        Raises:
+            ConfigError: a group of this grouping spans two of ``coarse``'s, or ``coarse`` is itself nested.
+        """
+        if coarse.within is not None:
+            raise ConfigError(f"grouping {coarse.name!r} is itself nested; nest in a plain grouping")
+        inside = []
+        for k, g in enumerate(self.groups):
+            parents = sorted({int(p) for p in coarse.of[self.of == k]})
+            if len(parents) != 1:
+                raise ConfigError(f"group {g!r} of {self.name!r} spans the groups "
+                                  f"{[coarse.groups[p] for p in parents]} of {coarse.name!r}")
+            inside.append(parents[0])
+        return replace(self, name=name, within=coarse, inside=np.array(inside))
 
     @property
     def parameters(self) -> tuple[str, ...]:
@@ -153,7 +186,10 @@ PER_OPERATOR = Grouping.by("per_operator", operator_group)
 """A scale for each operator kind's compute and memory: finer than :data:`COARSE`, so it can tell
 apart, for example, a depthwise 7x7 from a depthwise 3x3, or the classifier from the head."""
 
-GROUPINGS: tuple[Grouping, ...] = (COARSE, PER_OPERATOR)
+PER_OPERATOR_IN_FAMILIES = PER_OPERATOR.nested_in(COARSE, "per_operator_in_families")
+"""The per-operator scales, each pulled towards its family's fitted scale rather than the global one."""
+
+GROUPINGS: tuple[Grouping, ...] = (PER_OPERATOR, PER_OPERATOR_IN_FAMILIES)
 """The groupings :func:`adapt_model` fits by default; the adapted model is their mean."""
 
 LAMBDAS: tuple[float, ...] = (0.0, 1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0,
@@ -192,9 +228,10 @@ class Scales:
     """The fitted adaptation.
 
     Attributes:
-        params: a scale per group of :data:`GROUPS`, then the overheads of :data:`OVERHEADS` (ms).
+        params: a scale per group of the grouping (``groups``), then the overheads of
+            :data:`OVERHEADS` (ms).
         global_scale: the one scale mapping the source predictions onto the measurements, which
-            every group's scale is pulled towards.
+            every group's scale is pulled towards (unless the grouping is nested).
         lam: the chosen ridge strength (per measurement).
         loo_abs_rel_error: leave-one-out absolute relative errors on the fitting measurements (of
             the refined model when there is a refinement).
@@ -205,6 +242,8 @@ class Scales:
         grouping: the grouping's name (:class:`Grouping`).
         averaged_with: the fits of the other groupings the adapted model is the mean with
             (:func:`adapt_model`); ``loo_abs_rel_error`` is then the mean model's.
+        within: for a nested grouping (:attr:`Grouping.within`), the coarse grouping's fit on the
+            same measurements, which the scales are pulled towards.
     """
 
     params: np.ndarray
@@ -216,6 +255,7 @@ class Scales:
     groups: tuple[str, ...] = GROUPS
     grouping: str = "families"
     averaged_with: tuple[Scales, ...] = ()
+    within: Scales | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain numbers, by name (``refine_mu`` None: not refined)."""
@@ -228,27 +268,52 @@ class Scales:
                "loo_mape": float(np.mean(self.loo_abs_rel_error))}
         if self.averaged_with:
             out["averaged_with"] = [o.to_dict() for o in self.averaged_with]
+        if self.within is not None:
+            out["within"] = self.within.to_dict()
         return out
 
 
-def _prior(z: np.ndarray, y: np.ndarray, source_intercept: float) -> tuple[np.ndarray, np.ndarray, float]:
+@dataclass(frozen=True)
+class _Design:
+    """A grouping's design on the measured networks (:func:`group_contributions`) and, for a nested
+    grouping (:attr:`Grouping.within`), the coarse grouping's design, its ridge strength and which
+    coarse group each group lies in."""
+
+    z: np.ndarray
+    coarse_z: np.ndarray | None = None
+    coarse_lam: float = 0.0
+    inside: np.ndarray | None = None
+
+    def rows(self, keep: np.ndarray) -> _Design:
+        """The design of the networks ``keep`` selects (a mask or indices)."""
+        return replace(self, z=self.z[keep], coarse_z=None if self.coarse_z is None else self.coarse_z[keep])
+
+
+def _prior(d: _Design, y: np.ndarray, source_intercept: float) -> tuple[np.ndarray, np.ndarray, float]:
     """``(theta0, weights, c)``: what each parameter is pulled towards, how hard, and the global scale.
 
     Scales are pulled towards ``c`` relative to ``c``; the fixed cost towards ``c`` times the
-    source's intercept and the per-call cost towards 0, both relative to the mean latency.
+    source's intercept and the per-call cost towards 0, both relative to the mean latency. A nested
+    grouping's parameters are pulled, as hard, towards the coarse grouping's fit on the same
+    networks instead: each scale towards its coarse group's, the overheads towards the coarse ones.
     """
+    z = d.z
     k = z.shape[1] - len(OVERHEADS)
     source = z[:, :k].sum(axis=1) + source_intercept
     r = source / y
     c = float(np.sum(r) / np.sum(r * r))
     mean_ms = float(np.mean(y))
     theta0 = np.r_[np.full(k, c), c * source_intercept, 0.0]
+    if d.coarse_z is not None and d.inside is not None:
+        coarse = _solve(_Design(d.coarse_z), y, d.coarse_lam, source_intercept)
+        theta0 = np.r_[coarse[d.inside], coarse[len(coarse) - len(OVERHEADS):]]
     weights = np.r_[np.full(k, 1.0 / c), 1.0 / mean_ms, float(np.mean(z[:, -1])) / mean_ms]
     return theta0, weights, c
 
 
-def _solve(z: np.ndarray, y: np.ndarray, lam: float, source_intercept: float) -> np.ndarray:
-    theta0, weights, _ = _prior(z, y, source_intercept)
+def _solve(d: _Design, y: np.ndarray, lam: float, source_intercept: float) -> np.ndarray:
+    theta0, weights, _ = _prior(d, y, source_intercept)
+    z = d.z
     active = np.abs(z).sum(axis=0) > 0  # a group absent from every network keeps its prior value
     n = len(y)
     root = np.sqrt(lam * n) * weights[active]
@@ -259,18 +324,20 @@ def _solve(z: np.ndarray, y: np.ndarray, lam: float, source_intercept: float) ->
     return theta
 
 
-def _loo(z: np.ndarray, y: np.ndarray, lam: float, source_intercept: float) -> np.ndarray:
-    """Leave-one-out relative errors, signed (prediction over measurement, minus 1)."""
+def _loo(d: _Design, y: np.ndarray, lam: float, source_intercept: float) -> np.ndarray:
+    """Leave-one-out relative errors, signed (prediction over measurement, minus 1); a nested
+    grouping's coarse fit is refitted without the network too."""
     err = np.empty(len(y))
     for i in range(len(y)):
         keep = np.arange(len(y)) != i
-        theta = _solve(z[keep], y[keep], lam, source_intercept)
-        err[i] = (z[i] @ theta - y[i]) / y[i]
+        theta = _solve(d.rows(keep), y[keep], lam, source_intercept)
+        err[i] = (d.z[i] @ theta - y[i]) / y[i]
     return err
 
 
 def fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float = 0.0,
-               lam: float | None = None, grouping: Grouping = COARSE) -> Scales:
+               lam: float | None = None, grouping: Grouping = COARSE,
+               coarse_z: np.ndarray | None = None) -> Scales:
     """Fit the group scales and the overheads so that ``z @ params`` matches ``latency_ms``.
 
     Least squares on relative error, with every parameter at least 0 and the ridge penalty of the
@@ -282,16 +349,19 @@ def fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float = 
         source_intercept: the source predictor's intercept (the fixed cost is pulled towards it, scaled).
         lam: ridge strength per measurement; None: chosen from :data:`LAMBDAS` by leave-one-out.
         grouping: the grouping ``z`` was made with.
+        coarse_z: for a nested grouping (:attr:`Grouping.within`), the design of its coarse
+            grouping on the same networks (the coarse fit's own strength is always chosen by
+            leave-one-out; ``lam`` is the nested scales').
 
     Raises:
-        ConfigError: fewer than 3 measurements, mismatched lengths, or invalid latencies.
+        ConfigError: fewer than 3 measurements, mismatched lengths, invalid latencies, or a nested
+            grouping without ``coarse_z``.
     """
-    return _fit_scales(z, latency_ms, source_intercept, lam, grouping)[0]
+    return _fit_scales(_design(z, latency_ms, source_intercept, grouping, coarse_z), latency_ms, source_intercept,
+                       lam, grouping)[0]
 
 
-def _fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float, lam: float | None,
-                grouping: Grouping) -> tuple[Scales, np.ndarray]:
-    """:func:`fit_scales`, and its leave-one-out relative errors signed."""
+def _checked(z: np.ndarray, latency_ms: np.ndarray, grouping: Grouping) -> np.ndarray:
     y = np.asarray(latency_ms, dtype=np.float64)
     if z.ndim != 2 or z.shape != (len(y), len(grouping.parameters)):
         raise ConfigError(f"got {len(z)} design rows for {len(y)} measurements")
@@ -299,13 +369,41 @@ def _fit_scales(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float, 
         raise ConfigError(f"adapting needs at least 3 measured architectures of the new device, got {len(y)}")
     if not (np.all(np.isfinite(y)) and np.all(y > 0)):
         raise ConfigError("latencies must be finite and positive")
+    return y
+
+
+def _choose_lam(d: _Design, y: np.ndarray, source_intercept: float) -> float:
+    # the lowest mean LOO error; on ties the stronger ridge (the simpler model when the data do not tell)
+    return min(LAMBDAS, key=lambda v: (round(float(np.mean(np.abs(_loo(d, y, v, source_intercept)))), 6), -v))
+
+
+def _design(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float, grouping: Grouping,
+            coarse_z: np.ndarray | None) -> _Design:
+    """``z`` as a :class:`_Design`; for a nested grouping, with its coarse fit's strength chosen by
+    leave-one-out."""
+    y = _checked(z, latency_ms, grouping)
+    if grouping.within is None:
+        return _Design(z)
+    if coarse_z is None:
+        raise ConfigError(f"grouping {grouping.name!r} is nested in {grouping.within.name!r}: "
+                          "give the design of that grouping too")
+    y = _checked(coarse_z, y, grouping.within)
+    return _Design(z, coarse_z, _choose_lam(_Design(coarse_z), y, source_intercept), grouping.inside)
+
+
+def _fit_scales(d: _Design, latency_ms: np.ndarray, source_intercept: float, lam: float | None,
+                grouping: Grouping) -> tuple[Scales, np.ndarray]:
+    """:func:`fit_scales`, and its leave-one-out relative errors signed."""
+    y = _checked(d.z, latency_ms, grouping)
     if lam is None:
-        # the lowest mean LOO error; on ties the stronger ridge (the simpler model when the data do not tell)
-        lam = min(LAMBDAS, key=lambda v: (round(float(np.mean(np.abs(_loo(z, y, v, source_intercept)))), 6), -v))
-    _, _, c = _prior(z, y, source_intercept)
-    signed = _loo(z, y, lam, source_intercept)
-    return Scales(_solve(z, y, lam, source_intercept), c, float(lam), np.abs(signed), groups=grouping.groups,
-                  grouping=grouping.name), signed
+        lam = _choose_lam(d, y, source_intercept)
+    _, _, c = _prior(d, y, source_intercept)
+    signed = _loo(d, y, lam, source_intercept)
+    within = None
+    if d.coarse_z is not None and grouping.within is not None:
+        within = _fit_scales(_Design(d.coarse_z), y, source_intercept, d.coarse_lam, grouping.within)[0]
+    return Scales(_solve(d, y, lam, source_intercept), c, float(lam), np.abs(signed), groups=grouping.groups,
+                  grouping=grouping.name, within=within), signed
 
 
 def _costs(source: AdditiveModel, params: np.ndarray, grouping: Grouping = COARSE) -> np.ndarray:
@@ -389,15 +487,15 @@ def unadapted(source: AdditiveModel, extractor: FeatureExtractor, scale: float =
     return scaled_model(source, extractor, np.r_[np.full(len(GROUPS), scale), scale * source.intercept, 0.0])
 
 
-def _fit_grouping(source: AdditiveModel, x: np.ndarray | None, z: np.ndarray, y: np.ndarray, lam: float | None,
+def _fit_grouping(source: AdditiveModel, x: np.ndarray | None, d: _Design, y: np.ndarray, lam: float | None,
                   grouping: Grouping) -> tuple[np.ndarray, Scales, np.ndarray]:
     """One grouping's adapted costs, its fit, and its signed leave-one-out relative errors
     (``x`` None: not refined)."""
-    fitted, signed = _fit_scales(z, y, source.intercept, lam, grouping)
+    fitted, signed = _fit_scales(d, y, source.intercept, lam, grouping)
     costs = _costs(source, fitted.params, grouping)
     if x is not None:
         others = [np.arange(len(y)) != i for i in range(len(y))]
-        loo_bases = np.array([_costs(source, _solve(z[k], y[k], fitted.lam, source.intercept), grouping)
+        loo_bases = np.array([_costs(source, _solve(d.rows(k), y[k], fitted.lam, source.intercept), grouping)
                               for k in others])
         refined, mu, signed = _refine_signed(x, y, costs, loo_bases, None)
         moved = int(np.sum(~np.isclose(refined, costs, rtol=1e-9, atol=1e-12)))
@@ -416,9 +514,10 @@ def adapt_model(
     Each grouping of ``groupings`` is fitted on its own (its scales, then, with ``refine``, the
     per-feature refinement), and the adapted model is their mean: its costs are the mean of the
     groupings' costs, so it is an ordinary additive model whose prediction is the mean of theirs.
-    The families are steadier with few measurements; the per-operator grouping follows a device
-    whose operators do not move together, and alone it loses on some devices what it gains on
-    others. The mean keeps most of its gains and few of its losses (figures: BENCHMARKS.md).
+    By default (:data:`GROUPINGS`) both fits have a scale per operator kind's compute and memory,
+    which follows a device whose operators do not move together; one pulls its scales towards the
+    global scale, the other towards the family fit on the same measurements, which keeps what the
+    families tell apart (figures: BENCHMARKS.md).
 
     Args:
         source: the other device's fitted model.
@@ -427,8 +526,8 @@ def adapt_model(
         latency_ms: their latencies there.
         members: bootstrap ensemble size for the uncertainty (refitted on resampled networks).
         seed: seed of the bootstrap.
-        lam: ridge strength of the group scales (every grouping's); None: chosen by leave-one-out,
-            for each grouping.
+        lam: ridge strength of the group scales (every grouping's; a nested grouping's coarse fit
+            chooses its own by leave-one-out); None: chosen by leave-one-out, for each grouping.
         refine: then refine each feature's cost (:func:`refine_costs`, its strength chosen by
             leave-one-out, which may choose none); False: the scales alone.
         groupings: the groupings whose fits are averaged (default :data:`GROUPINGS`).
@@ -460,8 +559,11 @@ def _adapt(source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[A
         raise ConfigError("adapting needs at least one grouping of the features")
     y = np.asarray(latency_ms, dtype=np.float64)
     x = design_matrix(extractor, archs) if refine else None
-    designs = [group_contributions(source, extractor, archs, g) for g in groupings]
-    fits = [_fit_grouping(source, x, z, y, lam, g) for z, g in zip(designs, groupings, strict=True)]
+    contributions = {g.name: group_contributions(source, extractor, archs, g)
+                     for g in (*groupings, *(g.within for g in groupings if g.within is not None))}
+    designs = [_design(contributions[g.name], y, source.intercept, g,
+                       None if g.within is None else contributions[g.within.name]) for g in groupings]
+    fits = [_fit_grouping(source, x, d, y, lam, g) for d, g in zip(designs, groupings, strict=True)]
     costs = np.mean([c for c, _, _ in fits], axis=0)
     signed = np.mean([e for _, _, e in fits], axis=0)  # the mean model's leave-one-out errors
     fitted = replace(fits[0][1], loo_abs_rel_error=np.abs(signed), averaged_with=tuple(f for _, f, _ in fits[1:]))
@@ -470,8 +572,8 @@ def _adapt(source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[A
     for _ in range(members):
         idx = rng.integers(0, len(y), len(y))
         each = []
-        for z, g, (_, f, _) in zip(designs, groupings, fits, strict=True):
-            member = _costs(source, _solve(z[idx], y[idx], f.lam, source.intercept), g)
+        for d, g, (_, f, _) in zip(designs, groupings, fits, strict=True):
+            member = _costs(source, _solve(d.rows(idx), y[idx], f.lam, source.intercept), g)
             each.append(_refine(x[idx], y[idx], member, f.refine_mu) if x is not None else member)
         members_costs.append(np.mean(each, axis=0))
     ens = np.array(members_costs).reshape(members, len(FEATURE_NAMES) + 1)
@@ -699,6 +801,12 @@ class TransferReport:
                          f"{other['lambda']:g}; "
                          + ("not refined" if other.get("refine_mu") is None else
                             f"refined {other['refined_features']} costs (mu {other['refine_mu']:g})"))
+            if "within" in other:
+                w = other["within"]
+                lines.append(f"  its scales pulled towards the {w['grouping']} fit: "
+                             + ", ".join(f"{g} {v:.3g}" for g, v in w["scales"].items())
+                             + f"; fixed {w['fixed_ms']:.3g} ms, per call {w['per_call_ms']:.3g} ms; "
+                             f"lambda {w['lambda']:g}")
         if self.others:
             mixed = [(self.source_weight, self.source["device"], self.source_loo_mape),
                      *((o["weight"], o["device"], o["loo_mape"]) for o in self.others)]

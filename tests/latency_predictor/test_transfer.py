@@ -34,6 +34,7 @@ from latency_predictor.transfer import (
     GROUPS,
     PARAMETERS,
     PER_OPERATOR,
+    PER_OPERATOR_IN_FAMILIES,
     adapt_model,
     adapt_model_from_many,
     adapt_predictor,
@@ -115,6 +116,47 @@ def test_the_ridge_chosen_by_leave_one_out_lets_families_far_apart_be_fitted_exa
     np.testing.assert_allclose(fitted.params, TRUTH, rtol=0.02, atol=1e-3)
     held = [i for i in range(60) if i not in fit]
     np.testing.assert_allclose(z[held] @ fitted.params, y[held], rtol=0.005)
+
+
+def test_the_per_operator_scales_pulled_towards_the_families_keep_what_the_families_tell_apart(
+        source: AdditiveModel) -> None:
+    # families 1.1x to 4x apart; a strong pull on the per-operator scales: towards the one global
+    # scale it erases the differences, towards the family fit it keeps them
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    archs = _archs("mobile", 60, 3)
+    y = _new_device(source, archs)
+    fit = informative_order(source, extractor, archs, 12)
+    held = [i for i in range(60) if i not in fit]
+    zc = group_contributions(source, extractor, archs, COARSE)
+    zp = group_contributions(source, extractor, archs, PER_OPERATOR)
+    families = fit_scales(zc[fit], y[fit], source.intercept)
+    nested = fit_scales(zp[fit], y[fit], source.intercept, lam=1e9, grouping=PER_OPERATOR_IN_FAMILIES,
+                        coarse_z=zc[fit])
+    flat = fit_scales(zp[fit], y[fit], source.intercept, lam=1e9, grouping=PER_OPERATOR)
+    k = len(PER_OPERATOR.groups)
+    used = np.abs(zp[fit, :k]).sum(axis=0) > 0
+    inside = PER_OPERATOR_IN_FAMILIES.inside
+    assert inside is not None
+    np.testing.assert_allclose(nested.params[:k][used], families.params[inside][used], rtol=1e-3)
+    np.testing.assert_allclose(nested.params[k:], families.params[len(GROUPS):], rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(flat.params[:k][used], flat.global_scale, rtol=1e-3)
+    assert {PER_OPERATOR.groups[j] for j in range(k) if inside[j] == GROUPS.index("calls")} == {"calls"}
+    a = accuracy_metrics(y[held], zp[held] @ nested.params)
+    b = accuracy_metrics(y[held], zp[held] @ flat.params)
+    assert a.within_10 == 1.0 and a.mape < 0.005, a
+    assert b.mape > 10 * a.mape, (a, b)
+
+
+def test_a_nested_grouping_needs_its_coarse_design_and_must_lie_inside_it(source: AdditiveModel) -> None:
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    archs = _archs("mobile", 8, 6)
+    zp = group_contributions(source, extractor, archs, PER_OPERATOR)
+    with pytest.raises(ConfigError, match="nested in 'families'"):
+        fit_scales(zp, _new_device(source, archs), source.intercept, grouping=PER_OPERATOR_IN_FAMILIES)
+    with pytest.raises(ConfigError, match="spans the groups"):
+        COARSE.nested_in(PER_OPERATOR, "families_in_operators")
+    with pytest.raises(ConfigError, match="itself nested"):
+        PER_OPERATOR.nested_in(PER_OPERATOR_IN_FAMILIES, "twice")
 
 
 def test_with_few_noisy_measurements_adapting_beats_fitting_from_scratch(source: AdditiveModel) -> None:
@@ -311,6 +353,8 @@ def test_train_command_line_adapts_and_reports(source_file: Path, new_device: Pa
     assert train_main([f"data={new_device}", f"out={out}", f"adapt_from={source_file}", "shots=8"]) == 0
     text = capsys.readouterr().out
     assert "adapted from onnxruntime" in text and "held-out architectures: 6" in text
+    assert "averaged with the per_operator_in_families fit (36 scales)" in text
+    assert "its scales pulled towards the families fit: dense_compute " in text
     assert all(f"\n{name} " in text for name in ("adapted", "scratch", "source"))
     assert read_predictor(out).training["adapted_from"]["input_shape"] == list(SOURCE_SHAPE)
     assert train_main([f"data={new_device}", f"out={out}", f"adapt_from={source_file}", "--json"]) == 0
@@ -340,19 +384,21 @@ def _one_operator_moves_alone(source: AdditiveModel, archs: list[Arch], factor: 
     return (z @ theta) * np.exp(np.random.default_rng(1).normal(0.0, noise, len(y))), PER_OPERATOR.groups[k]
 
 
-def test_the_adapted_model_is_the_mean_of_the_family_and_the_per_operator_fits(source: AdditiveModel) -> None:
+def test_the_adapted_model_is_the_mean_of_the_per_operator_fits_pulled_two_ways(source: AdditiveModel) -> None:
     extractor = FeatureExtractor(TARGET_SHAPE)
     archs = _archs("mobile", 25, 11)
     y = _new_device(source, archs, noise=0.02, seed=11)
     mean, scales = adapt_model(source, extractor, archs, y, members=3)
-    families, _ = adapt_model(source, extractor, archs, y, members=0, groupings=(COARSE,))
-    per_op, per_op_fit = adapt_model(source, extractor, archs, y, members=0, groupings=(PER_OPERATOR,))
-    np.testing.assert_allclose(mean.coef, (families.coef + per_op.coef) / 2, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(mean.predict(archs), (families.predict(archs) + per_op.predict(archs)) / 2, rtol=1e-9)
+    flat, _ = adapt_model(source, extractor, archs, y, members=0, groupings=(PER_OPERATOR,))
+    nested, nested_fit = adapt_model(source, extractor, archs, y, members=0, groupings=(PER_OPERATOR_IN_FAMILIES,))
+    np.testing.assert_allclose(mean.coef, (flat.coef + nested.coef) / 2, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(mean.predict(archs), (flat.predict(archs) + nested.predict(archs)) / 2, rtol=1e-9)
     d = scales.to_dict()
-    assert d["grouping"] == "families" and set(d["scales"]) == set(GROUPS)
-    assert [o["grouping"] for o in d["averaged_with"]] == ["per_operator"]
-    assert d["averaged_with"][0]["lambda"] == per_op_fit.lam and len(d["averaged_with"][0]["scales"]) > len(GROUPS)
+    assert d["grouping"] == "per_operator" and set(d["scales"]) == set(PER_OPERATOR.groups)
+    assert [o["grouping"] for o in d["averaged_with"]] == ["per_operator_in_families"]
+    assert d["averaged_with"][0]["lambda"] == nested_fit.lam and len(d["averaged_with"][0]["scales"]) > len(GROUPS)
+    within = d["averaged_with"][0]["within"]  # the family fit its scales are pulled towards
+    assert within["grouping"] == "families" and set(within["scales"]) == set(GROUPS) and "within" not in d
     assert mean.ensemble_coef.shape == (3, len(FEATURE_NAMES)) and np.all(mean.ensemble_coef >= 0)
     # its leave-one-out error is the mean model's, not either fit's
     assert len(mean.oof_abs_rel_error) == len(archs) and np.all(mean.oof_abs_rel_error >= 0)
