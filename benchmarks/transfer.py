@@ -20,10 +20,11 @@ and eager PyTorch on the GPU (``torch-cuda``) where one is present.
    ``--n-full``). For each n of ``--shots``, the target's n measurements are chosen from its
    non-held-out architectures by the informative order (``collect --adapt-from``) and, ``--reps``
    times, at random; the source is adapted with them, and a predictor is fitted from scratch on the
-   same n. The adapted predictor (the mean of the family and the per-operator fits) is also
-   fitted with its group scales alone (``scales_only``, no per-feature refinement). Every figure
-   is the +-10% share and Spearman on the held-out architectures, averaged over the splits
-   (random choices: also over the repetitions).
+   same n. The adapted predictor (the mean of the two per-operator fits, pulled towards the
+   global scale and towards the family fit) is also fitted with its group scales alone
+   (``scales_only``, no per-feature refinement). Every figure is the +-10% share and Spearman on
+   the held-out architectures, averaged over the splits (random choices: also over the
+   repetitions).
 
 Goal: at n = 20, Spearman >= 0.95 and +-10% >= 90% for the adapted predictor.
 """
