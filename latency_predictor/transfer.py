@@ -70,6 +70,7 @@ first, so measuring stops early with the best subset so far.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -737,6 +738,20 @@ def _standardised(rows: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------- a predictor for the new device
 
+def _fit_lines(lead: str, fit: dict[str, Any], after_scales: str = "") -> list[str]:
+    """One fit of :meth:`Scales.to_dict` for the report: its scales, overheads and strengths,
+    wrapped to 100 columns."""
+    refined = ("not\0refined" if fit.get("refine_mu") is None else
+               f"refined\0{fit['refined_features']}\0costs\0(mu\0{fit['refine_mu']:g})")
+    # a name and its value stay on one line: joined by a placeholder until wrapped
+    text = (f"{lead} ({len(fit['scales'])} scales): " + ", ".join(f"{g}\0{v:.3g}" for g, v in fit["scales"].items())
+            + f"{after_scales}; fixed\0{fit['fixed_ms']:.3g}\0ms, per\0call\0{fit['per_call_ms']:.3g}\0ms; "
+            f"lambda\0{fit['lambda']:g}; {refined}")
+    indent = " " * (len(lead) - len(lead.lstrip()) + 4)
+    return [line.replace("\0", " ") for line in textwrap.wrap(text, 100, subsequent_indent=indent,
+                                                                break_on_hyphens=False)]
+
+
 @dataclass
 class TransferReport:
     """How the adapted predictor does on held-out architectures of the new device.
@@ -790,23 +805,13 @@ class TransferReport:
         lines = [
             f"adapted from {self.source['device']} (trained on {self.source['n_train']}) with {len(self.shots)} "
             f"measurements of {d['backend']} on {d['device']}, input {d['input_shape']}",
-            "scales: " + ", ".join(f"{g} {v:.3g}" for g, v in s["scales"].items())
-            + f" (global {s['global_scale']:.3g}); fixed {s['fixed_ms']:.3g} ms, per call {s['per_call_ms']:.3g} ms; "
-            f"lambda {s['lambda']:g}; "
-            + ("not refined" if s.get("refine_mu") is None else
-               f"refined {s['refined_features']} costs (mu {s['refine_mu']:g})"),
         ]
+        lines += _fit_lines(f"scales of the {s['grouping']} fit", s, f" (global {s['global_scale']:.3g})")
         for other in s.get("averaged_with", []):
-            lines.append(f"averaged with the {other['grouping']} fit ({len(other['scales'])} scales): lambda "
-                         f"{other['lambda']:g}; "
-                         + ("not refined" if other.get("refine_mu") is None else
-                            f"refined {other['refined_features']} costs (mu {other['refine_mu']:g})"))
+            lines += _fit_lines(f"averaged with the {other['grouping']} fit", other)
             if "within" in other:
-                w = other["within"]
-                lines.append(f"  its scales pulled towards the {w['grouping']} fit: "
-                             + ", ".join(f"{g} {v:.3g}" for g, v in w["scales"].items())
-                             + f"; fixed {w['fixed_ms']:.3g} ms, per call {w['per_call_ms']:.3g} ms; "
-                             f"lambda {w['lambda']:g}")
+                lines += _fit_lines(f"  its scales pulled towards the {other['within']['grouping']} fit",
+                                    other["within"])
         if self.others:
             mixed = [(self.source_weight, self.source["device"], self.source_loo_mape),
                      *((o["weight"], o["device"], o["loo_mape"]) for o in self.others)]

@@ -354,7 +354,9 @@ def test_train_command_line_adapts_and_reports(source_file: Path, new_device: Pa
     text = capsys.readouterr().out
     assert "adapted from onnxruntime" in text and "held-out architectures: 6" in text
     assert "averaged with the per_operator_in_families fit (36 scales)" in text
-    assert "its scales pulled towards the families fit: dense_compute " in text
+    assert "its scales pulled towards the families fit (5 scales): dense_compute " in text
+    fits = text[text.index("scales of the per_operator fit (36 scales): "):text.index("leave-one-out MAPE")]
+    assert max(len(line) for line in fits.splitlines()) <= 100  # 36 scales, wrapped
     assert all(f"\n{name} " in text for name in ("adapted", "scratch", "source"))
     assert read_predictor(out).training["adapted_from"]["input_shape"] == list(SOURCE_SHAPE)
     assert train_main([f"data={new_device}", f"out={out}", f"adapt_from={source_file}", "--json"]) == 0
