@@ -17,6 +17,7 @@ import math
 import os
 import shlex
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -349,19 +350,28 @@ def _driver(args: list[str], cwd: Path) -> Iterator[tuple[subprocess.Popen[str],
         _kill(seen)
 
 
+_CANDIDATES = """SELECT COUNT(*) FROM runs JOIN experiments USING (experiment_id) JOIN tags USING (run_uuid)
+                 WHERE experiments.name = 'latnas' AND tags.key = 'latnas.role' AND tags.value = 'candidate'"""
+
+
 def _wait_for_candidates(db: Path, n: int, proc: subprocess.Popen[str], seen: set[_Proc], timeout: float) -> int:
-    """Wait until ``n`` candidate runs are recorded (noting the driver's processes meanwhile)."""
+    """Wait until ``n`` candidate runs are recorded (noting the driver's processes meanwhile).
+
+    The store is read with sqlite3, read-only: an MLflow client opened on it while the driver is
+    still creating it would run the schema migrations too, and the two migrations would collide."""
     deadline = time.monotonic() + timeout
-    client = MlflowClient(f"sqlite:///{db}")
     while time.monotonic() < deadline:
         seen |= _descendants(proc.pid)
         if proc.poll() is not None:
             raise AssertionError(f"the search ended early ({proc.returncode})")
-        exp = client.get_experiment_by_name("latnas") if db.exists() else None
-        if exp is not None:
-            found = client.search_runs([exp.experiment_id], "tags.`latnas.role` = 'candidate'")
-            if len(found) >= n:
-                return len(found)
+        if db.exists():
+            try:
+                with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)) as con:
+                    found = int(con.execute(_CANDIDATES).fetchone()[0])
+            except sqlite3.OperationalError:  # tables not created yet, or the database locked
+                found = 0
+            if found >= n:
+                return found
         time.sleep(0.3)
     raise AssertionError(f"fewer than {n} candidates recorded after {timeout} s")
 
