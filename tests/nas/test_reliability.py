@@ -354,24 +354,30 @@ _CANDIDATES = """SELECT COUNT(*) FROM runs JOIN experiments USING (experiment_id
                  WHERE experiments.name = 'latnas' AND tags.key = 'latnas.role' AND tags.value = 'candidate'"""
 
 
-def _wait_for_candidates(db: Path, n: int, proc: subprocess.Popen[str], seen: set[_Proc], timeout: float) -> int:
-    """Wait until ``n`` candidate runs are recorded (noting the driver's processes meanwhile).
+def _candidates_recorded(db: Path) -> int:
+    """How many candidate runs the store holds so far, read while a search writes it.
 
-    The store is read with sqlite3, read-only: an MLflow client opened on it while the driver is
-    still creating it would run the schema migrations too, and the two migrations would collide."""
+    Read with sqlite3, read-only: an MLflow client opened on the store while the driver is still
+    creating it would run the schema migrations too, and the two migrations would collide."""
+    if not db.exists():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)) as con:
+            return int(con.execute(_CANDIDATES).fetchone()[0])
+    except sqlite3.OperationalError:  # tables not created yet, or the database locked
+        return 0
+
+
+def _wait_for_candidates(db: Path, n: int, proc: subprocess.Popen[str], seen: set[_Proc], timeout: float) -> int:
+    """Wait until ``n`` candidate runs are recorded (noting the driver's processes meanwhile)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         seen |= _descendants(proc.pid)
         if proc.poll() is not None:
             raise AssertionError(f"the search ended early ({proc.returncode})")
-        if db.exists():
-            try:
-                with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)) as con:
-                    found = int(con.execute(_CANDIDATES).fetchone()[0])
-            except sqlite3.OperationalError:  # tables not created yet, or the database locked
-                found = 0
-            if found >= n:
-                return found
+        found = _candidates_recorded(db)
+        if found >= n:
+            return found
         time.sleep(0.3)
     raise AssertionError(f"fewer than {n} candidates recorded after {timeout} s")
 
@@ -476,12 +482,9 @@ def test_a_worker_node_lost_mid_search_has_its_trials_run_elsewhere(tmp_path: Pa
         db = tmp_path / "mlflow.db"
 
         def remove_when_busy() -> None:
-            client = MlflowClient(f"sqlite:///{db}")
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
-                exp = client.get_experiment_by_name("latnas") if db.exists() else None
-                runs = client.search_runs([exp.experiment_id], "tags.`latnas.role` = 'candidate'") if exp else []
-                if len(runs) >= 2:
+                if _candidates_recorded(db) >= 2:
                     cluster.remove_node(doomed, allow_graceful=False)
                     removed.append(doomed.node_id)
                     return
