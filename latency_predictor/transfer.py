@@ -284,10 +284,13 @@ class _Design:
     coarse_z: np.ndarray | None = None
     coarse_lam: float = 0.0
     inside: np.ndarray | None = None
+    coarse_fit: np.ndarray | None = None
+    """The coarse fit's parameters on these rows, once made (:func:`_without_each`)."""
 
     def rows(self, keep: np.ndarray) -> _Design:
         """The design of the networks ``keep`` selects (a mask or indices)."""
-        return replace(self, z=self.z[keep], coarse_z=None if self.coarse_z is None else self.coarse_z[keep])
+        return replace(self, z=self.z[keep], coarse_z=None if self.coarse_z is None else self.coarse_z[keep],
+                       coarse_fit=None)
 
 
 def _prior(d: _Design, y: np.ndarray, source_intercept: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -306,7 +309,8 @@ def _prior(d: _Design, y: np.ndarray, source_intercept: float) -> tuple[np.ndarr
     mean_ms = float(np.mean(y))
     theta0 = np.r_[np.full(k, c), c * source_intercept, 0.0]
     if d.coarse_z is not None and d.inside is not None:
-        coarse = _solve(_Design(d.coarse_z), y, d.coarse_lam, source_intercept)
+        coarse = (_solve(_Design(d.coarse_z), y, d.coarse_lam, source_intercept) if d.coarse_fit is None
+                  else d.coarse_fit)
         theta0 = np.r_[coarse[d.inside], coarse[len(coarse) - len(OVERHEADS):]]
     weights = np.r_[np.full(k, 1.0 / c), 1.0 / mean_ms, float(np.mean(z[:, -1])) / mean_ms]
     return theta0, weights, c
@@ -325,13 +329,28 @@ def _solve(d: _Design, y: np.ndarray, lam: float, source_intercept: float) -> np
     return theta
 
 
-def _loo(d: _Design, y: np.ndarray, lam: float, source_intercept: float) -> np.ndarray:
-    """Leave-one-out relative errors, signed (prediction over measurement, minus 1); a nested
-    grouping's coarse fit is refitted without the network too."""
-    err = np.empty(len(y))
+def _without_each(d: _Design, y: np.ndarray, source_intercept: float) -> list[_Design]:
+    """``d`` without each network in turn; a nested grouping's coarse fit is refitted without the
+    network too, once, so that every strength tried on the same rows reuses it."""
+    out = []
     for i in range(len(y)):
         keep = np.arange(len(y)) != i
-        theta = _solve(d.rows(keep), y[keep], lam, source_intercept)
+        sub = d.rows(keep)
+        if sub.coarse_z is not None:
+            sub = replace(sub, coarse_fit=_solve(_Design(sub.coarse_z), y[keep], sub.coarse_lam, source_intercept))
+        out.append(sub)
+    return out
+
+
+def _loo(d: _Design, y: np.ndarray, lam: float, source_intercept: float,
+         without: Sequence[_Design] | None = None) -> np.ndarray:
+    """Leave-one-out relative errors, signed (prediction over measurement, minus 1); ``without``:
+    :func:`_without_each` of ``d``, made here when not given."""
+    subsets = _without_each(d, y, source_intercept) if without is None else without
+    err = np.empty(len(y))
+    for i, sub in enumerate(subsets):
+        keep = np.arange(len(y)) != i
+        theta = _solve(sub, y[keep], lam, source_intercept)
         err[i] = (d.z[i] @ theta - y[i]) / y[i]
     return err
 
@@ -373,9 +392,12 @@ def _checked(z: np.ndarray, latency_ms: np.ndarray, grouping: Grouping) -> np.nd
     return y
 
 
-def _choose_lam(d: _Design, y: np.ndarray, source_intercept: float) -> float:
+def _choose_lam(d: _Design, y: np.ndarray, source_intercept: float,
+                without: Sequence[_Design] | None = None) -> float:
     # the lowest mean LOO error; on ties the stronger ridge (the simpler model when the data do not tell)
-    return min(LAMBDAS, key=lambda v: (round(float(np.mean(np.abs(_loo(d, y, v, source_intercept)))), 6), -v))
+    subsets = _without_each(d, y, source_intercept) if without is None else without
+    return min(LAMBDAS, key=lambda v: (round(float(np.mean(np.abs(_loo(d, y, v, source_intercept, subsets)))), 6),
+                                       -v))
 
 
 def _design(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float, grouping: Grouping,
@@ -396,10 +418,11 @@ def _fit_scales(d: _Design, latency_ms: np.ndarray, source_intercept: float, lam
                 grouping: Grouping) -> tuple[Scales, np.ndarray]:
     """:func:`fit_scales`, and its leave-one-out relative errors signed."""
     y = _checked(d.z, latency_ms, grouping)
+    without = _without_each(d, y, source_intercept)
     if lam is None:
-        lam = _choose_lam(d, y, source_intercept)
+        lam = _choose_lam(d, y, source_intercept, without)
     _, _, c = _prior(d, y, source_intercept)
-    signed = _loo(d, y, lam, source_intercept)
+    signed = _loo(d, y, lam, source_intercept, without)
     within = None
     if d.coarse_z is not None and grouping.within is not None:
         within = _fit_scales(_Design(d.coarse_z), y, source_intercept, d.coarse_lam, grouping.within)[0]
