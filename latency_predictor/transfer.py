@@ -325,7 +325,7 @@ def _solve(d: _Design, y: np.ndarray, lam: float, source_intercept: float) -> np
     reg = np.eye(z.shape[1])[active] * root[:, None]
     sol = lsq_linear(np.vstack([z / y[:, None], reg]), np.r_[np.ones(n), root * theta0[active]],
                      bounds=(0.0, np.inf), method="bvls")
-    theta: np.ndarray = np.where(active, sol.x, theta0)
+    theta: np.ndarray = np.where(active, np.maximum(sol.x, 0.0), theta0)  # bvls may leave a rounding below 0
     return theta
 
 
@@ -629,7 +629,8 @@ def mix_weights(signed: np.ndarray) -> np.ndarray:
     big = 1e3 * max(1.0, float(np.abs(signed).max()))  # the sum-to-one row outweighs any error
     sol = lsq_linear(np.vstack([signed, np.full((1, k), big)]), np.r_[np.zeros(n), big], bounds=(0.0, np.inf),
                      method="bvls")
-    w: np.ndarray = sol.x / sol.x.sum()
+    w: np.ndarray = np.maximum(sol.x, 0.0)  # bvls may leave a rounding below 0
+    w = w / w.sum()
     return w
 
 
