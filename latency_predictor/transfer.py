@@ -15,10 +15,11 @@ with the source device's ``w_j`` and one scale ``s_g >= 0`` per group, fitted on
 measurements (:func:`fit_scales`): least squares on relative error, like the predictor itself,
 with a ridge penalty ``lam * sum_g (s_g / c - 1)^2`` that pulls every scale towards the one
 global scale ``c`` that best maps the source predictions onto the new measurements. ``lam`` is
-chosen by leave-one-out cross-validation on the n measurements, from 0 (no pull) up, so with few
-or uninformative measurements the model falls back to "the same network mix, uniformly faster or
-slower", and with more it lets each family move on its own. The result is an ordinary ``AdditiveModel`` (its
-coefficients are ``s_g w_j``), saved and loaded like any predictor, with a bootstrap ensemble and
+chosen by leave-one-out cross-validation on the n measurements, from 0 (no pull, tried only where
+the fit has fewer parameters than measurements) up, so with few or uninformative measurements
+the model falls back to "the same network mix, uniformly faster or slower", and with more it
+lets each family move on its own. The result is an ordinary ``AdditiveModel`` (its coefficients
+are ``s_g w_j``), saved and loaded like any predictor, with a bootstrap ensemble and
 leave-one-out errors for its uncertainty.
 
 A group scale cannot give a cost to an operator the source predictor costs at nothing, nor move
@@ -27,8 +28,10 @@ Runtime fuses ReLU into the convolution, so its ReLU costs nothing, while eager 
 every activation). So the scaled model is then *refined* (:func:`refine_costs`): each feature's
 cost may move by ``delta_j`` (never below zero), with a ridge penalty ``mu * sum_j (delta_j m_j)^2``
 in units of the mean latency (``m_j`` is feature ``j``'s mean value over the mean measured
-latency), ``mu`` chosen by leave-one-out among values that include "no refinement" at all. With
-few measurements, or measurements the scales already explain, the refinement stays at zero.
+latency), ``mu`` chosen by leave-one-out among values that include "no refinement" at all: the
+strongest penalty whose error is within one standard error of the least (the least of several
+noisy errors is an optimistic one). With few measurements, or measurements the scales already
+explain, the refinement stays at zero.
 
 Five families are a strong assumption: a device may slow one operator kind and not the others. So
 the adapted model has a scale per operator kind's compute and memory (:data:`PER_OPERATOR`), 36
@@ -197,7 +200,8 @@ LAMBDAS: tuple[float, ...] = (0.0, 1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.
                               1e4)
 """Ridge strengths tried (per measurement): from 0, no pull at all (where the families of the new
 device move far apart, even a weak pull towards the global scale biases every scale), to the
-largest, in effect one global scale."""
+largest, in effect one global scale. No pull is tried only where the fit has fewer parameters than
+measurements (:func:`_lambdas`)."""
 
 REFINE_MUS: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, math.inf)
 """Ridge strengths of the per-feature refinement tried (per measurement); ``inf``: no refinement."""
@@ -392,12 +396,21 @@ def _checked(z: np.ndarray, latency_ms: np.ndarray, grouping: Grouping) -> np.nd
     return y
 
 
+def _lambdas(d: _Design, n: int) -> tuple[float, ...]:
+    """The strengths :func:`_choose_lam` tries on ``n`` measurements: :data:`LAMBDAS`, without 0 where
+    the fit has as many parameters as measurements or more. Unpulled, such a fit is not unique (it
+    can pass through every measurement), so which of its solutions the solver returns, and its
+    leave-one-out error, says little about other networks."""
+    free = int(np.sum(np.abs(d.z).sum(axis=0) > 0))
+    return LAMBDAS if free < n else tuple(v for v in LAMBDAS if v > 0)
+
+
 def _choose_lam(d: _Design, y: np.ndarray, source_intercept: float,
                 without: Sequence[_Design] | None = None) -> float:
     # the lowest mean LOO error; on ties the stronger ridge (the simpler model when the data do not tell)
     subsets = _without_each(d, y, source_intercept) if without is None else without
-    return min(LAMBDAS, key=lambda v: (round(float(np.mean(np.abs(_loo(d, y, v, source_intercept, subsets)))), 6),
-                                       -v))
+    return min(_lambdas(d, len(y)),
+               key=lambda v: (round(float(np.mean(np.abs(_loo(d, y, v, source_intercept, subsets)))), 6), -v))
 
 
 def _design(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float, grouping: Grouping,
@@ -481,8 +494,9 @@ def refine_costs(x: np.ndarray, y: np.ndarray, base: np.ndarray, loo_bases: np.n
         base: the scaled model's costs, then its intercept, fitted on all of ``y``.
         loo_bases: row ``i``: the scaled model's costs fitted without network ``i``, so that the
             leave-one-out error is the whole fit's.
-        mu: ridge strength per measurement; None: chosen from :data:`REFINE_MUS` by leave-one-out
-            (on ties the stronger ridge, so no refinement when the data do not tell).
+        mu: ridge strength per measurement; None: chosen from :data:`REFINE_MUS` by leave-one-out,
+            the strongest whose mean error is within one standard error of the least (so no
+            refinement when the data do not tell).
 
     Returns:
         The refined costs, the strength used, and the leave-one-out absolute relative errors.
@@ -502,7 +516,12 @@ def _refine_signed(x: np.ndarray, y: np.ndarray, base: np.ndarray, loo_bases: np
         return err
 
     errors = {m: loo(m) for m in (REFINE_MUS if mu is None else (mu,))}
-    chosen = min(errors, key=lambda m: (round(float(np.mean(np.abs(errors[m]))), 6), -m))
+    mean = {m: round(float(np.mean(np.abs(e))), 6) for m, e in errors.items()}
+    least = np.abs(errors[min(errors, key=lambda m: (mean[m], -m))])
+    # the one-standard-error rule: the strongest penalty whose error is within one standard error of
+    # the least, since the least of several noisy leave-one-out errors is an optimistic one
+    bar = round(float(np.mean(least)) + float(np.std(least, ddof=1)) / math.sqrt(len(least)), 6)
+    chosen = max(m for m in errors if mean[m] <= bar)
     return _refine(x, y, base, chosen), chosen, errors[chosen]
 
 

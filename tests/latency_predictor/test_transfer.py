@@ -35,15 +35,18 @@ from latency_predictor.transfer import (
     PARAMETERS,
     PER_OPERATOR,
     PER_OPERATOR_IN_FAMILIES,
+    REFINE_MUS,
     adapt_model,
     adapt_model_from_many,
     adapt_predictor,
+    design_matrix,
     feature_group,
     fit_scales,
     group_contributions,
     informative_order,
     mix_rows,
     mix_weights,
+    refine_costs,
     scaled_model,
 )
 from search_spaces import Arch, SearchSpace, load_space
@@ -228,6 +231,43 @@ def test_the_refinement_gives_a_cost_to_an_operator_the_source_costs_at_nothing(
     # the leave-one-out error it reports is the refined fit's: lower than the scales', and not optimistic
     loo, loo_scaled = float(np.mean(refined.oof_abs_rel_error)), float(np.mean(scaled.oof_abs_rel_error))
     assert 0.8 * a.mape <= loo < loo_scaled
+
+
+def test_the_refinement_takes_the_strongest_penalty_within_one_standard_error_of_the_least(
+        source: AdditiveModel) -> None:
+    # the least of several noisy leave-one-out errors is optimistic: a stronger penalty whose error is
+    # within one standard error of it is as good a guess and moves the costs less
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    archs = _archs("mobile", 130, 8)[:20]
+    y, _ = _unlike_the_source(source, archs)
+    y = y * np.exp(np.random.default_rng(0).normal(0.0, 0.03, len(y)))
+    x = design_matrix(extractor, archs)
+    scaled = scaled_model(source, extractor,
+                          fit_scales(group_contributions(source, extractor, archs), y, source.intercept).params)
+    base = np.r_[scaled.coef, scaled.intercept]
+    loo_bases = np.tile(base, (len(y), 1))
+    errors = {m: refine_costs(x, y, base, loo_bases, m)[2] for m in REFINE_MUS}
+    least = min(errors, key=lambda m: float(np.mean(errors[m])))
+    bar = float(np.mean(errors[least]) + np.std(errors[least], ddof=1) / np.sqrt(len(y)))
+    _, chosen, chosen_errors = refine_costs(x, y, base, loo_bases)
+    assert chosen == max(m for m in REFINE_MUS if float(np.mean(errors[m])) <= bar)
+    assert chosen > least  # here the rule matters
+    np.testing.assert_allclose(chosen_errors, errors[chosen])
+
+
+def test_no_pull_is_tried_only_where_the_measurements_outnumber_the_scales(source: AdditiveModel) -> None:
+    # the family device again, which the per-operator scales can fit exactly; with fewer networks than
+    # scales an unpulled fit passes through every measurement whatever its scales, so it is not tried
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    archs = _archs("mobile", 80, 10)
+    y = _new_device(source, archs)
+    z = group_contributions(source, extractor, archs, PER_OPERATOR)
+    scales = int(np.sum(np.abs(z[:20]).sum(axis=0) > 0))
+    assert scales > 20
+    assert fit_scales(z[:20], y[:20], source.intercept, grouping=PER_OPERATOR).lam > 0
+    many = fit_scales(z, y, source.intercept, grouping=PER_OPERATOR)
+    assert many.lam == 0
+    np.testing.assert_allclose(z @ many.params, y, rtol=1e-3)
 
 
 def test_without_anything_to_refine_the_refinement_changes_nothing(source: AdditiveModel) -> None:
