@@ -406,11 +406,13 @@ def _lambdas(d: _Design, n: int) -> tuple[float, ...]:
 
 
 def _choose_lam(d: _Design, y: np.ndarray, source_intercept: float,
-                without: Sequence[_Design] | None = None) -> float:
-    # the lowest mean LOO error; on ties the stronger ridge (the simpler model when the data do not tell)
+                without: Sequence[_Design] | None = None) -> tuple[float, np.ndarray]:
+    """The strength with the lowest mean leave-one-out error, on ties the stronger ridge (the simpler
+    model when the data do not tell), and its signed leave-one-out errors."""
     subsets = _without_each(d, y, source_intercept) if without is None else without
-    return min(_lambdas(d, len(y)),
-               key=lambda v: (round(float(np.mean(np.abs(_loo(d, y, v, source_intercept, subsets)))), 6), -v))
+    errors = {v: _loo(d, y, v, source_intercept, subsets) for v in _lambdas(d, len(y))}
+    lam = min(errors, key=lambda v: (round(float(np.mean(np.abs(errors[v]))), 6), -v))
+    return lam, errors[lam]
 
 
 def _design(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float, grouping: Grouping,
@@ -424,7 +426,7 @@ def _design(z: np.ndarray, latency_ms: np.ndarray, source_intercept: float, grou
         raise ConfigError(f"grouping {grouping.name!r} is nested in {grouping.within.name!r}: "
                           "give the design of that grouping too")
     y = _checked(coarse_z, y, grouping.within)
-    return _Design(z, coarse_z, _choose_lam(_Design(coarse_z), y, source_intercept), grouping.inside)
+    return _Design(z, coarse_z, _choose_lam(_Design(coarse_z), y, source_intercept)[0], grouping.inside)
 
 
 def _fit_scales(d: _Design, latency_ms: np.ndarray, source_intercept: float, lam: float | None,
@@ -433,9 +435,10 @@ def _fit_scales(d: _Design, latency_ms: np.ndarray, source_intercept: float, lam
     y = _checked(d.z, latency_ms, grouping)
     without = _without_each(d, y, source_intercept)
     if lam is None:
-        lam = _choose_lam(d, y, source_intercept, without)
+        lam, signed = _choose_lam(d, y, source_intercept, without)
+    else:
+        signed = _loo(d, y, lam, source_intercept, without)
     _, _, c = _prior(d, y, source_intercept)
-    signed = _loo(d, y, lam, source_intercept, without)
     within = None
     if d.coarse_z is not None and grouping.within is not None:
         within = _fit_scales(_Design(d.coarse_z), y, source_intercept, d.coarse_lam, grouping.within)[0]
