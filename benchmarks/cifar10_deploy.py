@@ -1,0 +1,212 @@
+"""Searched vs hand-designed networks on CIFAR-10 at the deployment budget, resumable in parts.
+
+The question of :mod:`benchmarks.references_cifar10`, asked at the budget a network is deployed
+with: every network, searched or not, is trained from scratch with one recipe (the ``train``
+group's defaults) on ``train_images`` CIFAR-10 training images for ``epochs`` epochs, with
+``seeds`` weight seeds, and validated on every image of the split carved from the training images
+(the search's own carving).
+
+Targets and widths, as in the short-budget comparison: each target is the latency of MobileNetV2
+(32x32 layout) at a width of :data:`TARGET_WIDTHS` on this CPU (ONNX Runtime, 1 thread,
+1x3x32x32), and that network is the target's *anchor*; each reference is scaled to the widest
+multiplier whose median latency ratio to the anchor, measured back to back in rounds, is at most 1.
+
+The run is split into steps that each save what they produced, so it may run in parts
+(``--step``): ``widths`` (targets and reference widths: a quiet machine, a few minutes),
+``references`` (the references' trainings), ``search`` (the searches and the searched networks'
+trainings) and ``report`` (a paired latency pass of every network, the committed networks and the
+record). A training already saved under :data:`STATE_DIR` is never repeated; a step whose inputs
+are missing says which step to run first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.common import ROOT, machine
+from benchmarks.references import MULTIPLIERS, scale_width
+from benchmarks.references_cifar10 import SCALE_ROUNDS, Paired, paired_ratios
+from latency_predictor.backends import make_estimator
+from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx
+from latency_predictor.timing import MeasureConfig
+from nas.core.config import DataConfig, TrainConfig
+from nas.core.workers import die_with_parent
+from nas.data import load_dataset
+from nas.review.fuse import fuse_conv_bn
+from nas.trial.training import train_briefly
+from search_spaces import REFERENCES, Arch, build, reference
+from search_spaces.references import small_input_variant
+
+SHAPE = (1, 3, 32, 32)
+TARGET_WIDTHS = (0.35, 0.5)
+BUDGET = {"train_images": 30000, "epochs": 10, "seeds": 3}
+"""The deployment budget every network of the comparison is trained at."""
+QUICK_BUDGET = {"train_images": 300, "epochs": 1, "seeds": 1}
+STATE_DIR = ROOT / "benchmarks" / "records" / "cifar10_deploy"
+"""Each finished training (``<arch_id>-seed<s>-<images>x<epochs>.json``, and for seed 0 its
+fused ``.onnx``) and each finished step (``widths.json``, ...): what a later part resumes from."""
+EXPORT_DIR = ROOT / "benchmarks" / "cifar10-deploy"
+
+
+def data_config(archive: Path) -> DataConfig:
+    """CIFAR-10 from the archive, validated on every carved image (the search carves the same split)."""
+    return DataConfig(name="image_folder", path=str(archive), resolution=32, val_fraction=0.1, max_val_samples=None)
+
+
+def _estimator() -> Any:
+    return make_estimator("onnxruntime", input_shape=SHAPE, num_classes=10, intra_op_threads=1,
+                          measure=MeasureConfig(min_runs=200, min_time_s=1.0, max_time_s=4.0))
+
+
+def widest_meeting(name: str, anchor: Arch, measure: Callable[[Arch], float],
+                   log: Callable[[str], None]) -> tuple[Arch, float, Paired, bool]:
+    """The widest 32x32-layout ``name`` no slower than ``anchor``; ``False`` when even x0.25 is slower."""
+    base = small_input_variant(reference(name))
+    best: tuple[Arch, float, Paired] | None = None
+    smallest: tuple[Arch, float, Paired] | None = None
+    for m in (0.25, *MULTIPLIERS):
+        arch = scale_width(base, m)
+        p = paired_ratios([arch], anchor, measure, SCALE_ROUNDS)[arch]
+        log(f"    {name} x{m:g}: {p.latency_ms:.3f} ms, {p.ratio:.3f}x the anchor "
+            f"(rounds {', '.join(f'{r:.2f}' for r in p.ratios)})")
+        smallest = smallest or (arch, m, p)
+        if not p.meets:
+            break
+        best = (arch, m, p)
+    if best is not None:
+        return (*best, True)
+    assert smallest is not None  # the loop ran at least once
+    return (*smallest, False)
+
+
+def step_widths(log: Callable[[str], None]) -> dict[str, Any]:
+    """Targets (MobileNetV2 at :data:`TARGET_WIDTHS`) and every reference's width at each."""
+    est = _estimator()
+
+    def measure(arch: Arch) -> float:
+        return float(est.measure(arch).latency_ms)
+
+    mnv2 = small_input_variant(reference("mobilenetv2_100"))
+    anchors = [scale_width(mnv2, w) for w in TARGET_WIDTHS]
+    start = paired_ratios(anchors, anchors[0], measure, SCALE_ROUNDS)
+    targets = []
+    for width, anchor in zip(TARGET_WIDTHS, anchors, strict=True):
+        target_ms = round(start[anchor].latency_ms + 0.0005, 3)  # rounded up: the anchor meets its own target
+        log(f"  target {target_ms:.3f} ms: MobileNetV2 x{width:g} ({SCALE_ROUNDS} paired rounds); widths:")
+        refs = []
+        for name in sorted(REFERENCES):
+            arch, m, p, meets = widest_meeting(name, anchor, measure, log)
+            refs.append({"name": name, "multiplier": m, "arch": arch.encode(), "arch_id": arch.arch_id,
+                         "ratio_at_choice": p.ratio, "latency_at_choice_ms": p.latency_ms, "meets": meets})
+        targets.append({"target_ms": target_ms, "anchor": f"mobilenetv2_100 x{width:g}",
+                        "anchor_arch": anchor.encode(), "references": refs})
+    return {"targets": targets, "machine": machine(),
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def training_key(arch: Arch, seed: int, budget: dict[str, int]) -> str:
+    """The file stem a training is saved under."""
+    return f"{arch.arch_id}-seed{seed}-{budget['train_images']}x{budget['epochs']}"
+
+
+def _train(job: tuple[str, int, str, dict[str, int], str]) -> dict[str, Any]:
+    arch_text, seed, archive, budget, state_dir = job
+    torch.set_num_threads(1)
+    arch = Arch.decode(arch_text)
+    data = load_dataset(data_config(Path(archive))).take_train(budget["train_images"], 0)
+    torch.manual_seed(seed)
+    net = build(arch, num_classes=10)
+    cfg = TrainConfig(epochs=budget["epochs"], seed=seed, device="cpu")
+    t0 = time.perf_counter()
+    history = train_briefly(net, data, cfg, torch.device("cpu"))
+    out = {
+        "arch": arch_text, "arch_id": arch.arch_id, "seed": seed, **budget,
+        "val_images": int(len(data.y_val)), "accuracy": history[-1].accuracy, "val_loss": history[-1].val_loss,
+        "per_epoch_accuracy": [h.accuracy for h in history], "seconds": time.perf_counter() - t0,
+        "recipe": dataclasses.asdict(cfg), "mean": list(data.mean), "std": list(data.std),
+        "classes": list(data.classes), "load_average_after": list(__import__("os").getloadavg()),
+    }
+    key = training_key(arch, seed, budget)
+    folder = Path(state_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    if seed == 0:
+        net.eval()
+        (folder / f"{key}.onnx").write_bytes(export_onnx(fuse_conv_bn(net), SHAPE))
+    (folder / f"{key}.json").write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
+def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers: int, state_dir: Path,
+              log: Callable[[str], None]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every (architecture, seed) at ``budget``: saved ones read back, the others trained ``workers`` at a time."""
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    todo = []
+    for arch in dict.fromkeys(archs):
+        for seed in range(budget["seeds"]):
+            path = state_dir / f"{training_key(arch, seed, budget)}.json"
+            if path.exists():
+                done[(arch.encode(), seed)] = json.loads(path.read_text())
+            else:
+                todo.append((arch.encode(), seed, str(archive), budget, str(state_dir)))
+    log(f"  trainings at {budget['train_images']} images x {budget['epochs']} epochs: {len(done)} saved, "
+        f"{len(todo)} to train, {workers} at a time")
+    if todo:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=die_with_parent) as pool:
+            futures = [pool.submit(_train, job) for job in todo]
+            for i, fut in enumerate(as_completed(futures), 1):
+                r = fut.result()
+                done[(r["arch"], r["seed"])] = r
+                log(f"    [{i}/{len(todo)}] {r['arch_id']} seed {r['seed']}: accuracy {r['accuracy']:.4f} "
+                    f"in {r['seconds']:.0f} s")
+    return done
+
+
+def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
+    path = state_dir / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"cifar10_deploy: {path.relative_to(ROOT)} is missing: run --step {run_first} first")
+    result: dict[str, Any] = json.loads(path.read_text())
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cifar10_deploy", description=__doc__.split("\n")[0])
+    parser.add_argument("--cifar10", type=Path, required=True, help="the CIFAR-10 training-image archive")
+    parser.add_argument("--step", choices=("widths", "references"), required=True)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="a tiny budget, state in a scratch folder")
+    args = parser.parse_args(argv)
+    if not args.cifar10.is_file():
+        parser.error(f"--cifar10 {args.cifar10}: no such file")
+    budget = QUICK_BUDGET if args.quick else BUDGET
+    state_dir = STATE_DIR if not args.quick else Path("/tmp/latnas-cifar10-deploy-quick")
+    state_dir.mkdir(parents=True, exist_ok=True)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    if args.step == "widths":
+        widths = step_widths(log)
+        (state_dir / "widths.json").write_text(json.dumps(widths, indent=2) + "\n")
+        log(f"  saved {state_dir / 'widths.json'}")
+    elif args.step == "references":
+        widths = _read_step(state_dir, "widths", "widths")
+        archs = [Arch.decode(r["arch"]) for t in widths["targets"] for r in t["references"] if r["meets"]]
+        archs += [Arch.decode(t["anchor_arch"]) for t in widths["targets"]]
+        train_all(archs, args.cifar10, budget, args.workers, state_dir, log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
