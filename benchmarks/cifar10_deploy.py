@@ -132,7 +132,7 @@ def _train(job: tuple[str, int, str, dict[str, int], str]) -> dict[str, Any]:
     history = train_briefly(net, data, cfg, torch.device("cpu"))
     out = {
         "arch": arch_text, "arch_id": arch.arch_id, "seed": seed, **budget,
-        "val_images": int(len(data.y_val)), "accuracy": history[-1].accuracy, "val_loss": history[-1].val_loss,
+        "val_images": data.n_val, "accuracy": history[-1].accuracy, "val_loss": history[-1].val_loss,
         "per_epoch_accuracy": [h.accuracy for h in history], "seconds": time.perf_counter() - t0,
         "recipe": dataclasses.asdict(cfg), "mean": list(data.mean), "std": list(data.std),
         "classes": list(data.classes), "load_average_after": list(__import__("os").getloadavg()),

@@ -61,6 +61,7 @@ from nas.core.errors import ClusterError
 from nas.core.record import COMPLETED, CRASHED, RUNNING, Candidate, candidate_from_reports
 from nas.core.sampling import Outcome, Sampler
 from nas.trial.evaluate import TrialContext, evaluate_candidate, latency_estimator
+from nas.trial.rungs import RUNG_STEP, milestone
 from search_spaces import SearchSpace
 
 # Set before Ray is imported: Ray reads some of these at import time.
@@ -587,7 +588,53 @@ def _trainable(config: dict[str, Any], ctx: TrialContext) -> None:
         report({"status": CRASHED, "arch": config["arch"], "reward": math.nan, "crash": traceback.format_exc()})
 
 
-def _scheduler(cfg: SearchAlgConfig, epochs: int) -> TrialScheduler:
+class RungScheduler(ASHAScheduler):
+    """Ray Tune's ASHA with its milestones on the rungs of a multi-fidelity search.
+
+    Trials report :data:`nas.trial.rungs.RUNG_STEP`, which reaches ``reduction_factor ** k`` at
+    the end of rung ``k``; with ``grace_period=1`` and ``max_t = reduction_factor ** (rungs - 1)``
+    ASHA's milestones are exactly those values, so it decides at each rung's end: a trial whose
+    reward there is below the best ``1/reduction_factor`` of those recorded at that rung is
+    stopped; the others go on to the next rung. The promotion rule is ASHA's own.
+
+    Args:
+        rungs: how many rungs.
+        reduction_factor: ASHA's ``eta``.
+        earlier: rewards at each rung of candidates recorded before (a resumed search), so that
+            its cut-offs start from them rather than from nothing.
+    """
+
+    def __init__(self, rungs: int, reduction_factor: int, earlier: list[dict[int, float]] | None = None) -> None:
+        # ASHA derives its rung count from a float logarithm of max_t, which can fall just short of
+        # the last rung (log(243) / log(3) < 5): half a step more is safely between two milestones.
+        # The last rung then ends its trial by itself rather than by a STOP at max_t.
+        super().__init__(time_attr=RUNG_STEP, max_t=milestone(rungs - 1, reduction_factor) + 0.5,  # type: ignore[arg-type]
+                         grace_period=1,
+                         reduction_factor=reduction_factor)
+        bracket = self._brackets[0]
+        milestones = sorted(int(m) for m, _ in bracket._rungs)
+        if milestones != [milestone(k, reduction_factor) for k in range(rungs)]:
+            raise ClusterError(f"ASHA's milestones {milestones} do not match {rungs} rungs at "
+                               f"reduction_factor={reduction_factor}")
+        by_milestone = {int(m): recorded for m, recorded in bracket._rungs}
+        for i, rewards in enumerate(earlier or []):
+            for k, reward in rewards.items():
+                if k < rungs and math.isfinite(reward):
+                    by_milestone[milestone(k, reduction_factor)][f"recorded-{i}"] = reward
+
+    def cutoffs(self) -> dict[int, float | None]:
+        """Each rung's current cut-off reward (None: nothing recorded there yet)."""
+        bracket = self._brackets[0]
+        out = {}
+        for m, recorded in bracket._rungs:
+            c = bracket.cutoff(recorded)
+            out[round(math.log(m, self._reduction_factor))] = None if c is None else float(c)  # type: ignore[arg-type]
+        return out
+
+
+def _scheduler(cfg: SearchAlgConfig, epochs: int, earlier: list[dict[int, float]] | None = None) -> TrialScheduler:
+    if cfg.scheduler == "asha" and cfg.rungs:
+        return RungScheduler(len(cfg.rungs), cfg.reduction_factor, earlier)
     if cfg.scheduler == "asha":
         return ASHAScheduler(
             time_attr="training_iteration", max_t=epochs, grace_period=cfg.grace_period,
@@ -606,6 +653,7 @@ def run_trials(
     on_record: Callable[[Candidate], None],
     n_trials: int | None = None,
     front: Callable[[], list[list[float]]] | None = None,
+    earlier: list[dict[int, float]] | None = None,
 ) -> TuneOutcome:
     """Run up to ``n_trials`` trials of distinct architectures.
 
@@ -620,6 +668,8 @@ def run_trials(
         n_trials: trials to run (None: ``search.n_trials``; fewer when a search is resumed).
         front: the current ``[latency_ms, accuracy]`` Pareto front, handed to each trial as it
             starts (hybrid predictor mode confirms candidates that could join it).
+        earlier: with ``search.rungs``, the rewards per rung of the candidates recorded before
+            (a resumed search), which ASHA's cut-offs start from.
     """
     n_trials = search.n_trials if n_trials is None else n_trials
     searcher = ArchSearcher(sampler, front)
@@ -628,7 +678,7 @@ def run_trials(
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
-            metric="reward", mode="max", search_alg=searcher, scheduler=_scheduler(search, ctx.train.epochs),
+            metric="reward", mode="max", search_alg=searcher, scheduler=_scheduler(search, ctx.train.epochs, earlier),
             num_samples=n_trials, max_concurrent_trials=search.max_concurrent, reuse_actors=True,
             trial_name_creator=lambda t: f"trial_{t.trial_id}", trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
         ),

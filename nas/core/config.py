@@ -14,6 +14,7 @@ Library code receives plain dataclasses (``OmegaConf.to_object``), never a DictC
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -209,6 +210,29 @@ class AccuracyConfig:
 
 
 @dataclass
+class RungConfig:
+    """One rung of a multi-fidelity search (an item of ``search.rungs``).
+
+    A candidate that reaches this rung trains ``epochs`` more epochs on ``train_images`` images
+    (nested subsets: a rung's images include the rung below's), starting from the weights it
+    ended the rung below with, under a fresh warm-up and cosine schedule; its accuracy and reward
+    at the rung are measured then.
+
+    Attributes:
+        train_images: training images of this rung (at most the training split's size).
+        epochs: epochs trained at this rung.
+    """
+
+    train_images: int = 0
+    epochs: int = 0
+
+    @property
+    def label(self) -> str:
+        """``<images>x<epochs>``, as the rung is shown next to an accuracy."""
+        return f"{self.train_images}x{self.epochs}"
+
+
+@dataclass
 class SearchAlgConfig:
     """The search algorithm (the ``search`` group).
 
@@ -235,6 +259,11 @@ class SearchAlgConfig:
             FAILED with ``TrialTimeoutError``.
         max_retries: times a trial whose process died (killed, lost node) is started again
             before it is recorded as FAILED.
+        rungs: multi-fidelity selection (empty: off): every candidate is trained at the first
+            rung, and with ``scheduler=asha`` the best ``1/reduction_factor`` of those recorded at
+            a rung go on to the next, continuing from their weights, up to the last rung (the
+            deployment budget). ``train.epochs`` and ``data.max_train_samples`` then no longer
+            size a trial: the rungs do (see :class:`RungConfig`, docs/fidelity.md).
     """
 
     sampler: str = "tpe"
@@ -252,6 +281,7 @@ class SearchAlgConfig:
     max_duplicates: int = 200
     trial_timeout_s: float | None = None
     max_retries: int = 2
+    rungs: list[RungConfig] = field(default_factory=list)
 
 
 @dataclass
@@ -360,6 +390,45 @@ def _positive(key: str, value: float | None) -> None:
 def _in_range(key: str, value: float, low: float, high: float, text: str) -> None:
     if not math.isfinite(value) or not low <= value < high:
         raise ConfigError(key, f"must be in {text}, got {value!r}")
+
+
+def check_rungs(rungs: list[RungConfig], scheduler: str, estimator: str) -> None:
+    """``search.rungs``: at least two, each larger than the one below, promoted by ASHA.
+
+    The size of the last rung against the data is checked once the data is loaded
+    (:func:`check_top_rung`).
+
+    Raises:
+        ConfigError: naming ``search.rungs`` and what is wrong.
+    """
+    if len(rungs) < 2:
+        raise ConfigError("search.rungs", f"needs at least two rungs to promote between, got {len(rungs)}")
+    if scheduler != "asha":
+        raise ConfigError("search.rungs", f"are promoted by search.scheduler=asha; {scheduler} runs every "
+                          "candidate to the end: set search.scheduler=asha")
+    if estimator != "train":
+        raise ConfigError("search.rungs", f"train candidates for longer at each rung: they need accuracy=train, "
+                          f"not {estimator}")
+    for i, r in enumerate(rungs):
+        if r.train_images < 1 or r.epochs < 1:
+            raise ConfigError(f"search.rungs[{i}]", f"train_images and epochs must be >= 1, got {r.label}")
+    for i, (lo, hi) in enumerate(itertools.pairwise(rungs), 1):
+        if hi.train_images < lo.train_images or hi.train_images * hi.epochs <= lo.train_images * lo.epochs:
+            raise ConfigError(f"search.rungs[{i}]", f"{hi.label} does not increase on rung {i - 1} ({lo.label}): "
+                              "each rung needs at least as many images and more images x epochs")
+
+
+def check_top_rung(rungs: list[RungConfig], n_train: int) -> None:
+    """The last rung fits the training split that was loaded (``n_train`` images).
+
+    Raises:
+        ConfigError: the last rung asks for more images than there are.
+    """
+    if rungs and rungs[-1].train_images > n_train:
+        raise ConfigError(f"search.rungs[{len(rungs) - 1}]",
+                          f"asks for {rungs[-1].train_images} training images but the data has {n_train} "
+                          "(after the validation split and data.max_train_samples): lower the rung or raise "
+                          "data.max_train_samples (null: all)")
 
 
 def validate(cfg: SearchConfig) -> None:
@@ -482,10 +551,12 @@ def validate(cfg: SearchConfig) -> None:
             raise ConfigError("search.scheduler", "asha stops trials between epochs: it needs accuracy=train")
         if s.sampler == "nsga2":
             raise ConfigError("search.scheduler", "asha ranks trials by reward; nsga2 is multi-objective: use fifo")
-        if s.grace_period >= tr.epochs:
+        if not s.rungs and s.grace_period >= tr.epochs:
             raise ConfigError(
                 "search.grace_period", f"must be below train.epochs ({tr.epochs}) for asha to stop anything"
             )
+    if s.rungs:
+        check_rungs(s.rungs, s.scheduler, acc.estimator)
 
     r = cfg.ray
     if r.address is not None and r.address.startswith("ray://"):

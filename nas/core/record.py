@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,11 @@ SORT_KEYS: dict[str, bool] = {
     "latency_p99": False, "params": False, "macs": False,
 }
 
+
+RUNG_METRICS = ("rung", "rung_train_images", "rung_epochs", "resumed_rungs")
+"""A multi-fidelity candidate's highest rung (0-based), that rung's size, and rungs loaded from a
+checkpoint rather than trained in this trial (:mod:`nas.trial.rungs`)."""
+_PER_RUNG = re.compile(r"(accuracy|reward)_rung\d+")
 
 PREPROCESSING_METRICS = ("latency_model_p50", "latency_preprocessing_p50")
 """End-to-end latency (``latency.preprocessing``): the network's own p50 and the input pipeline's."""
@@ -134,6 +140,28 @@ class Candidate:
     def latency_p99(self) -> float:
         """The 99th percentile latency, in ms."""
         return self.metric("latency_p99")
+
+    @property
+    def rung(self) -> int:
+        """The highest rung of a multi-fidelity search the candidate reached (0: the first, or no rungs)."""
+        r = self.metric("rung")
+        return int(r) if math.isfinite(r) else 0
+
+    @property
+    def rung_label(self) -> str:
+        """Where its accuracy was obtained: ``<rung> (<images>x<epochs>)``; empty without rungs."""
+        images, epochs = self.metric("rung_train_images"), self.metric("rung_epochs")
+        if not (math.isfinite(images) and math.isfinite(epochs)):
+            return ""
+        return f"{self.rung} ({int(images)}x{int(epochs)})"
+
+    def rung_rewards(self) -> dict[int, float]:
+        """Its reward at each rung it finished (empty without rungs)."""
+        out = {}
+        for key, v in self.metrics.items():
+            if key.startswith("reward_rung") and math.isfinite(v):
+                out[int(key.removeprefix("reward_rung"))] = v
+        return out
 
     @property
     def completed(self) -> bool:
@@ -261,8 +289,9 @@ def candidate_from_reports(
     metrics: dict[str, float] = {}
     if status != FAILED:
         scores = tuple(k for k in last if k.endswith("_score"))  # a training-free estimator's own figure
+        per_rung = tuple(k for k in last if _PER_RUNG.fullmatch(k))
         for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms", "accuracy_fp32", *SERVER_METRICS,
-                    *PREPROCESSING_METRICS):
+                    *PREPROCESSING_METRICS, *RUNG_METRICS, *per_rung):
             src = "latency_ms" if key == "latency_p50" else key
             v = _num(last.get(src))
             if v is not None:
@@ -297,17 +326,26 @@ def candidate_from_reports(
 
 
 def best_of(candidates: Iterable[Candidate]) -> Candidate | None:
-    """The completed candidate with the highest reward (None when none completed); the first
-    one of equal rewards."""
+    """The completed candidate with the highest reward at the highest rung reached (None when none
+    completed); the first one of equal rewards."""
     done = [c for c in candidates if c.completed]
-    return max(done, key=lambda c: c.reward) if done else None
+    return max(done, key=lambda c: (c.rung, c.reward)) if done else None
+
+
+def top_rung(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """The completed candidates at the highest rung any of them reached (all of them without rungs):
+    accuracies from different rungs are different budgets and are not weighed against each other."""
+    done = [c for c in candidates if c.completed]
+    top = max((c.rung for c in done), default=0)
+    return [c for c in done if c.rung == top]
 
 
 def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """The completed candidates no other completed candidate beats on both lower latency (the
-    statistic the target bounds: :attr:`Candidate.latency_objective`) and higher accuracy, fastest first."""
-    done = [c for c in candidates
-            if c.completed and math.isfinite(c.latency_objective) and math.isfinite(c.accuracy)]
+    """The completed candidates (of the highest rung reached, :func:`top_rung`) no other beats on
+    both lower latency (the statistic the target bounds: :attr:`Candidate.latency_objective`) and
+    higher accuracy, fastest first."""
+    done = [c for c in top_rung(candidates)
+            if math.isfinite(c.latency_objective) and math.isfinite(c.accuracy)]
     lat = np.array([c.latency_objective for c in done], dtype=np.float64)
     acc = np.array([c.accuracy for c in done], dtype=np.float64)
     return [done[int(i)] for i in _front_indices(lat, acc)]
@@ -336,6 +374,9 @@ def rank(
 ) -> list[Ranked]:
     """The leaderboard: completed candidates ordered by ``sort``, numbered, cut to ``top_k``.
 
+    In a multi-fidelity search the candidates of the highest rung come first, then those of the
+    rung below, and so on; ``sort`` orders them within a rung.
+
     The sort is stable, so ties keep the order ``candidates`` came in.
 
     Args:
@@ -362,11 +403,12 @@ def rank(
         pool = [c for c in pool if id(c) in keep]
     desc = SORT_KEYS[sort]
 
-    def key(c: Candidate) -> float:
+    def key(c: Candidate) -> tuple[int, float]:
+        # the highest rung first: a figure at a larger budget outranks any at a smaller one
         v = c.metric(sort)
         if not math.isfinite(v):
-            return math.inf
-        return -v if desc else v
+            return -c.rung, math.inf
+        return -c.rung, -v if desc else v
 
     out = [Ranked(i + 1, c) for i, c in enumerate(sorted(pool, key=key)[:top_k])]
     if include_unfinished:
@@ -392,7 +434,7 @@ def latency_sources(candidates: Iterable[Candidate]) -> dict[str, int]:
 
 
 LEADERBOARD_COLUMNS = (
-    "rank", "arch_id", "status", "accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99",
+    "rank", "arch_id", "status", "rung", "accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99",
     "latency_source", "latency_in_search_p50", "params", "macs", "reward", "meets_target", "train_seconds",
     "measure_seconds", "accuracy_estimator", "run_id", "failure_reason", "arch",
 )
@@ -409,7 +451,8 @@ def leaderboard_row(ranked: Ranked) -> dict[str, Any]:
 
     params, macs = num("params"), num("macs")
     return {
-        "rank": ranked.rank, "arch_id": c.arch_id, "status": c.status, "accuracy": num("accuracy"),
+        "rank": ranked.rank, "arch_id": c.arch_id, "status": c.status, "rung": c.rung_label or None,
+        "accuracy": num("accuracy"),
         "val_loss": num("val_loss"), "latency_p50": num("latency_p50"), "latency_p90": num("latency_p90"),
         "latency_p99": num("latency_p99"), "latency_source": c.latency_source or None,
         "latency_in_search_p50": num("latency_in_search_p50"),

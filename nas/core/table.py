@@ -49,6 +49,7 @@ def _source(c: Candidate, _key: str) -> str:
 _CELLS: dict[str, Callable[[Candidate, str], str]] = {
     "arch_id": lambda c, _k: c.arch_id,
     "status": lambda c, _k: c.status.lower(),
+    "rung": lambda c, _k: c.rung_label or "-",
     "accuracy": _num(".4f"),
     "val_loss": _num(".4f"),
     "latency_p50": _num(".2f"),
@@ -68,8 +69,8 @@ _HEADERS = {
     "meets_target": "meets",
 }
 TABLE_COLUMNS = (
-    "rank", "arch_id", "accuracy", "latency_p50", "latency_p99", "latency_source", "latency_in_search_p50", "params",
-    "macs", "reward", "meets_target", "status", "failure_reason",
+    "rank", "arch_id", "rung", "accuracy", "latency_p50", "latency_p99", "latency_source", "latency_in_search_p50",
+    "params", "macs", "reward", "meets_target", "status", "failure_reason",
 )
 _LEFT = {"arch_id", "status", "latency_source", "failure_reason"}
 
@@ -87,6 +88,8 @@ def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, a
     cols = list(columns or TABLE_COLUMNS)
     if columns is None and all(r.candidate.completed for r in rows):
         cols = [c for c in cols if c not in ("status", "failure_reason")]
+    if columns is None and not any(r.candidate.rung_label for r in rows):
+        cols.remove("rung")  # not a multi-fidelity search
     if columns is None and not any(math.isfinite(r.candidate.metric("latency_in_search_p50")) for r in rows):
         cols.remove("latency_in_search_p50")  # no final latency pass: one latency per candidate
     headers = dict(_HEADERS, accuracy=accuracy_label.replace(" ", "_"))
@@ -105,6 +108,18 @@ def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, a
     return "\n".join(out)
 
 
+def budget_used(candidates: Sequence[Candidate], target_ms: float, top: int = 3) -> str:
+    """How much of the latency target the best ``top`` candidates use, e.g.
+    ``Latency budget used by the top 3: 92%, 71%, 44% of the 1 ms p50 target.`` (empty: none completed)."""
+    ranked = [c for c in sorted((c for c in candidates if c.completed), key=lambda c: (-c.rung, -c.reward))][:top]
+    shares = [c.metric(f"latency_{c.target_stat}") / target_ms for c in ranked]
+    if not ranked or not all(math.isfinite(x) for x in shares):
+        return ""
+    stat = ranked[0].target_stat
+    return (f"Latency budget used by the top {len(ranked)}: {', '.join(f'{x:.0%}' if x >= 0.1 else f'{x:.1%}' for x in shares)} of the "
+            f"{target_ms:g} ms {stat} target.")
+
+
 def format_best(candidates: Sequence[Candidate], target_ms: float, accuracy_label: str = "accuracy") -> str:
     """One line on the best candidate (or why there is none)."""
     best = best_of(candidates)
@@ -114,8 +129,9 @@ def format_best(candidates: Sequence[Candidate], target_ms: float, accuracy_labe
     stat = best.target_stat  # the statistic the target bounds is the one shown beside it
     target = f"{target_ms:g} ms" if stat == "p50" else f"{target_ms:g} ms {stat}"
     tail = "" if stat == "p50" else f"; p50 {best.latency_p50:.2f} ms"
+    at = f" at rung {best.rung_label}" if best.rung_label else ""
     return (
-        f"Best: {best.arch_id}  reward {best.reward:.4f}  {accuracy_label} {best.accuracy:.4f}  "
+        f"Best: {best.arch_id}  reward {best.reward:.4f}  {accuracy_label} {best.accuracy:.4f}{at}  "
         f"latency {stat} {best.metric(f'latency_{stat}'):.2f} ms ({verdict} the {target} target{tail})"
         f"\n      {best.arch}"
     )

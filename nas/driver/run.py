@@ -41,7 +41,7 @@ from nas.adapters import ray_tune
 from nas.adapters.mlflow_reader import StoreReader, sqlite_path
 from nas.adapters.mlflow_writer import StoreWriter, check_reachable
 from nas.adapters.optuna_sampler import ArchSampler
-from nas.core.config import SearchConfig, validate
+from nas.core.config import SearchConfig, check_top_rung, validate
 from nas.core.errors import ConfigError, NotRecordedError, SearchError
 from nas.core.evolution import EvolutionSampler
 from nas.core.paths import default_tracking_uri, project_home, unwritable
@@ -57,7 +57,7 @@ from nas.core.record import (
     rank,
 )
 from nas.core.sampling import Outcome, Sampler
-from nas.core.table import accuracy_label, format_best, format_table
+from nas.core.table import accuracy_label, budget_used, format_best, format_table
 from nas.data import ProxyData, load_dataset
 from nas.driver.final_pass import FinalPass, run_final_pass
 from nas.driver.progress import Progress, log, search_log, status
@@ -65,6 +65,7 @@ from nas.driver.resume import check_resumable, resume_command
 from nas.trial.evaluate import TrialContext, latency_estimator, measure_preprocessing_cost, preprocessing_spec
 from nas.trial.faults import ENV_VAR as FAULTS_ENV_VAR
 from nas.trial.faults import FaultPlan
+from nas.trial.rungs import RungCheckpoints
 from nas.trial.subnet import check_supernet
 from search_spaces import SearchSpace
 
@@ -314,6 +315,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
 
     status(f"search {name}: loading data ({cfg.data.name}{', ' + cfg.data.path if cfg.data.path else ''})")
     data = load_dataset(cfg.data)
+    check_top_rung(cfg.search.rungs, data.n_train)
     if cfg.accuracy.estimator == "supernet":  # a checkpoint for another setting is refused before any trial
         check_supernet(cast(str, cfg.accuracy.checkpoint), space, data, cfg.data)
     params = _params(cfg, space, data.summary())
@@ -356,7 +358,9 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                 ctx = TrialContext(
                     space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
                     threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
-                    preprocessing=preprocessing,
+                    preprocessing=preprocessing, rungs=tuple(cfg.search.rungs),
+                    reduction_factor=cfg.search.reduction_factor,
+                    checkpoints=RungCheckpoints(output_dir / "checkpoints") if cfg.search.rungs else None,
                 )
                 run = _Run(name, output_dir, params, previous, changed, resume_command(command, name),
                            device_name or "")
@@ -484,6 +488,7 @@ def _search(
             outcome = ray_tune.run_trials(
                 ctx, sampler, cfg.search, resources, output_dir / "ray", ray_name, on_record, n_trials=remaining,
                 front=(lambda: pareto_points(candidates)) if hybrid else None,
+                earlier=[c.rung_rewards() for c in candidates] if cfg.search.rungs else None,
             )
         else:
             outcome = ray_tune.TuneOutcome(experiment_path="(no trials left to run)", finished_trials=0)
@@ -574,6 +579,9 @@ def _print_summary(
         table = rank(result.candidates, top_k=cfg.top_k, include_unfinished=True)[: cfg.top_k]
         lines += ["", format_table(table, accuracy_label=label), ""]
     lines.append(format_best(result.candidates, target_ms, label))
+    used = budget_used(result.candidates, target_ms)
+    if used:
+        lines.append(used)
     if cfg.data.name == "digits":
         lines += ["", DEMO_NOTE]
     if result.final_pass.summary_line():

@@ -29,7 +29,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
 
@@ -42,13 +42,14 @@ from latency_predictor.protocol import LatencyStats
 from latency_predictor.scenario import check_scenario
 from latency_predictor.slot import device_work
 from latency_predictor.statistic import check_runs, protocol_for
-from nas.core.config import AccuracyConfig, LatencyConfig, TrainConfig
+from nas.core.config import AccuracyConfig, LatencyConfig, RungConfig, TrainConfig
 from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
 from nas.core.objective import Objective
 from nas.core.record import COMPLETED, FAILED, RUNNING
 from nas.data import ProxyData
 from nas.trial.faults import FaultPlan
 from nas.trial.precision import precision_evaluator
+from nas.trial.rungs import RUNG_STEP, RungCheckpoints, fingerprint, milestone
 from nas.trial.subnet import SubnetResult, SupernetTarget, load_supernet, subnet_accuracy
 from nas.trial.training import EpochResult, resolve_device, train_briefly
 from nas.trial.zero_cost import zero_cost_score
@@ -76,6 +77,9 @@ class TrialContext:
         faults: faults to inject (tests only; None: none).
         preprocessing: the input pipeline's measured cost (``latency.preprocessing``), added to
             every latency the trial obtains; None: the network alone.
+        rungs: multi-fidelity rungs (``search.rungs``; empty: one training of ``train.epochs``).
+        reduction_factor: ASHA's reduction factor (the rungs' milestones, :mod:`nas.trial.rungs`).
+        checkpoints: where finished rungs are saved (None: not saved).
     """
 
     space: SearchSpace
@@ -89,6 +93,9 @@ class TrialContext:
     trial_timeout_s: float | None = None
     faults: FaultPlan | None = None
     preprocessing: LatencyStats | None = None
+    rungs: tuple[RungConfig, ...] = ()
+    reduction_factor: int = 2
+    checkpoints: RungCheckpoints | None = None
 
 
 @dataclass(frozen=True)
@@ -237,9 +244,8 @@ def evaluate_candidate(
     """
     started = time.perf_counter()
     torch.set_num_threads(ctx.threads)
-    base: dict[str, Any] = {
-        "arch": arch_text, "accuracy_estimator": ctx.accuracy.estimator, "epochs": ctx.train.epochs,
-    }
+    epochs = sum(r.epochs for r in ctx.rungs) if ctx.rungs else ctx.train.epochs
+    base: dict[str, Any] = {"arch": arch_text, "accuracy_estimator": ctx.accuracy.estimator, "epochs": epochs}
 
     def timed_report(metrics: dict[str, Any]) -> None:
         report({**metrics, "trial_seconds": time.perf_counter() - started})
@@ -341,6 +347,10 @@ def _evaluate(
 
     at_precision = precision_evaluator(ctx.latency.precision, ctx.data, device, ctx.accuracy.calibration_samples,
                                        ctx.train.seed, ctx.threads)
+    if ctx.rungs:
+        _train_rungs(arch, model, ctx, base, report, deadline, device, guard, at_precision, scoring, final_latency,
+                     lambda: lat)
+        return
 
     def on_epoch(e: EpochResult) -> None:
         last = e.epoch == ctx.train.epochs
@@ -363,6 +373,68 @@ def _evaluate(
 
     train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard,
                   step_check=lambda: deadline.check("a training step"))
+
+
+def _train_rungs(
+    arch: Arch, model: torch.nn.Module, ctx: TrialContext, base: dict[str, Any], report: Report, deadline: Deadline,
+    device: torch.device, guard: Callable[[], AbstractContextManager[Any]],
+    at_precision: Callable[[torch.nn.Module], float] | None, scoring: Objective,
+    final_latency: Callable[[float], LatencyResult], latency_now: Callable[[], LatencyResult],
+) -> None:
+    """Train rung after rung (:mod:`nas.trial.rungs`), reporting each epoch and each rung's end.
+
+    A rung's last report is ``COMPLETED`` with the figures at that rung (``rung``, its size, and
+    ``accuracy_rung<k>``/``reward_rung<k>`` of every rung so far); ASHA may stop the trial there.
+    """
+    rf, rungs = ctx.reduction_factor, ctx.rungs
+    key = fingerprint(arch.encode(), rungs, ctx.train, ctx.data.summary())
+    done: list[dict[str, Any]] = []
+    first, offset = 0, 0
+    saved = ctx.checkpoints.load(arch.arch_id, key) if ctx.checkpoints is not None else None
+    if saved is not None:  # continue where an earlier trial of this candidate stopped
+        model.load_state_dict(saved.state)
+        for r in saved.reports:
+            report({**r, "resumed_rungs": saved.rung + 1})
+        done, first = list(saved.reports), saved.rung + 1
+        offset = sum(r.epochs for r in rungs[:first])
+    t0 = time.perf_counter()
+    for k in range(first, len(rungs)):
+        rung = rungs[k]
+        data = ctx.data.take_train(rung.train_images, ctx.train.seed)
+        figures = {"rung": k, "rung_train_images": rung.train_images, "rung_epochs": rung.epochs,
+                   **({"resumed_rungs": first} if first else {})}
+
+        def on_epoch(e: EpochResult, k: int = k, rung: RungConfig = rung, figures: dict[str, Any] = figures,
+                     offset: int = offset) -> None:
+            accuracy, extra = e.accuracy, {}
+            last = e.epoch == rung.epochs
+            if last and at_precision is not None:
+                with guard():
+                    accuracy = at_precision(model)
+                deadline.check(f"the end of the {ctx.latency.precision} evaluation")
+                extra = {"accuracy_fp32": e.accuracy, "accuracy_precision": ctx.latency.precision}
+            elif last:
+                extra = {"accuracy_precision": "fp32"}
+            settled = final_latency(accuracy) if last else latency_now()
+            reward = scoring.score(accuracy, settled)
+            row = {
+                **base, **figures, **extra, "epoch": offset + e.epoch, "accuracy": accuracy, "val_loss": e.val_loss,
+                "train_loss": e.train_loss, "train_seconds": time.perf_counter() - t0, "reward": reward,
+            }
+            if not last:
+                report({**row, "status": RUNNING, RUNG_STEP: milestone(k - 1, rf) if k else 0})
+                return
+            earlier = {f"{m}_rung{j}": r[m] for j, r in enumerate(done) for m in ("accuracy", "reward")}
+            end = {**row, **earlier, f"accuracy_rung{k}": accuracy, f"reward_rung{k}": reward,
+                   "status": COMPLETED, RUNG_STEP: milestone(k, rf)}
+            done.append(end)
+            if ctx.checkpoints is not None:  # saved before the report: the scheduler may stop the trial at it
+                ctx.checkpoints.save(arch.arch_id, key, k, model, done)
+            report(end)
+
+        train_briefly(model, data, replace(ctx.train, epochs=rung.epochs), device, on_epoch, step_guard=guard,
+                      step_check=lambda: deadline.check("a training step"))
+        offset += rung.epochs
 
 
 def _supernet_accuracy(arch: Arch, ctx: TrialContext, device: torch.device) -> SubnetResult:
