@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from nas.core.record import FINAL_PASS_TAG, Candidate, Ranked, best_of
+from nas.core.record import FINAL_PASS_TAG, Candidate, Ranked, best_of, rank
 
 
 def accuracy_label(estimator: str | None) -> str:
@@ -111,13 +111,13 @@ def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, a
 def budget_used(candidates: Sequence[Candidate], target_ms: float, top: int = 3) -> str:
     """How much of the latency target the best ``top`` candidates use, e.g.
     ``Latency budget used by the top 3: 92%, 71%, 44% of the 1 ms p50 target.`` (empty: none completed)."""
-    ranked = [c for c in sorted((c for c in candidates if c.completed), key=lambda c: (-c.rung, -c.reward))][:top]
+    ranked = [r.candidate for r in rank(candidates, top_k=top)]
     shares = [c.metric(f"latency_{c.target_stat}") / target_ms for c in ranked]
     if not ranked or not all(math.isfinite(x) for x in shares):
         return ""
     stat = ranked[0].target_stat
-    return (f"Latency budget used by the top {len(ranked)}: {', '.join(f'{x:.0%}' if x >= 0.1 else f'{x:.1%}' for x in shares)} of the "
-            f"{target_ms:g} ms {stat} target.")
+    used = ", ".join(f"{x:.0%}" if x >= 0.1 else f"{x:.1%}" for x in shares)
+    return f"Latency budget used by the top {len(ranked)}: {used} of the {target_ms:g} ms {stat} target."
 
 
 def format_best(candidates: Sequence[Candidate], target_ms: float, accuracy_label: str = "accuracy") -> str:

@@ -94,7 +94,7 @@ class ExportTarget:
     def search_figures(self) -> dict[str, float]:
         """The search's figures of the candidate, and the search's target as ``target_ms``."""
         keys = ("accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99", "params", "macs", "reward",
-                "meets_target", "epochs_completed")
+                "meets_target", "epochs_completed", "rung", "rung_train_images", "rung_epochs")
         figures = {k: self.candidate.metrics[k] for k in keys if self.candidate and k in self.candidate.metrics}
         if self.search is not None and self.search.target_ms is not None:
             figures["target_ms"] = self.search.target_ms

@@ -29,6 +29,14 @@ def fmt_num(x: Any) -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{float(x):.3f}"
 
 
+def _where(figures: dict[str, Any]) -> str:
+    """Which training the search's accuracy comes from: its rung in a multi-fidelity search."""
+    if figures.get("rung_train_images") is None:
+        return "proxy training"
+    return (f"rung {int(figures['rung'])}: {int(figures['rung_train_images'])} images x "
+            f"{int(figures['rung_epochs'])} epochs")
+
+
 def render_report(r: dict[str, Any]) -> str:
     """The human-readable report of an export (``report.md``)."""
     lat = r["latency"]
@@ -45,7 +53,7 @@ def render_report(r: dict[str, Any]) -> str:
         "",
         "## Accuracy", "",
         "| figure | value |", "|---|---|",
-        f"| search accuracy (proxy training) | {fmt_num(sm.get('accuracy'))} |",
+        f"| search accuracy ({_where(sm)}) | {fmt_num(sm.get('accuracy'))} |",
         f"| search reward | {fmt_num(sm.get('reward'))} |",
     ]
     if r["training"]:

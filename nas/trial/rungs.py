@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ import torch
 from torch import nn
 
 from nas.core.config import RungConfig, TrainConfig
+
+log = logging.getLogger(__name__)
 
 RUNG_STEP = "rung_step"
 """The report field ASHA promotes on (its ``time_attr``)."""
@@ -78,12 +81,18 @@ class RungCheckpoints:
 
     def save(self, arch_id: str, key: str, rung: int, model: nn.Module, reports: list[dict[str, Any]]) -> None:
         """Save ``model``'s weights after ``rung`` with the rung reports so far (atomically)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(arch_id, key)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
-        torch.save({"rung": rung, "state": state, "reports": [_plain(r) for r in reports]}, tmp)
-        os.replace(tmp, path)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            torch.save({"rung": rung, "state": state, "reports": [_plain(r) for r in reports]}, tmp)
+            os.replace(tmp, path)
+        except OSError as err:
+            # A checkpoint only saves time on a restart; the trial's figures do not depend on it.
+            tmp.unlink(missing_ok=True)
+            log.warning("could not save rung %d of %s in %s (%s); a restarted trial of it trains from its first rung",
+                        rung, arch_id, self.folder, err)
 
 
 def _plain(report: dict[str, Any]) -> dict[str, Any]:
