@@ -13,10 +13,11 @@ multiplier whose median latency ratio to the anchor, measured back to back in ro
 
 The run is split into steps that each save what they produced, so it may run in parts
 (``--step``): ``widths`` (targets and reference widths: a quiet machine, a few minutes),
-``references`` (the references' trainings), ``search`` (the searches and the searched networks'
-trainings) and ``report`` (a paired latency pass of every network, the committed networks and the
-record). A training already saved under :data:`STATE_DIR` is never repeated; a step whose inputs
-are missing says which step to run first.
+``references`` (the references' trainings) and ``search`` (LatNAS's multi-fidelity search at each
+target, :data:`SEARCH`, resumed where it stopped, then the searched networks' trainings). The
+``report`` step (a paired latency pass of every network, the committed networks under
+:data:`EXPORT_DIR` and the record) is still to be written. A training already saved under
+:data:`STATE_DIR` is never repeated; a step whose inputs are missing says which step to run first.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from benchmarks.common import ROOT, machine
 from benchmarks.references import MULTIPLIERS, scale_width
 from benchmarks.references_cifar10 import SCALE_ROUNDS, Paired, paired_ratios
 from latency_predictor.backends import make_estimator
-from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx
+from latency_predictor.export import export_onnx
 from latency_predictor.timing import MeasureConfig
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import die_with_parent
@@ -172,6 +173,57 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
     return done
 
 
+SEARCH = {"n_trials": 18, "reduction_factor": 3, "max_concurrent": 2,
+          "rungs": [{"train_images": 2500, "epochs": 2}, {"train_images": 10000, "epochs": 3},
+                    {"train_images": 30000, "epochs": 10}]}
+"""LatNAS's multi-fidelity search at each target: the last rung is the deployment budget."""
+QUICK_SEARCH = {"n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
+                "rungs": [{"train_images": 100, "epochs": 1}, {"train_images": 300, "epochs": 1}]}
+
+
+def _rungs_override(rungs: list[dict[str, int]]) -> str:
+    items = ",".join(f"{{train_images:{r['train_images']},epochs:{r['epochs']}}}" for r in rungs)
+    return f"search.rungs=[{items}]"
+
+
+def step_search(archive: Path, target_ms: float, size: dict[str, Any], state_dir: Path,
+                log: Callable[[str], None]) -> dict[str, Any]:
+    """LatNAS's multi-fidelity search of ``mobile_cifar`` at ``target_ms`` (resumed where a run of it stopped)."""
+    from nas.cli import compose_search_config
+    from nas.driver import run_search
+
+    name = f"cifar10-deploy-{target_ms:g}ms"
+    store = state_dir / "search" / "mlflow.db"
+    started = state_dir / "search" / f"{name}.started"  # the search is recorded: a later part resumes it
+    resume = started.exists()
+    started.parent.mkdir(parents=True, exist_ok=True)
+    cfg = compose_search_config(
+        "+space=mobile_cifar", f"target_ms={target_ms}", "latency.input_shape=[1,3,32,32]", "data=cifar10_jpeg",
+        f"data.path={archive}", "data.max_train_samples=null", "data.max_val_samples=null",
+        "search.scheduler=asha", f"search.reduction_factor={size['reduction_factor']}",
+        f"search.n_trials={size['n_trials']}", f"search.max_concurrent={size['max_concurrent']}",
+        _rungs_override(size["rungs"]), "train.device=cpu", f"tracking.uri=sqlite:///{store}",
+        f"output_dir={state_dir / 'search' / name}", "progress=false", f"name={name}", f"resume={str(resume).lower()}",
+    )
+    started.touch()
+    result = run_search(cfg)
+    if result.best is None:
+        raise RuntimeError(f"the search at {target_ms:g} ms completed no candidate")
+    best = result.best
+    top = [c for c in result.candidates if c.completed and c.rung == best.rung]
+    log(f"  search at {target_ms:.3f} ms: {len(result.candidates)} candidates in {result.wall_seconds:.0f} s; best "
+        f"{best.arch_id} at rung {best.rung_label}, accuracy {best.accuracy:.4f}, {best.latency_p50:.3f} ms")
+    return {
+        "target_ms": target_ms, "arch": best.arch, "arch_id": best.arch_id, "rung": best.rung_label,
+        "search_accuracy": best.accuracy, "search_latency_ms": best.latency_p50,
+        "candidates": len(result.candidates), "wall_seconds": result.wall_seconds,
+        "per_rung": {str(k): sum(c.rung >= k for c in result.candidates) for k in range(len(size["rungs"]))},
+        "top_rung": [{"arch_id": c.arch_id, "accuracy": c.accuracy, "latency_ms": c.latency_p50,
+                      "share_of_target": c.latency_p50 / target_ms} for c in top],
+        "settings": size,
+    }
+
+
 def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
     path = state_dir / f"{name}.json"
     if not path.exists():
@@ -183,7 +235,7 @@ def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cifar10_deploy", description=__doc__.split("\n")[0])
     parser.add_argument("--cifar10", type=Path, required=True, help="the CIFAR-10 training-image archive")
-    parser.add_argument("--step", choices=("widths", "references"), required=True)
+    parser.add_argument("--step", choices=("widths", "references", "search"), required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a tiny budget, state in a scratch folder")
     args = parser.parse_args(argv)
@@ -205,6 +257,16 @@ def main(argv: list[str] | None = None) -> int:
         archs = [Arch.decode(r["arch"]) for t in widths["targets"] for r in t["references"] if r["meets"]]
         archs += [Arch.decode(t["anchor_arch"]) for t in widths["targets"]]
         train_all(archs, args.cifar10, budget, args.workers, state_dir, log)
+    elif args.step == "search":
+        widths = _read_step(state_dir, "widths", "widths")
+        size = QUICK_SEARCH if args.quick else SEARCH
+        for t in widths["targets"]:
+            path = state_dir / f"search-{t['target_ms']:g}ms.json"
+            found = json.loads(path.read_text()) if path.exists() else None
+            if found is None:
+                found = step_search(args.cifar10, t["target_ms"], size, state_dir, log)
+                path.write_text(json.dumps(found, indent=2) + "\n")
+            train_all([Arch.decode(found["arch"])], args.cifar10, budget, args.workers, state_dir, log)
     return 0
 
 
