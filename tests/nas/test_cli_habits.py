@@ -158,3 +158,46 @@ def test_a_search_refused_after_ray_started_leaves_no_folder(tmp_path: Path) -> 
     with pytest.raises(ClusterError, match=r"ray.cpus_per_trial=4096 but the cluster has"):
         run_search(cfg)
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------- a damaged store
+
+
+@pytest.fixture(scope="module")
+def store_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A real MLflow store, as the first search creates it (schema and experiment), as bytes."""
+    from nas.adapters.mlflow_writer import StoreWriter
+
+    folder = tmp_path_factory.mktemp("store")
+    StoreWriter(f"sqlite:///{folder / 'mlflow.db'}", "latnas")
+    return (folder / "mlflow.db").read_bytes()
+
+
+DAMAGE = {
+    "truncated": lambda good: good[: len(good) // 2],  # a copy cut short, a disk that filled up
+    "overwritten": lambda good: b"not a database, " * 512,
+}
+
+
+@pytest.mark.parametrize(("damage", "command"), [
+    ("truncated", ("nas.leaderboard",)),
+    ("overwritten", ("nas.leaderboard",)),
+    ("truncated", ("nas.search", "+space=tiny", "target_ms=5")),
+])
+def test_a_damaged_store_is_one_line_naming_the_file_and_is_left_untouched(
+    store_bytes: bytes, tmp_path: Path, damage: str, command: tuple[str, ...]
+) -> None:
+    db = tmp_path / "home" / "mlflow.db"
+    db.parent.mkdir()
+    damaged = DAMAGE[damage](store_bytes)
+    db.write_bytes(damaged)
+    proc = _cli(tmp_path, *command[1:], module=command[0])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: the MLflow store {db} is damaged "
+        f"({'database disk image is malformed' if damage == 'truncated' else 'file is not a database'}); it was "
+        "left untouched: restore it from a copy, or move it aside to start a new store (or point tracking.uri at "
+        "another one)"
+    ], proc.stderr
+    assert db.read_bytes() == damaged
+    assert sorted(p.name for p in db.parent.iterdir()) == ["mlflow.db"]  # no lock file, no search folder
