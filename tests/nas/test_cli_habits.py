@@ -18,12 +18,14 @@ from mlflow import MlflowClient
 from nas.cli import compose_search_config
 from nas.core.errors import ClusterError, ConfigError, TrackingError
 from nas.driver import run_search
+from search_spaces import available_spaces
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cli(cwd: Path, *args: str, module: str = "nas.search") -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), LATNAS_HOME=str(cwd / "home"))
+def _cli(cwd: Path, *args: str, module: str = "nas.search", **env_vars: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA_")}
+    env.update(PYTHONPATH=str(REPO), LATNAS_HOME=str(cwd / "home"), **env_vars)
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=300)
 
@@ -50,14 +52,50 @@ def test_an_unknown_key_added_with_plus_is_refused_naming_the_keys_that_exist() 
     assert cfg.latency.options["enable_mem_pattern"] is False
 
 
-@pytest.mark.slow
-@pytest.mark.ci
 def test_an_unknown_key_on_the_command_line_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
     proc = _cli(tmp_path, "+space=tiny", "target_ms=5", "+search.storag=x")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: search.storag: unknown setting")
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "home").exists() and not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(("command", "args", "line"), [
+    # a value of the wrong type, an unknown option, a misspelt key without '+', an override Hydra cannot parse
+    ("nas.search", ["+space=tiny", "target_ms=abc"],
+     "error: target_ms: Value 'abc' of type 'str' could not be converted to Float"),
+    ("nas.search", ["+space=nope"], f"error: space=nope: no such option; space has {', '.join(available_spaces())}"),
+    ("nas.search", ["+space=tiny", "target_ms=5", "search.n_trails=4"],
+     "error: search.n_trails: unknown setting; did you mean search.n_trials? search has grace_period, "),
+    ("nas.search", ["+space=tiny", "target_ms=5", "train=nope"],
+     "error: train=nope: no such option; train has default"),
+    ("nas.search", ["+space=tiny", "target_ms=5", "foo=[1,2"],
+     "error: foo=[1,2: not an override Hydra can read (no viable alternative at input '[1,2'); the grammar: https://"),
+    ("nas.leaderboard", ["top_k=abc"], "error: top_k: Value 'abc' of type 'str' could not be converted to Integer"),
+    ("nas.leaderboard", ["tracking=nope"], "error: tracking=nope: no such option; tracking has default"),
+    ("nas.leaderboard", ["sortt=accuracy"], "error: sortt: unknown setting; did you mean sort? the top level has "),
+    ("nas.export", ["+data=nope"], "error: data=nope: no such option; data has cifar10, cifar10_jpeg, digits, "),
+    ("nas.fidelity", ["+space=tiny", "k=abc"], "error: k: Value 'abc' of type 'str' could not be converted to Integer"),
+    ("nas.supernet", ["+space=tiny", "train.epochz=1"],
+     "error: train.epochz: unknown setting; did you mean train.epochs? train has "),
+    ("nas.optimize", ["candidate=x", "prune.ratios=abc"],
+     "error: prune.ratios: Invalid value assigned: str is not a ListConfig, list or tuple."),
+])
+def test_what_hydra_refuses_is_one_line_naming_the_key_exit_2_and_creates_nothing(
+    tmp_path: Path, command: str, args: list[str], line: str
+) -> None:
+    proc = _cli(tmp_path, *args, module=command)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(line), proc.stderr
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # no home, no store, no output folder
+
+
+def test_hydra_full_error_still_shows_hydras_own_report(tmp_path: Path) -> None:
+    proc = _cli(tmp_path, "+space=tiny", "target_ms=abc", HYDRA_FULL_ERROR="1")
+    assert proc.returncode == 1
+    assert "hydra.errors.ConfigCompositionException: Error merging override target_ms=abc" in proc.stderr
 
 
 def test_a_yaml_syntax_error_in_a_users_space_is_one_line_with_file_line_and_column(tmp_path: Path) -> None:
