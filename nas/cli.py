@@ -35,6 +35,7 @@ import hydra
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
@@ -51,6 +52,7 @@ from nas.core.config import (
     validate_leaderboard,
 )
 from nas.core.errors import USER_ERRORS, ConfigError
+from nas.core.usage import Group, render_help, summary
 from search_spaces import available_spaces
 from search_spaces.space import SPACES_DIR
 
@@ -219,6 +221,29 @@ def _command(task: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]
     return run
 
 
+def exit_with_help_if_asked(argv: list[str], command: str, schema: type, config_dir: str, config_name: str) -> None:
+    """Print the command's help and exit (status 0) when ``argv`` asks for it (``--help`` or ``-h``).
+
+    The help lists every key of ``schema`` with its default (the composed YAML), its allowed
+    values and its docstring, and the options of each group (:func:`nas.core.usage.render_help`).
+    It runs before the command's heavy imports (torch, Ray, MLflow), in about a second.
+    """
+    if "--help" not in argv and "-h" not in argv:
+        return
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        dcfg = compose(config_name=config_name, return_hydra_config=True)
+        loader = GlobalHydra.instance().config_loader()
+        choices = dcfg.hydra.runtime.choices
+        groups = {f.name: Group(tuple(options), choices.get(f.name)) for f in dataclasses.fields(schema)
+                  if (options := loader.get_group_options(f.name))}
+    defaults = cast(dict[str, Any], OmegaConf.to_container(dcfg, resolve=False))
+    defaults.pop("hydra", None)
+    # Run as ``python -m nas.<command>``, the command's module is __main__: its docstring says what it does.
+    about = summary(getattr(sys.modules.get("__main__"), "__doc__", None)) or summary(schema.__doc__)
+    print(render_help(command, about, schema, defaults, groups))
+    sys.exit(0)
+
+
 def check_user_yaml(argv: list[str]) -> None:
     """Parse every YAML file of the folders added with ``hydra.searchpath=[file://...]`` before Hydra does:
     a syntax error in a user's space or group file is one line naming the file, line and column
@@ -307,6 +332,7 @@ def search_main() -> None:
     Exit status: 0 when the search finished, 2 on a user error (bad config, unreachable
     service), 130 when it was interrupted (Ctrl-C; what finished is recorded).
     """
+    exit_with_help_if_asked(sys.argv[1:], "nas.search", SearchConfig, CONF_DIR, "config")
     check_user_yaml(sys.argv[1:])
     _hydra_main(_search, SearchConfig)
 
@@ -329,8 +355,9 @@ def _leaderboard(dcfg: DictConfig) -> None:
 
 def leaderboard_main() -> None:
     """``python -m nas.leaderboard [search=...] [top_k=...] [sort=...] [pareto=true] [format=csv] ...``."""
-    check_user_yaml(sys.argv[1:])
     register_groups(["tracking"])
+    exit_with_help_if_asked(sys.argv[1:], "nas.leaderboard", LeaderboardConfig, REVIEW_DIR, "leaderboard")
+    check_user_yaml(sys.argv[1:])
     _hydra_main(_leaderboard, LeaderboardConfig)
 
 
@@ -349,8 +376,9 @@ def _export(dcfg: DictConfig) -> None:
 
 def export_main() -> None:
     """``python -m nas.export [candidate=...] [search=...] [train.epochs=N] [register=NAME] ...``."""
-    check_user_yaml(sys.argv[1:])
     register_groups(["tracking", "train", "data"])
+    exit_with_help_if_asked(sys.argv[1:], "nas.export", ExportConfig, REVIEW_DIR, "export")
+    check_user_yaml(sys.argv[1:])
     _hydra_main(_export, ExportConfig)
 
 
@@ -377,6 +405,7 @@ def _fidelity(dcfg: DictConfig) -> None:
 
 def fidelity_main() -> None:
     """``python -m nas.fidelity +space=mobile_cifar data=cifar10_jpeg data.path=... [k=20] ...``."""
+    exit_with_help_if_asked(sys.argv[1:], "nas.fidelity", FidelityConfig, CONF_DIR, "fidelity")
     check_user_yaml(sys.argv[1:])
     _hydra_main(_fidelity, FidelityConfig)
 
@@ -414,6 +443,7 @@ def _supernet(dcfg: DictConfig) -> None:
 
 def supernet_main() -> None:
     """``python -m nas.supernet +space=... [train.epochs=N]`` (the YAML files checked first)."""
+    exit_with_help_if_asked(sys.argv[1:], "nas.supernet", SupernetConfig, CONF_DIR, "supernet")
     check_user_yaml(sys.argv[1:])
     _hydra_main(_supernet, SupernetConfig)
 
@@ -433,5 +463,6 @@ def _optimize(dcfg: DictConfig) -> None:
 
 def optimize_main() -> None:
     """``python -m nas.optimize candidate=<arch_id> ...`` (the YAML files checked first)."""
+    exit_with_help_if_asked(sys.argv[1:], "nas.optimize", OptimizeConfig, CONF_DIR, "optimize")
     check_user_yaml(sys.argv[1:])
     _hydra_main(_optimize, OptimizeConfig)

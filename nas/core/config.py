@@ -45,6 +45,8 @@ _DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 CHOICES = "choices"
 """The metadata key of a field's allowed values (:func:`one_of`)."""
+HIDDEN = "hidden"
+"""The metadata key of a field the command line sets itself, left out of a command's help."""
 
 
 def one_of(allowed: Iterable[str], default: Any = None, *, default_factory: Callable[[], Any] | None = None) -> Any:
@@ -339,7 +341,7 @@ class SearchConfig:
     """
 
     space: dict[str, Any] | None = None
-    space_source: str = "<config>"
+    space_source: str = field(default="<config>", metadata={HIDDEN: True})
     target_ms: float | None = None
     name: str | None = None
     output_dir: str | None = None
@@ -607,7 +609,7 @@ class SupernetConfig:
     """
 
     space: dict[str, Any] | None = None
-    space_source: str = "<config>"
+    space_source: str = field(default="<config>", metadata={HIDDEN: True})
     name: str | None = None
     output_dir: str | None = None
     resume: bool = True
@@ -721,6 +723,13 @@ class CheckConfig:
     Outputs match when ``|a - b| <= atol + rtol * |b|`` for every logit (``numpy.allclose``),
     with ``b`` the unfused PyTorch network's output. A TensorRT engine's logits must be within
     ``engine_rtol`` of the largest logit (None: by precision, 1e-2 fp32, 5e-2 fp16, 0.25 int8).
+
+    Attributes:
+        atol: the absolute tolerance of every logit.
+        rtol: the tolerance relative to the unfused network's logit.
+        batches: seeded random input batches (of the export's input shape) the outputs are compared on.
+        engine_rtol: a TensorRT engine's largest logit difference, relative to the largest logit;
+            None: by precision.
     """
 
     atol: float = 1e-4
@@ -843,7 +852,7 @@ class FidelityConfig:
     """
 
     space: dict[str, Any] | None = None
-    space_source: str = "<config>"
+    space_source: str = field(default="<config>", metadata={HIDDEN: True})
     k: int = 20
     seed: int = 0
     reference: ReferenceBudget = field(default_factory=ReferenceBudget)
