@@ -14,13 +14,17 @@ function, which never sees a DictConfig:
 
 The built-in search spaces (``search_spaces/spaces/*.yaml``) are registered as the options of the
 ``space`` group, so ``+space=mobile`` picks one and ``space.stem_chs=[16]`` changes it. A user
-error (a bad value, an unreachable service) prints one line and exits with status 2.
+error prints one line and exits with status 2: a command line Hydra refuses (a value of the wrong
+type, an unknown option or key, an override it cannot parse), a bad value, an unreachable service.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import importlib.util
+import os
 import sys
 import typing
 from collections.abc import Callable, Iterable
@@ -31,8 +35,11 @@ import hydra
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from nas.core.config import (
     ExportConfig,
@@ -41,12 +48,17 @@ from nas.core.config import (
     OptimizeConfig,
     SearchConfig,
     SupernetConfig,
+    validate_export,
+    validate_leaderboard,
 )
 from nas.core.errors import USER_ERRORS, ConfigError
+from nas.core.usage import Group, render_help, summary
 from search_spaces import available_spaces
 from search_spaces.space import SPACES_DIR
 
 T = TypeVar("T")
+FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
+OVERRIDE_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 
 
 def conf_dir() -> Path:
@@ -126,6 +138,112 @@ def unknown_keys(node: Any, schema: type, prefix: str = "") -> list[tuple[str, l
     return out
 
 
+def known_keys(schema: type, key: str) -> list[str] | None:
+    """The keys the place of the dotted ``key`` has in the dataclass ``schema`` (None: a free-form mapping)."""
+    node: Any = schema
+    for part in key.split(".")[:-1]:
+        sub = typing.get_type_hints(node).get(part)
+        node = next((a for a in typing.get_args(sub) if dataclasses.is_dataclass(a)), sub)
+        if not dataclasses.is_dataclass(node):
+            return None
+    return sorted(typing.get_type_hints(node))
+
+
+def unknown_setting(key: str, known: list[str], hint: str = "") -> ConfigError:
+    """The error of a key its place does not have, with the keys it does have (and the closest one)."""
+    where, _, name = key.rpartition(".")
+    close = difflib.get_close_matches(name, known, n=1)
+    guess = f"did you mean {where + '.' if where else ''}{close[0]}? " if close else ""
+    return ConfigError(key, f"unknown setting{hint}; {guess}{where or 'the top level'} has {', '.join(known)}")
+
+
+def refused(err: HydraException | OmegaConfBaseException, schema: type) -> str:
+    """One line for a command line Hydra refused: the key, option or override, and what is wrong with it."""
+    if isinstance(err, OverrideParseException):
+        problem = err.message.strip().splitlines()[0] if err.message else "cannot be parsed"
+        return f"{err.override}: not an override Hydra can read ({problem}); the grammar: {OVERRIDE_GRAMMAR}"
+    if isinstance(err, MissingConfigException):
+        group, _, option = (err.missing_cfg_file or "").rpartition("/")
+        if group and err.options:
+            return f"{group}={option}: no such option; {group} has {', '.join(err.options)}"
+        return str(err).strip().splitlines()[0]
+    # Hydra keeps OmegaConf's error as the cause, or as the context when it raised its own while handling it.
+    cause = (err.__cause__ or err.__context__) if isinstance(err, HydraException) else err
+    if isinstance(cause, ConfigKeyError | ConfigAttributeError) and cause.full_key:
+        known = known_keys(schema, cause.full_key)
+        if known is not None:
+            return str(unknown_setting(cause.full_key, known))
+    if isinstance(cause, OmegaConfBaseException) and cause.full_key:
+        return f"{cause.full_key}: {str(cause.msg).strip().splitlines()[0]}"
+    return " ".join(str(err).split())
+
+
+_user_full_error: str | None = None
+
+
+def _set_full_error(value: str | None) -> None:
+    if value is None:
+        os.environ.pop(FULL_ERROR_ENV, None)
+    else:
+        os.environ[FULL_ERROR_ENV] = value
+
+
+def _hydra_main(main: Callable[[], None], schema: type) -> None:
+    """Call a ``@hydra.main`` function; a command line Hydra refuses prints one line and exits with status 2.
+
+    Hydra reports its own errors over several lines and exits 1, unless ``$HYDRA_FULL_ERROR`` is
+    1: then it raises them, typed. So the variable is set while Hydra composes the config, and the
+    command itself (:func:`_command`) starts with the user's own setting back, leaving its errors
+    to Hydra as before. A user who set ``HYDRA_FULL_ERROR=1`` gets Hydra's traceback.
+    """
+    global _user_full_error
+    _user_full_error = os.environ.get(FULL_ERROR_ENV)
+    _set_full_error("1")
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as err:
+        if _user_full_error == "1":
+            raise
+        print(f"error: {refused(err, schema)}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        _set_full_error(_user_full_error)
+
+
+def _command(task: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]:
+    """The body of a ``@hydra.main`` function, run once Hydra has composed its config (see :func:`_hydra_main`)."""
+
+    @functools.wraps(task)
+    def run(dcfg: DictConfig) -> None:
+        _set_full_error(_user_full_error)
+        task(dcfg)
+
+    return run
+
+
+def exit_with_help_if_asked(argv: list[str], command: str, schema: type, config_dir: str, config_name: str) -> None:
+    """Print the command's help and exit (status 0) when ``argv`` asks for it (``--help`` or ``-h``).
+
+    The help lists every key of ``schema`` with its default (the composed YAML), its allowed
+    values and its docstring, and the options of each group (:func:`nas.core.usage.render_help`).
+    It runs before the command's heavy imports (torch, Ray, MLflow), in about a second.
+    """
+    if "--help" not in argv and "-h" not in argv:
+        return
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        dcfg = compose(config_name=config_name, return_hydra_config=True)
+        loader = GlobalHydra.instance().config_loader()
+        choices = dcfg.hydra.runtime.choices
+        groups = {f.name: Group(tuple(options), choices.get(f.name)) for f in dataclasses.fields(schema)
+                  if (options := loader.get_group_options(f.name))}
+    defaults = cast(dict[str, Any], OmegaConf.to_container(dcfg, resolve=False))
+    defaults.pop("hydra", None)
+    # Run as ``python -m nas.<command>``, the command's module is __main__: its docstring says what it does.
+    about = summary(getattr(sys.modules.get("__main__"), "__doc__", None)) or summary(schema.__doc__)
+    print(render_help(command, about, schema, defaults, groups))
+    sys.exit(0)
+
+
 def check_user_yaml(argv: list[str]) -> None:
     """Parse every YAML file of the folders added with ``hydra.searchpath=[file://...]`` before Hydra does:
     a syntax error in a user's space or group file is one line naming the file, line and column
@@ -156,9 +274,11 @@ def _typed(dcfg: DictConfig, kind: type[T]) -> T:
     extra = unknown_keys(dcfg, kind)
     if extra:
         key, known = extra[0]
-        where = key.rpartition(".")[0] or "the top level"
-        raise ConfigError(key, f"unknown setting (added with '+'?); {where} has {', '.join(known)}")
-    cfg = OmegaConf.to_object(dcfg)
+        raise unknown_setting(key, known, " (added with '+'?)")
+    try:
+        cfg = OmegaConf.to_object(dcfg)
+    except OmegaConfBaseException as err:  # e.g. an interpolation ${...} that names no key
+        raise ConfigError(str(err.full_key), str(err.msg).strip().splitlines()[0]) from None
     if not isinstance(cfg, kind):
         raise TypeError(f"the composed config is a {type(cfg).__name__}, not a {kind.__name__}")
     return cfg
@@ -188,13 +308,13 @@ def no_space_message() -> str:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+@_command
 def _search(dcfg: DictConfig) -> None:
-    from nas.driver import run_search  # the search's dependencies load after the config is checked
-
     if dcfg.get("space") is None:
         print(no_space_message(), file=sys.stderr)
         sys.exit(2)
     cfg = _run_or_exit(lambda: _typed(dcfg, SearchConfig))
+    from nas.driver import run_search  # the search's dependencies (torch, Ray, MLflow) load once the config is typed
     hydra_cfg = HydraConfig.get()
     cfg.space_source = f"search_spaces/spaces/{hydra_cfg.runtime.choices.get('space')}.yaml"
     command = ["python", "-m", "nas.search", *hydra_cfg.overrides.task]
@@ -212,18 +332,20 @@ def search_main() -> None:
     Exit status: 0 when the search finished, 2 on a user error (bad config, unreachable
     service), 130 when it was interrupted (Ctrl-C; what finished is recorded).
     """
+    exit_with_help_if_asked(sys.argv[1:], "nas.search", SearchConfig, CONF_DIR, "config")
     check_user_yaml(sys.argv[1:])
-    _search()
+    _hydra_main(_search, SearchConfig)
 
 
 # ---------------------------------------------------------------------- python -m nas.leaderboard
 
 
 @hydra.main(version_base="1.3", config_path=REVIEW_DIR, config_name="leaderboard")
+@_command
 def _leaderboard(dcfg: DictConfig) -> None:
-    from nas.review.leaderboard import run_leaderboard
-
     cfg = _run_or_exit(lambda: _typed(dcfg, LeaderboardConfig))
+    _run_or_exit(lambda: validate_leaderboard(cfg))  # before the review's imports (MLflow, torch): a typo is quick
+    from nas.review.leaderboard import run_leaderboard
     result = _run_or_exit(lambda: run_leaderboard(cfg))
     if not cfg.output:
         print(result.text.rstrip("\n"))
@@ -233,42 +355,45 @@ def _leaderboard(dcfg: DictConfig) -> None:
 
 def leaderboard_main() -> None:
     """``python -m nas.leaderboard [search=...] [top_k=...] [sort=...] [pareto=true] [format=csv] ...``."""
-    check_user_yaml(sys.argv[1:])
     register_groups(["tracking"])
-    _leaderboard()
+    exit_with_help_if_asked(sys.argv[1:], "nas.leaderboard", LeaderboardConfig, REVIEW_DIR, "leaderboard")
+    check_user_yaml(sys.argv[1:])
+    _hydra_main(_leaderboard, LeaderboardConfig)
 
 
 # ---------------------------------------------------------------------- python -m nas.export
 
 
 @hydra.main(version_base="1.3", config_path=REVIEW_DIR, config_name="export")
+@_command
 def _export(dcfg: DictConfig) -> None:
-    from nas.review.export import run_export, summary
-
     cfg = _run_or_exit(lambda: _typed(dcfg, ExportConfig))
+    _run_or_exit(lambda: validate_export(cfg))  # before the export's imports (MLflow, torch): a typo is quick
+    from nas.review.export import run_export, summary
     result = _run_or_exit(lambda: run_export(cfg))
     print(summary(result), flush=True)
 
 
 def export_main() -> None:
     """``python -m nas.export [candidate=...] [search=...] [train.epochs=N] [register=NAME] ...``."""
-    check_user_yaml(sys.argv[1:])
     register_groups(["tracking", "train", "data"])
-    _export()
+    exit_with_help_if_asked(sys.argv[1:], "nas.export", ExportConfig, REVIEW_DIR, "export")
+    check_user_yaml(sys.argv[1:])
+    _hydra_main(_export, ExportConfig)
 
 
 # ---------------------------------------------------------------------- python -m nas.fidelity
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="fidelity")
+@_command
 def _fidelity(dcfg: DictConfig) -> None:
-    from nas.studies.fidelity import run_fidelity, table
-
     if dcfg.get("space") is None:
         print(no_space_message().replace("nas.search +space", "nas.fidelity +space").replace(" target_ms=50", ""),
               file=sys.stderr)
         sys.exit(2)
     cfg = _run_or_exit(lambda: _typed(dcfg, FidelityConfig))
+    from nas.studies.fidelity import run_fidelity, table
     cfg.space_source = f"search_spaces/spaces/{HydraConfig.get().runtime.choices.get('space')}.yaml"
     result = _run_or_exit(lambda: run_fidelity(cfg))
     print(f"\nProxy fidelity {result.name}: {len(result.archs)} architectures, {result.computed} estimates computed "
@@ -280,14 +405,16 @@ def _fidelity(dcfg: DictConfig) -> None:
 
 def fidelity_main() -> None:
     """``python -m nas.fidelity +space=mobile_cifar data=cifar10_jpeg data.path=... [k=20] ...``."""
+    exit_with_help_if_asked(sys.argv[1:], "nas.fidelity", FidelityConfig, CONF_DIR, "fidelity")
     check_user_yaml(sys.argv[1:])
-    _fidelity()
+    _hydra_main(_fidelity, FidelityConfig)
 
 
 # ---------------------------------------------------------------------- python -m nas.supernet
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="supernet")
+@_command
 def _supernet(dcfg: DictConfig) -> None:
     """``python -m nas.supernet +space=mobile_cifar data=cifar10_jpeg data.path=... [train.epochs=N] ...``
     (under ``torchrun``: one process per GPU or CPU share, data-parallel).
@@ -295,13 +422,12 @@ def _supernet(dcfg: DictConfig) -> None:
     Exit status: 0 when trained, 2 on a user error, 130 when interrupted (the last epoch's
     checkpoint is kept: the same command continues from it).
     """
-    from nas.oneshot.train import run_supernet
-
     if dcfg.get("space") is None:
         print(no_space_message().replace("nas.search +space", "nas.supernet +space").replace(" target_ms=50", ""),
               file=sys.stderr)
         sys.exit(2)
     cfg = _run_or_exit(lambda: _typed(dcfg, SupernetConfig))
+    from nas.oneshot.train import run_supernet
     cfg.space_source = f"search_spaces/spaces/{HydraConfig.get().runtime.choices.get('space')}.yaml"
     try:
         result = _run_or_exit(lambda: run_supernet(cfg))
@@ -317,24 +443,26 @@ def _supernet(dcfg: DictConfig) -> None:
 
 def supernet_main() -> None:
     """``python -m nas.supernet +space=... [train.epochs=N]`` (the YAML files checked first)."""
+    exit_with_help_if_asked(sys.argv[1:], "nas.supernet", SupernetConfig, CONF_DIR, "supernet")
     check_user_yaml(sys.argv[1:])
-    _supernet()
+    _hydra_main(_supernet, SupernetConfig)
 
 
 # ---------------------------------------------------------------------- python -m nas.optimize
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="optimize")
+@_command
 def _optimize(dcfg: DictConfig) -> None:
     """``python -m nas.optimize candidate=<arch_id> [prune.ratios=[0.3,0.5]] [precisions=[int8]] ...``."""
-    from nas.deploy.optimize import run_optimize, summary
-
     cfg = _run_or_exit(lambda: _typed(dcfg, OptimizeConfig))
+    from nas.deploy.optimize import run_optimize, summary
     result = _run_or_exit(lambda: run_optimize(cfg))
     print(summary(result), flush=True)
 
 
 def optimize_main() -> None:
     """``python -m nas.optimize candidate=<arch_id> ...`` (the YAML files checked first)."""
+    exit_with_help_if_asked(sys.argv[1:], "nas.optimize", OptimizeConfig, CONF_DIR, "optimize")
     check_user_yaml(sys.argv[1:])
-    _optimize()
+    _hydra_main(_optimize, OptimizeConfig)

@@ -6,10 +6,28 @@ An export's ``model.pt`` loads back with ``nas.export.load_exported(folder)``.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from nas.cli import export_main
-from nas.review.export import load_exported
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["export_main", "load_exported"]
+
+
+def load_exported(folder: str | Path) -> nn.Module:
+    """The exported network in ``folder``, with its trained weights, on the CPU and in eval mode
+    (:func:`nas.review.export.load_exported`, imported when called: the command's help and config
+    errors do not wait for torch and MLflow).
+
+    Raises:
+        ExportError: the folder lacks ``arch.json`` or ``model.pt``, or they do not match.
+    """
+    from nas.review.export import load_exported as load
+
+    return load(folder)
 
 if __name__ == "__main__":
     export_main()

@@ -9,13 +9,16 @@ not counted, as in the papers' tables and torchvision's docs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, cast
 
 from search_spaces.arch import Arch
-from search_spaces.builder import build
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+# torch is imported where it is used: ``search_spaces`` exports these names, and reading a space,
+# an Arch or an error (a command's --help, its config checks) should not wait for torch.
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ def count_params(model: nn.Module) -> int:
 
 def count_macs(model: nn.Module, input_shape: tuple[int, ...]) -> int:
     """Multiply-accumulates of one forward pass over an input of ``input_shape`` (batch included)."""
+    import torch
+    from torch import nn
+
     total = 0
 
     def conv_hook(m: nn.Module, _inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
@@ -71,6 +77,10 @@ def profile(arch: Arch, resolution: int = 224, num_classes: int = 1000, in_chans
 
     Built on the meta device: profiling a large network takes milliseconds.
     """
+    import torch
+
+    from search_spaces.builder import build
+
     with torch.device("meta"):
         model = build(arch, num_classes=num_classes, in_chans=in_chans)
     return Profile(count_params(model), count_macs(model, (1, in_chans, resolution, resolution)), resolution)

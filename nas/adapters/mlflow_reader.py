@@ -21,8 +21,9 @@ import ast
 import logging
 import math
 import re
+import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
-from nas.core.errors import NotRecordedError, TrackingError
+from nas.core.errors import CorruptStoreError, NotRecordedError, TrackingError
 from nas.core.paths import default_tracking_uri
 from nas.core.record import KILLED, Candidate, SearchRecord
 
@@ -49,6 +50,39 @@ _RECORD_TAGS_SKIPPED = (ROLE_TAG, SEARCH_TAG, PARENT_TAG, "trial_id")
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI (None for other schemes)."""
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def check_sqlite_store(path: Path) -> None:
+    """Check that an existing SQLite store is a sound database before MLflow opens it.
+
+    MLflow opens a store read-write to check and migrate its schema, and a damaged file fails
+    there, deep in SQLAlchemy. Here the file is opened read-only (SQLite's ``quick_check``:
+    milliseconds for a store of a few MB), so it is left byte for byte as it was. Only damage is
+    reported: a store another process holds locked, or any other condition SQLite reports, is left
+    to MLflow as before.
+
+    Raises:
+        CorruptStoreError: the file is not a SQLite database, or SQLite finds it damaged
+            (truncated, overwritten).
+    """
+    problem = None
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            rows = db.execute("PRAGMA quick_check").fetchall()
+        if rows != [("ok",)]:
+            problem = "; ".join(str(r[0]) for r in rows[:3])
+    except sqlite3.DatabaseError as err:
+        if err.sqlite_errorname not in _DAMAGED:
+            return
+        problem = str(err)
+    if problem is not None:
+        raise CorruptStoreError(
+            f"the MLflow store {path} is damaged ({problem}); it was left untouched: restore it from a copy, "
+            "or move it aside to start a new store (or point tracking.uri at another one)"
+        )
 
 
 def quiet_mlflow() -> None:
@@ -200,6 +234,7 @@ class StoreReader:
 
     Raises:
         TrackingError: the store or the experiment does not exist, or cannot be read.
+        CorruptStoreError: the store's SQLite file is damaged (it is left untouched).
     """
 
     def __init__(self, uri: str | None, experiment: str) -> None:
@@ -210,6 +245,8 @@ class StoreReader:
                 f"no MLflow store at {path}: run a search first (python -m nas.search +space=tiny target_ms=5) "
                 "or point tracking.uri at the search's store (sqlite:////abs/path/mlflow.db)"
             )
+        if path is not None:
+            check_sqlite_store(path)
         quiet_mlflow()
         self.client = MlflowClient(tracking_uri=self.uri)
         with mlflow_errors(lambda: f"cannot read the MLflow store {self.uri}"):

@@ -43,6 +43,7 @@ from nas.adapters.mlflow_reader import (
     SEARCH_TAG,
     StoreReader,
     candidate_from_run,
+    check_sqlite_store,
     mlflow_errors,
     quiet_mlflow,
     sqlite_path,
@@ -74,6 +75,7 @@ def check_reachable(uri: str) -> None:
 
     Raises:
         TrackingError: an unreachable server, a relative or missing SQLite path, an unknown scheme.
+        CorruptStoreError: an existing SQLite file that is damaged (it is left untouched).
     """
     parsed = urlparse(uri)
     if parsed.scheme in ("http", "https"):
@@ -103,6 +105,8 @@ def check_reachable(uri: str) -> None:
         if problem:
             raise TrackingError(f"tracking.uri {uri!r}: cannot write the store: {problem}; choose a folder you can "
                                 "write (tracking.uri=sqlite:////abs/path/mlflow.db)")
+        if path.exists():
+            check_sqlite_store(path)
     elif parsed.scheme not in ("databricks", "postgresql", "mysql", "mssql") and not parsed.scheme.startswith(
         ("postgresql+", "mysql+", "mssql+")
     ):

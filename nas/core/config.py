@@ -14,9 +14,11 @@ Library code receives plain dataclasses (``OmegaConf.to_object``), never a DictC
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,39 @@ SAMPLERS = ("tpe", "random", "nsga2", "evolution")
 SCHEDULERS = ("fifo", "asha")
 LATENCY_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 _DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+CHOICES = "choices"
+"""The metadata key of a field's allowed values (:func:`one_of`)."""
+HIDDEN = "hidden"
+"""The metadata key of a field the command line sets itself, left out of a command's help."""
+
+
+def one_of(allowed: Iterable[str], default: Any = None, *, default_factory: Callable[[], Any] | None = None) -> Any:
+    """A field whose value (or each item of a list value) must be one of ``allowed``.
+
+    The allowed values live on the field: :func:`check_choices` refuses any other value and a
+    command's ``--help`` lists them, so the two cannot differ. None means "not set" and passes.
+    """
+    metadata = {CHOICES: tuple(allowed)}
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def check_choices(cfg: Any, prefix: str = "") -> None:
+    """Check every :func:`one_of` field of the config dataclass ``cfg`` and of the configs nested in it.
+
+    Raises:
+        ConfigError: naming the first key whose value is not allowed, and the allowed values.
+    """
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        allowed = f.metadata.get(CHOICES)
+        if allowed is not None and value is not None:
+            for item in value if isinstance(value, list) else [value]:
+                _choice(prefix + f.name, item, allowed)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_choices(value, f"{prefix}{f.name}.")
 
 
 @dataclass
@@ -82,11 +117,11 @@ class LatencyConfig:
 
     backend: str = "onnxruntime"
     input_shape: list[int] = field(default_factory=lambda: [1, 3, 224, 224])
-    precision: str = "fp32"
+    precision: str = one_of(LATENCY_PRECISIONS, "fp32")
     options: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)
-    target_stat: str = "p50"
-    scenario: str = "single_stream"
+    target_stat: str = one_of(TARGET_STATS, "p50")
+    scenario: str = one_of(SCENARIOS, "single_stream")
     batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     throughput_goal: float | None = None
     final_pass_top_k: int = 5
@@ -121,7 +156,7 @@ class DataConfig:
         loader_workers: DataLoader processes per trial when streaming.
     """
 
-    name: str = "digits"
+    name: str = one_of(DATASETS, "digits")
     path: str | None = None
     resolution: int = 32
     val_fraction: float = 0.2
@@ -132,7 +167,7 @@ class DataConfig:
     cache_dir: str | None = None
     workers: int | None = None
     max_bad_fraction: float = 0.01
-    stream: str = "auto"
+    stream: str = one_of(STREAM_MODES, "auto")
     stream_above_mb: float = 4096.0
     loader_workers: int = 2
 
@@ -167,17 +202,17 @@ class TrainConfig:
 
     epochs: int = 2
     batch_size: int = 64
-    optimizer: str = "sgd"
+    optimizer: str = one_of(OPTIMIZERS, "sgd")
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 5e-5
     no_decay_norm_bias: bool = True
-    lr_schedule: str = "cosine"
+    lr_schedule: str = one_of(LR_SCHEDULES, "cosine")
     warmup_epochs: float = 0.2
     label_smoothing: float = 0.1
-    augment: str = "auto"
-    amp: str = "auto"
-    channels_last: str = "auto"
+    augment: str = one_of(AUGMENTS, "auto")
+    amp: str = one_of(AMP_MODES, "auto")
+    channels_last: str = one_of(CHANNELS_LAST, "auto")
     dropout: float = 0.0
     seed: int = 0
     device: str = "auto"
@@ -202,7 +237,7 @@ class AccuracyConfig:
             int8 network whose accuracy the reward uses is calibrated on (:mod:`nas.trial.precision`).
     """
 
-    estimator: str = "train"
+    estimator: str = one_of(ESTIMATORS, "train")
     batch_size: int = 64
     checkpoint: str | None = None
     bn_batches: int = 10
@@ -263,15 +298,16 @@ class SearchAlgConfig:
             rung, and with ``scheduler=asha`` the best ``1/reduction_factor`` of those recorded at
             a rung go on to the next, continuing from their weights, up to the last rung (the
             deployment budget). ``train.epochs`` and ``data.max_train_samples`` then no longer
-            size a trial: the rungs do (see :class:`RungConfig`, docs/fidelity.md).
+            size a trial: the rungs do (see :class:`RungConfig`, docs/fidelity.md). ``+rungs=cifar10_cpu``
+            or ``+rungs=cifar10_gpu`` picks a set of rungs for CIFAR-10 (``conf/rungs/``).
     """
 
-    sampler: str = "tpe"
+    sampler: str = one_of(SAMPLERS, "tpe")
     n_trials: int = 20
     max_concurrent: int = 2
     seed: int = 0
-    reward: str = "squared"
-    scheduler: str = "fifo"
+    reward: str = one_of(sorted(REWARDS), "squared")
+    scheduler: str = one_of(SCHEDULERS, "fifo")
     grace_period: int = 1
     reduction_factor: int = 2
     n_startup_trials: int = 8
@@ -336,7 +372,7 @@ class SearchConfig:
     """
 
     space: dict[str, Any] | None = None
-    space_source: str = "<config>"
+    space_source: str = field(default="<config>", metadata={HIDDEN: True})
     target_ms: float | None = None
     name: str | None = None
     output_dir: str | None = None
@@ -448,13 +484,11 @@ def validate(cfg: SearchConfig) -> None:
     _int_at_least("top_k", cfg.top_k, 1)
     if cfg.resume and cfg.name is None:
         raise ConfigError("resume", "resume=true continues a named search: add name=<the search's name>")
+    check_choices(cfg)
 
     lat = cfg.latency
     # The backend name, options and precision are checked by the backend registry when it is built.
-    _choice("latency.precision", lat.precision, LATENCY_PRECISIONS)
     _int_at_least("latency.final_pass_top_k", lat.final_pass_top_k, 0)
-    _choice("latency.target_stat", lat.target_stat, TARGET_STATS)
-    _choice("latency.scenario", lat.scenario, SCENARIOS)
     if lat.scenario == "server":
         try:
             check_scenario(lat.scenario, lat.batch_sizes)
@@ -484,7 +518,6 @@ def validate(cfg: SearchConfig) -> None:
                               "the server scenario times batches of the network alone")
 
     data = cfg.data
-    _choice("data.name", data.name, DATASETS)
     _int_at_least("data.resolution", data.resolution, 8)
     _in_range("data.val_fraction", data.val_fraction, 0.01, 0.9, "[0.01, 0.9)")
     if data.max_train_samples is not None:
@@ -495,7 +528,6 @@ def validate(cfg: SearchConfig) -> None:
         what = "a local folder or .tar/.tar.gz archive" if data.name == "image_folder" else "a local folder"
         raise ConfigError("data.path", f"data={data.name} reads {what}: set data.path=/path/to/it")
     _in_range("data.max_bad_fraction", data.max_bad_fraction, 0.0, 1.0, "[0, 1)")
-    _choice("data.stream", data.stream, STREAM_MODES)
     _positive("data.stream_above_mb", data.stream_above_mb)
     _int_at_least("data.loader_workers", data.loader_workers, 0)
     if data.workers is not None:
@@ -504,22 +536,16 @@ def validate(cfg: SearchConfig) -> None:
     tr = cfg.train
     _int_at_least("train.epochs", tr.epochs, 1)
     _int_at_least("train.batch_size", tr.batch_size, 1)
-    _choice("train.optimizer", tr.optimizer, OPTIMIZERS)
-    _choice("train.lr_schedule", tr.lr_schedule, LR_SCHEDULES)
     _positive("train.lr", tr.lr)
     _in_range("train.momentum", tr.momentum, 0.0, 1.0, "[0, 1)")
     _in_range("train.weight_decay", tr.weight_decay, 0.0, math.inf, "[0, inf)")
     _in_range("train.dropout", tr.dropout, 0.0, 1.0, "[0, 1)")
     _in_range("train.warmup_epochs", tr.warmup_epochs, 0.0, math.inf, "[0, inf)")
     _in_range("train.label_smoothing", tr.label_smoothing, 0.0, 1.0, "[0, 1)")
-    _choice("train.augment", tr.augment, AUGMENTS)
-    _choice("train.amp", tr.amp, AMP_MODES)
-    _choice("train.channels_last", tr.channels_last, CHANNELS_LAST)
     if not _DEVICE_RE.fullmatch(tr.device):
         raise ConfigError("train.device", f"must be auto, cpu, cuda or cuda:<index>, got {tr.device!r}")
 
     acc = cfg.accuracy
-    _choice("accuracy.estimator", acc.estimator, ESTIMATORS)
     _int_at_least("accuracy.batch_size", acc.batch_size, 2)
     _int_at_least("accuracy.bn_batches", acc.bn_batches, 1)
     if acc.estimator == "supernet" and not acc.checkpoint:
@@ -528,11 +554,8 @@ def validate(cfg: SearchConfig) -> None:
     _int_at_least("accuracy.calibration_samples", acc.calibration_samples, 1)
 
     s = cfg.search
-    _choice("search.sampler", s.sampler, SAMPLERS)
     _int_at_least("search.n_trials", s.n_trials, 1)
     _int_at_least("search.max_concurrent", s.max_concurrent, 1)
-    _choice("search.reward", s.reward, sorted(REWARDS))
-    _choice("search.scheduler", s.scheduler, SCHEDULERS)
     _int_at_least("search.grace_period", s.grace_period, 1)
     _int_at_least("search.reduction_factor", s.reduction_factor, 2)
     _int_at_least("search.n_startup_trials", s.n_startup_trials, 0)
@@ -627,7 +650,7 @@ class DistributedConfig:
         timeout_s: how long a process waits for the others at a collective before failing.
     """
 
-    backend: str = "auto"
+    backend: str = one_of(DIST_BACKENDS, "auto")
     timeout_s: float = 1800.0
 
 
@@ -658,7 +681,7 @@ class SupernetConfig:
     """
 
     space: dict[str, Any] | None = None
-    space_source: str = "<config>"
+    space_source: str = field(default="<config>", metadata={HIDDEN: True})
     name: str | None = None
     output_dir: str | None = None
     resume: bool = True
@@ -684,7 +707,7 @@ def validate_supernet(cfg: SupernetConfig) -> None:
     _run_name(cfg.name)
     _int_at_least("random_subnets", cfg.random_subnets, 0)
     _int_at_least("bn_batches", cfg.bn_batches, 1)
-    _choice("distributed.backend", cfg.distributed.backend, DIST_BACKENDS)
+    check_choices(cfg)
     _positive("distributed.timeout_s", cfg.distributed.timeout_s)
     sub = SearchConfig(space=cfg.space, target_ms=1.0, data=cfg.data, train=cfg.train, tracking=cfg.tracking)
     validate(sub)  # the data, train and tracking groups, checked as the search checks them
@@ -705,11 +728,11 @@ class LeaderboardConfig:
     Attributes:
         search: the search's name or parent run id; None: the latest search.
         top_k: candidates shown.
-        sort: ``reward``, ``accuracy``, ``latency_p50``, ``latency_p99``, ``params`` or ``macs``.
+        sort: the ranking key (latency, params and MACs ascending, the rest descending).
         feasible: only candidates that meet the latency target.
         pareto: only the Pareto front (accuracy vs latency p50).
         failed: also list failed and pruned candidates with their reason.
-        format: ``table``, ``csv`` or ``json``.
+        format: how the candidates are printed (or written to ``output``).
         output: write the CSV/JSON/table to this file instead of printing it.
         plot: save the Pareto plot and log it on the search's parent run.
         plot_path: where to save it; None: ``<home>/plots/pareto-<search>.png`` (:mod:`nas.core.paths`).
@@ -721,15 +744,15 @@ class LeaderboardConfig:
 
     search: str | None = None
     top_k: int = 10
-    sort: str = "reward"
+    sort: str = one_of(SORT_KEYS, "reward")
     feasible: bool = False
     pareto: bool = False
     failed: bool = False
-    format: str = "table"
+    format: str = one_of(LEADERBOARD_FORMATS, "table")
     output: str | None = None
     plot: bool = True
     plot_path: str | None = None
-    references: str = "logged"
+    references: str = one_of(REFERENCE_MODES, "logged")
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
@@ -739,10 +762,8 @@ def validate_leaderboard(cfg: LeaderboardConfig) -> None:
     Raises:
         ConfigError: naming the key and what is allowed.
     """
-    _choice("sort", cfg.sort, list(SORT_KEYS))
+    check_choices(cfg)
     _int_at_least("top_k", cfg.top_k, 1)
-    _choice("format", cfg.format, LEADERBOARD_FORMATS)
-    _choice("references", cfg.references, REFERENCE_MODES)
 
 
 @dataclass
@@ -774,6 +795,13 @@ class CheckConfig:
     Outputs match when ``|a - b| <= atol + rtol * |b|`` for every logit (``numpy.allclose``),
     with ``b`` the unfused PyTorch network's output. A TensorRT engine's logits must be within
     ``engine_rtol`` of the largest logit (None: by precision, 1e-2 fp32, 5e-2 fp16, 0.25 int8).
+
+    Attributes:
+        atol: the absolute tolerance of every logit.
+        rtol: the tolerance relative to the unfused network's logit.
+        batches: seeded random input batches (of the export's input shape) the outputs are compared on.
+        engine_rtol: a TensorRT engine's largest logit difference, relative to the largest logit;
+            None: by precision.
     """
 
     atol: float = 1e-4
@@ -819,8 +847,8 @@ class ExportConfig:
     num_classes: int | None = None
     seed: int = 0
     engine: bool | None = None
-    engine_precision: str = "fp16"
-    init: str = "random"
+    engine_precision: str = one_of(ENGINE_PRECISIONS, "fp16")
+    init: str = one_of(INITS, "random")
     supernet: SupernetEstimateConfig = field(default_factory=SupernetEstimateConfig)
     log_model: bool | None = None
     register: str | None = None
@@ -837,7 +865,7 @@ def validate_export(cfg: ExportConfig) -> None:
     Raises:
         ConfigError: naming the key and what is allowed.
     """
-    _choice("engine_precision", cfg.engine_precision, ENGINE_PRECISIONS)
+    check_choices(cfg)
     _int_at_least("latency.rounds", cfg.latency.rounds, 1)
     _int_at_least("check.batches", cfg.check.batches, 1)
     for key in ("atol", "rtol"):
@@ -847,7 +875,6 @@ def validate_export(cfg: ExportConfig) -> None:
     _int_at_least("train.epochs", cfg.train.epochs, 0)
     if cfg.num_classes is not None:
         _int_at_least("num_classes", cfg.num_classes, 1)
-    _choice("init", cfg.init, INITS)
     validate_supernet_estimate(cfg.supernet, required=cfg.init == "supernet", why="init=supernet")
 
 
@@ -897,13 +924,13 @@ class FidelityConfig:
     """
 
     space: dict[str, Any] | None = None
-    space_source: str = "<config>"
+    space_source: str = field(default="<config>", metadata={HIDDEN: True})
     k: int = 20
     seed: int = 0
     reference: ReferenceBudget = field(default_factory=ReferenceBudget)
     cheap_train_samples: int = 2500
     cheap_epochs: list[int] = field(default_factory=lambda: [1, 2, 3])
-    zero_cost: list[str] = field(default_factory=lambda: list(ZERO_COST_ESTIMATORS))
+    zero_cost: list[str] = one_of(ZERO_COST_ESTIMATORS, default_factory=lambda: list(ZERO_COST_ESTIMATORS))
     zero_cost_batch: int = 64
     bootstrap: int = 1000
     workers: int = 1
@@ -929,8 +956,7 @@ def validate_fidelity(cfg: FidelityConfig) -> None:
     _int_at_least("cheap_train_samples", cfg.cheap_train_samples, 1)
     for e in cfg.cheap_epochs:
         _int_at_least("cheap_epochs", e, 1)
-    for z in cfg.zero_cost:
-        _choice("zero_cost", z, ZERO_COST_ESTIMATORS)
+    check_choices(cfg)
     _int_at_least("zero_cost_batch", cfg.zero_cost_batch, 2)
     _int_at_least("bootstrap", cfg.bootstrap, 100)
     _int_at_least("workers", cfg.workers, 1)
@@ -966,9 +992,9 @@ class CalibrationConfig:
     min_samples: int = 100
     path: str | None = None
     seed: int = 0
-    method: str = "minmax"
+    method: str = one_of(CALIBRATION_METHODS, "minmax")
     per_channel: bool = True
-    activation_type: str = "uint8"
+    activation_type: str = one_of(ACTIVATION_TYPES, "uint8")
 
 
 @dataclass
@@ -1047,7 +1073,7 @@ class OptimizeConfig:
 
     candidate: str | None = None
     exports_dir: str | None = None
-    precisions: list[str] | None = None
+    precisions: list[str] | None = one_of([p for p in LATENCY_PRECISIONS if p != "fp32"])
     engines: bool | None = None
     latency: ExportLatencyConfig = field(default_factory=ExportLatencyConfig)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
@@ -1067,13 +1093,10 @@ def validate_optimize(cfg: OptimizeConfig) -> None:
     """
     if not cfg.candidate:
         raise ConfigError("candidate", "name the exported candidate: candidate=<arch_id> or the export folder")
-    for p in cfg.precisions or []:
-        _choice("precisions", p, [x for x in LATENCY_PRECISIONS if x != "fp32"])
+    check_choices(cfg)
     cal = cfg.calibration
     _int_at_least("calibration.min_samples", cal.min_samples, 1)
     _int_at_least("calibration.samples", cal.samples, cal.min_samples)
-    _choice("calibration.method", cal.method, CALIBRATION_METHODS)
-    _choice("calibration.activation_type", cal.activation_type, ACTIVATION_TYPES)
     pr = cfg.prune
     for r in pr.ratios:
         _in_open_unit("prune.ratios", r)

@@ -58,6 +58,10 @@ class NotRecordedError(TrackingError):
     """The MLflow store, or the experiment in it, does not exist (nothing has been recorded there yet)."""
 
 
+class CorruptStoreError(TrackingError):
+    """The MLflow store's SQLite file is damaged (truncated, overwritten, not a database); nothing was written to it."""
+
+
 class ClusterError(NASError):
     """The Ray cluster cannot be reached or started."""
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from latency_predictor.hybrid import pareto_front as _front_indices
 from search_spaces import arch_id_of
 
 COMPLETED, RUNNING, FAILED, PRUNED = "COMPLETED", "RUNNING", "FAILED", "PRUNED"
@@ -344,6 +343,10 @@ def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
     """The completed candidates (of the highest rung reached, :func:`top_rung`) no other beats on
     both lower latency (the statistic the target bounds: :attr:`Candidate.latency_objective`) and
     higher accuracy, fastest first."""
+    # Imported here: the hybrid predictor's module loads torch and ONNX, which reading the record
+    # types (a command's --help, its config checks) does not need.
+    from latency_predictor.hybrid import pareto_front as _front_indices
+
     done = [c for c in top_rung(candidates)
             if math.isfinite(c.latency_objective) and math.isfinite(c.accuracy)]
     lat = np.array([c.latency_objective for c in done], dtype=np.float64)
