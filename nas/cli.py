@@ -246,7 +246,7 @@ def _export(dcfg: DictConfig) -> None:
     from nas.review.export import run_export, summary
 
     cfg = _run_or_exit(lambda: _typed(dcfg, ExportConfig))
-    result = _run_or_exit(lambda: run_export(cfg))
+    result = _run_or_exit(lambda: run_export(cfg, log=lambda line: print(line, flush=True)))
     print(summary(result), flush=True)
 
 

@@ -736,7 +736,14 @@ class ExportConfig:
         register: register the logged model under this name in MLflow's model registry.
         latency: latency re-measurement settings.
         train: training before export (``train.epochs=0``: none, the weights stay initialised).
-        data: the training dataset; None: the search's (digits when not known).
+        train_samples: training images of that training, the deployment training; None: the
+            whole training split of ``data``. A search's ``data.max_train_samples`` is its proxy
+            budget and does not apply to the export (nor does a ``data.max_train_samples`` given
+            here): this is the export's own size.
+        val_samples: validation images; None: the whole validation split (``data.max_val_samples``
+            does not apply either).
+        data: the training dataset; None: the search's (digits when not known), its split
+            (``val_fraction``, ``seed``) included.
         check: tolerances of the output checks.
         tracking: the MLflow store and experiment (``tracking.uri`` None: ``sqlite:///<cwd>/mlflow.db``).
     """
@@ -755,6 +762,8 @@ class ExportConfig:
     register: str | None = None
     latency: ExportLatencyConfig = field(default_factory=ExportLatencyConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=0))
+    train_samples: int | None = None
+    val_samples: int | None = None
     data: DataConfig | None = None
     check: CheckConfig = field(default_factory=CheckConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -774,6 +783,9 @@ def validate_export(cfg: ExportConfig) -> None:
     if cfg.check.engine_rtol is not None:
         _in_range("check.engine_rtol", cfg.check.engine_rtol, 0.0, math.inf, "[0, inf)")
     _int_at_least("train.epochs", cfg.train.epochs, 0)
+    for key in ("train_samples", "val_samples"):
+        if getattr(cfg, key) is not None:
+            _int_at_least(key, getattr(cfg, key), 1)
     if cfg.num_classes is not None:
         _int_at_least("num_classes", cfg.num_classes, 1)
     _choice("init", cfg.init, INITS)
