@@ -101,6 +101,9 @@ class DataConfig:
         name: ``digits`` (scikit-learn's, shipped with it: a demonstration proxy),
             ``image_folder`` (``<path>/<class>/<image>``, a folder or a ``.tar``/``.tar.gz``
             archive of one) or ``cifar10`` (the CIFAR-10 python pickle folder).
+        label: what the data is called in logs, the MLflow record (param ``data.label``, tag
+            ``dataset``) and reports, e.g. ``cifar10_jpeg`` for CIFAR-10 read as an
+            ``image_folder``; None: ``name``. ``name`` stays the loader.
         path: local folder or archive (``image_folder``, ``cifar10``); never downloaded.
         resolution: images are resized to ``resolution`` x ``resolution`` (3 channels).
         val_fraction: share of the images held out for validation (seeded, stratified by class);
@@ -121,6 +124,7 @@ class DataConfig:
     """
 
     name: str = "digits"
+    label: str | None = None
     path: str | None = None
     resolution: int = 32
     val_fraction: float = 0.2
@@ -134,6 +138,11 @@ class DataConfig:
     stream: str = "auto"
     stream_above_mb: float = 4096.0
     loader_workers: int = 2
+
+    @property
+    def display_name(self) -> str:
+        """What the data is called: ``label``, else ``name``."""
+        return self.label or self.name
 
 
 @dataclass
@@ -416,6 +425,8 @@ def validate(cfg: SearchConfig) -> None:
 
     data = cfg.data
     _choice("data.name", data.name, DATASETS)
+    if data.label is not None and not data.label.strip():
+        raise ConfigError("data.label", "must name the data (e.g. cifar10_jpeg), or be null to use data.name")
     _int_at_least("data.resolution", data.resolution, 8)
     _in_range("data.val_fraction", data.val_fraction, 0.01, 0.9, "[0.01, 0.9)")
     if data.max_train_samples is not None:
@@ -424,7 +435,7 @@ def validate(cfg: SearchConfig) -> None:
         _int_at_least("data.max_val_samples", data.max_val_samples, 1)
     if data.name != "digits" and not data.path:
         what = "a local folder or .tar/.tar.gz archive" if data.name == "image_folder" else "a local folder"
-        raise ConfigError("data.path", f"data={data.name} reads {what}: set data.path=/path/to/it")
+        raise ConfigError("data.path", f"data={data.display_name} reads {what}: set data.path=/path/to/it")
     _in_range("data.max_bad_fraction", data.max_bad_fraction, 0.0, 1.0, "[0, 1)")
     _choice("data.stream", data.stream, STREAM_MODES)
     _positive("data.stream_above_mb", data.stream_above_mb)

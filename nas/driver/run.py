@@ -259,7 +259,7 @@ def _write_artifacts(
             "arch": best.arch, "arch_id": best.arch_id, "space": space.name, "space_source": space.source,
             "decisions": best.decisions, "input_shape": list(cfg.latency.input_shape), "target_ms": cfg.target_ms,
             "reward_fn": cfg.search.reward, "accuracy_estimator": best.tags.get("accuracy_estimator"),
-            "dataset": cfg.data.name, "metrics": best.metrics, "latency": best.latency,
+            "dataset": cfg.data.display_name, "metrics": best.metrics, "latency": best.latency,
             "search": name, "run_id": best.run_id,
         }, indent=2))
         files["best_txt"].write_text(best.arch + "\n")
@@ -312,7 +312,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     if problem:
         raise ConfigError("output_dir", f"cannot write {str(output_dir)!r}: {problem}; choose a folder you can write")
 
-    status(f"search {name}: loading data ({cfg.data.name}{', ' + cfg.data.path if cfg.data.path else ''})")
+    status(f"search {name}: loading data ({cfg.data.display_name}{', ' + cfg.data.path if cfg.data.path else ''})")
     data = load_dataset(cfg.data)
     if cfg.accuracy.estimator == "supernet":  # a checkpoint for another setting is refused before any trial
         check_supernet(cast(str, cfg.accuracy.checkpoint), space, data, cfg.data)
@@ -438,7 +438,8 @@ def _search(
 ) -> SearchResult:
     name, output_dir = run.name, run.output_dir
     tags = {
-        **_environment_tags(device), "space": space.name, "target_ms": f"{cfg.target_ms:g}",
+        **_environment_tags(device), "space": space.name, "dataset": cfg.data.display_name,
+        "target_ms": f"{cfg.target_ms:g}",
         "sampler": cfg.search.sampler, "accuracy_estimator": cfg.accuracy.estimator,
         "latency_backend": cfg.latency.backend, "latency_device_name": run.device_name,
         "ray_address": cluster.address, "output_dir": str(output_dir),

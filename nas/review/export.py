@@ -51,7 +51,7 @@ from nas.core.errors import ExportError
 from nas.core.paths import default_tracking_uri, project_home
 from nas.core.record import COMPLETED, Candidate, SearchRecord
 from nas.data import ProxyData, load_dataset
-from nas.review.export_report import fmt_num, render_report, training_warning
+from nas.review.export_report import dataset_label, fmt_num, render_report, training_warning
 from nas.review.fuse import count_batchnorms, fuse_conv_bn
 from nas.trial.subnet import data_config_of, normalised_as_supernet, supernet_init
 from nas.trial.training import resolve_device, train_briefly
@@ -240,14 +240,14 @@ def latency_settings(
     return backend, validate_input_shape([int(d) for d in shape]), options, measure
 
 
-def _train(net: nn.Module, cfg: ExportConfig, data: ProxyData) -> dict[str, Any]:
+def _train(net: nn.Module, cfg: ExportConfig, data: ProxyData, data_cfg: DataConfig) -> dict[str, Any]:
     device = resolve_device(cfg.train.device)
     t0 = time.perf_counter()
     epochs = train_briefly(net, data, cfg.train, device)
     net.to("cpu")
     return {
         "epochs": cfg.train.epochs,
-        "dataset": data.summary(),
+        "dataset": {**data.summary(), "label": data_cfg.display_name},
         "accuracy": epochs[-1].accuracy,
         "val_loss": epochs[-1].val_loss,
         "history": [asdict(e) for e in epochs],
@@ -278,10 +278,10 @@ def export_data_config(cand: ExportTarget, cfg: ExportConfig) -> DataConfig:
 
 
 def training_plan(data: ProxyData, cfg: ExportConfig, given: DataConfig) -> str:
-    """The line printed before the export's training: the data, its images and the epochs."""
+    """The line printed before the export's training: the data (``given``, as called), its images and the epochs."""
     train = "the whole training split" if cfg.train_samples is None else f"train_samples={cfg.train_samples}"
     val = "the whole validation split" if cfg.val_samples is None else f"val_samples={cfg.val_samples}"
-    line = (f"export: training {cfg.train.epochs} epoch(s) on {data.name}: {data.n_train:,} training images "
+    line = (f"export: training {cfg.train.epochs} epoch(s) on {given.display_name}: {data.n_train:,} training images "
             f"({train}), {data.n_val:,} validation images ({val})")
     proxy = [f"data.{k}={getattr(given, k):,}" for k in ("max_train_samples", "max_val_samples")
              if getattr(given, k) is not None]
@@ -495,7 +495,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
         net.dropout.p = cfg.train.dropout
     if cfg.train.epochs > 0:
         log(training_plan(data(), cfg, _given_data_config(cand, cfg)))
-    training = _train(net, cfg, data()) if cfg.train.epochs > 0 else None
+    training = _train(net, cfg, data(), data_cfg) if cfg.train.epochs > 0 else None
     if training is not None:
         training["data_config"] = asdict(data_cfg)  # what nas.optimize validates and calibrates on
     net.eval()
@@ -592,7 +592,8 @@ def _weights_note(training: dict[str, Any] | None, seed: int, init: dict[str, An
         return (f"untrained: the builder's initialisation (seed {seed}); pass train.epochs=N to train "
                 "before export")
     ds = training["dataset"]
-    return f"trained {training['epochs']} epochs on {ds['name']} ({ds['train']} images, {ds['classes']} classes)"
+    return (f"trained {training['epochs']} epochs on {dataset_label(ds)} ({ds['train']} images, {ds['classes']} "
+            "classes)")
 
 
 def _json_default(o: Any) -> Any:
@@ -733,7 +734,7 @@ def summary(result: ExportResult) -> str:
                      f"largest logit (atol {c['atol']:g}, rtol {c['rtol']:g}) {'passed' if c['passed'] else 'FAILED'}")
     if r["training"]:
         t = r["training"]
-        lines.append(f"  trained {t['epochs']} epoch(s) on {t['dataset']['name']}: validation accuracy "
+        lines.append(f"  trained {t['epochs']} epoch(s) on {dataset_label(t['dataset'])}: validation accuracy "
                      f"{t['accuracy']:.4f}")
         warning = training_warning(t)
         if warning:

@@ -178,6 +178,31 @@ def test_export_training_takes_its_own_size(tmp_path: Path) -> None:
     assert untrained == []  # nothing trained, nothing to say
 
 
+def test_the_export_calls_the_data_by_its_label(tmp_path: Path) -> None:
+    # A search on data=cifar10_jpeg: loaded as an image folder, called cifar10_jpeg.
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "dog", "owl"):
+        folder = tmp_path / "images" / cls
+        folder.mkdir(parents=True)
+        for i in range(8):
+            Image.fromarray(rng.integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    data = dataclasses.asdict(DataConfig(name="image_folder", label="cifar10_jpeg", path=str(tmp_path / "images"),
+                                         resolution=16, val_fraction=0.25, cache_dir=str(tmp_path / "cache")))
+    target = ExportTarget(Arch.decode(ARCH), "best", search=SearchRecord("0" * 32, "jpeg", "0", data=data))
+    printed: list[str] = []
+    cfg = fast_config(tmp_path / "out")
+    cfg.train.epochs = 1
+    result = export_candidate(target, cfg, log=printed.append)
+    assert printed[0].startswith("export: training 1 epoch(s) on cifar10_jpeg: 18 training images")
+    assert result.report["training"]["dataset"]["label"] == "cifar10_jpeg"
+    assert result.report["training"]["dataset"]["name"] == "image_folder"  # the loader, as recorded
+    assert "trained 1 epochs on cifar10_jpeg (18 images, 3 classes)" in result.report["weights"]
+    assert "final accuracy after 1 epochs on cifar10_jpeg" in (result.folder / "report.md").read_text()
+    assert "trained 1 epoch(s) on cifar10_jpeg: validation accuracy" in summary(result)
+
+
 def test_report_has_latency_before_and_after_fusion_and_the_environment(exported: tuple[Path, dict]) -> None:
     folder, report = exported
     lat = report["latency"]
