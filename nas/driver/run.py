@@ -51,6 +51,7 @@ from nas.core.record import (
     Candidate,
     SearchRecord,
     best_of,
+    latency_provenance,
     latency_sources,
     leaderboard_row,
     pareto_points,
@@ -466,9 +467,9 @@ def _search(
         timings["mlflow_seconds"] += time.perf_counter() - t0
         candidates.append(cand)
         progress.update(cand)
-        log.info("candidate %d/%d %s %s: reward %.4f, %s %.4f, latency p50 %.3f ms (%s)%s; run %s", len(candidates),
+        log.info("candidate %d/%d %s %s: reward %.4f, %s %.4f, latency p50 %.3f ms, %s%s; run %s", len(candidates),
                  cfg.search.n_trials, cand.arch_id, cand.status.lower(), cand.reward, cfg.accuracy.estimator,
-                 cand.accuracy, cand.latency_p50, cand.latency_source or "-",
+                 cand.accuracy, cand.latency_p50, latency_provenance(cand) or "-",
                  f", {cand.failure_reason}" if cand.failure_reason else "", cand.run_id)
 
     def record_revised(cand: Candidate, metrics: dict[str, float]) -> None:

@@ -49,7 +49,7 @@ from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import CheckConfig, DataConfig, ExportConfig, validate_export
 from nas.core.errors import ExportError
 from nas.core.paths import default_tracking_uri, project_home
-from nas.core.record import COMPLETED, Candidate, SearchRecord
+from nas.core.record import COMPLETED, Candidate, SearchRecord, latency_provenance
 from nas.data import ProxyData, load_dataset
 from nas.review.export_report import dataset_label, fmt_num, render_report, training_warning
 from nas.review.fuse import count_batchnorms, fuse_conv_bn
@@ -550,7 +550,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
                       "search": cand.search.name if cand.search else None, "space": arch_info["space"]},
         "params": count_params(meta), "macs": count_macs(meta, shape), "num_classes": num_classes,
         "search": {"metrics": cand.search_figures,
-                   "latency_source": (cand.candidate.latency_source or None) if cand.candidate else None,
+                   "latency_source": (latency_provenance(cand.candidate) or None) if cand.candidate else None,
                    "tags": cand.search_tags},
         "training": training, "init": init, "weights": arch_info["weights"],
         "fusion": {
@@ -741,7 +741,8 @@ def summary(result: ExportResult) -> str:
             lines.append(f"  warning: {warning}")
     lines.append(f"  latency {lat['backend']} p50 {lat['unfused']['p50_ms']:.3f} ms unfused, "
                  f"{lat['fused']['p50_ms']:.3f} ms Conv+BN fused; search: "
-                 f"{fmt_num(r['search']['metrics'].get('latency_p50'))} ms ({r['search']['latency_source'] or '-'})")
+                 f"{fmt_num(r['search']['metrics'].get('latency_p50'))} ms, "
+                 f"{r['search']['latency_source'] or 'source not known'}")
     e = r["engine"]
     lines.append(f"  engine {'model.engine (' + e['precision'] + ')' if e['built'] else 'not built: ' + e['reason']}")
     if "mlflow" in r:

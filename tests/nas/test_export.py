@@ -319,7 +319,7 @@ def test_best_of_a_search_is_exported_under_its_arch_id(small_search: SmallSearc
     assert info["space"] == "tiny" and info["input_shape"] == [1, 3, 32, 32] and info["num_classes"] == 10
     assert info["decisions"] and info["preprocessing"]["mean"]
     # The search's latency is reported next to the one measured now, on the same backend and shape.
-    assert r["search"]["metrics"]["latency_p50"] > 0 and r["search"]["latency_source"] == "measured"
+    assert r["search"]["metrics"]["latency_p50"] > 0 and r["search"]["latency_source"] == "measured (final pass)"
     assert r["latency"]["backend"] == "onnxruntime" and r["latency"]["input_shape"] == [1, 3, 32, 32]
     assert r["training"]["epochs"] == 1 and 0.0 <= r["training"]["accuracy"] <= 1.0
     md = (best_export.folder / "report.md").read_text()
