@@ -370,7 +370,7 @@ def _export(dcfg: DictConfig) -> None:
     cfg = _run_or_exit(lambda: _typed(dcfg, ExportConfig))
     _run_or_exit(lambda: validate_export(cfg))  # before the export's imports (MLflow, torch): a typo is quick
     from nas.review.export import run_export, summary
-    result = _run_or_exit(lambda: run_export(cfg))
+    result = _run_or_exit(lambda: run_export(cfg, log=lambda line: print(line, flush=True)))
     print(summary(result), flush=True)
 
 

@@ -24,10 +24,15 @@ trial whose process dies (killed, out of memory at the OS level, its node lost: 
 ``RayActorError``, ``WorkerCrashedError``, ``NodeDiedError`` or ``OutOfMemoryError``) is started
 again by Ray Tune, up to ``search.max_retries`` times (``FailureConfig(max_failures=...)``), and
 is recorded once, with its ``retries``; past that it is FAILED with ``TrialProcessDied``. Which
-it was is read from the exception object Ray Tune keeps for the trial (its pickled error,
-written by this driver process moments before), never from the error's text. An unexpected
-exception (a bug) is not retried: the trial reports it as ``CRASHED``, a stopper ends the
-experiment and the driver raises with the traceback.
+it was is read from the exception object itself, in this process (:func:`_failure_in_hand`),
+never from the error's text and never from a pickle on disk: Ray Tune pickles each failure into
+the trial's folder (copied to the search's output folder) and its ``ResultGrid`` loads that copy
+at the end of ``Tuner.fit``, and loading a pickle runs whatever code it names, so anyone who can
+write there could run code as the user. The driver deletes that pickle as soon as Ray Tune
+reports the failure and tells Ray Tune there is none (:func:`_forget_pickled_error`); the
+error's text (``error.txt``) stays. An unexpected exception (a bug) is not retried: the trial
+reports it as ``CRASHED``, a stopper ends the experiment and the driver raises with the
+traceback.
 
 Ctrl-C: Ray Tune stops the experiment on SIGINT; a handler installed in front of Ray Tune's own
 (:class:`_RecordCallback` at the experiment's start) sets the outcome's ``interrupted`` flag, so
@@ -52,8 +57,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
-
-import cloudpickle
 
 from latency_predictor import LatencyError
 from nas.core.config import LatencyConfig, RayConfig, SearchAlgConfig
@@ -408,18 +411,33 @@ def process_died(error: BaseException | None) -> bool:
     return isinstance(error, PROCESS_DEATHS)
 
 
-def _trial_exception(trial: Trial) -> BaseException | None:
-    """The exception Ray Tune recorded for the trial's last failure (None: none recorded).
+def _failure_in_hand() -> BaseException | None:
+    """The exception of the trial failure Ray Tune is reporting to a callback (None: none in hand).
 
-    Ray Tune pickles it in the trial's local folder (``Trial.handle_error``, in this process)
-    before it calls back.
+    Ray Tune 2.x hands a trial's exception to ``Trial.handle_error`` only, not to any Callback,
+    TrialScheduler or Searcher hook; a hook gets the ``Trial``, which keeps no exception in
+    memory (``Trial.get_pickled_error`` loads the pickle ``handle_error`` wrote to disk). But it
+    calls ``on_trial_recover`` and ``on_trial_error`` synchronously from the ``except`` block
+    that caught the exception (``RayEventManager.resolve_future`` -> ``TuneController.
+    _process_trial_failure``), so the exception being handled is that failure's, the object
+    itself. A failure reported outside an ``except`` block (Ray Tune giving up on a trial whose
+    resources it cannot place) has none, and is not a process death.
+    """
+    return sys.exc_info()[1]
+
+
+def _forget_pickled_error(trial: Trial) -> None:
+    """Delete the pickle of the trial's last failure that Ray Tune wrote, and Ray Tune's note of it.
+
+    With no note, nothing Ray Tune does later (its ``ResultGrid`` at the end of ``Tuner.fit``)
+    loads a pickle from the trial's folder: it reads the error's text instead, as it does for a
+    restored trial.
     """
     path = trial.pickled_error_file
-    if not path or not Path(path).is_file():
-        return None
-    with open(path, "rb") as f:
-        error = cloudpickle.load(f)
-    return error if isinstance(error, BaseException) else None
+    if path:
+        Path(path).unlink(missing_ok=True)
+    trial.run_metadata.pickled_error_filename = None
+    trial.run_metadata.invalidate_cache()
 
 
 class _RecordCallback(tune.Callback):
@@ -470,12 +488,14 @@ class _RecordCallback(tune.Callback):
     def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         # The process died and Ray Tune starts the trial again from the beginning: what the lost
         # attempt reported is discarded, so the record holds one attempt.
+        _forget_pickled_error(trial)
         self._results.pop(trial.trial_id, None)
         n = self._retries[trial.trial_id] = self._retries.get(trial.trial_id, 0) + 1
         self.n_retries += 1
         log.warning(
             "trial %s (%s): its process died (%s); starting it again (retry %d of %d)", trial.trial_id,
-            trial.config.get("arch"), _first_sentence(_last_line(_error_text(trial))), n, self._max_retries,
+            trial.config.get("arch"), _first_sentence(_last_line(_error_text(trial, _failure_in_hand()))), n,
+            self._max_retries,
         )
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
@@ -485,8 +505,10 @@ class _RecordCallback(tune.Callback):
         self._finish(trial, None)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        error = _error_text(trial)
-        if process_died(_trial_exception(trial)):
+        _forget_pickled_error(trial)
+        exception = _failure_in_hand()
+        error = _error_text(trial, exception)
+        if process_died(exception):
             tries = self._retries.get(trial.trial_id, 0) + 1
             reason = (f"the trial's process died {tries} time(s), search.max_retries={self._max_retries}: "
                       f"{_last_line(error)}")
@@ -494,6 +516,11 @@ class _RecordCallback(tune.Callback):
             return
         self.crashes.append(f"trial {trial.trial_id} ({trial.config.get('arch')}):\n{error}")
         self._finish(trial, _last_line(error))
+
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        # A failure reported to no hook above (a trial already stopped) may have left one.
+        for trial in trials:
+            _forget_pickled_error(trial)
 
     def _finish(self, trial: Trial, error: str | None, error_type: str = "TrialCrashed") -> None:
         arch = trial.config.get("arch") or self._searcher.arch_of.get(trial.trial_id, "")
@@ -529,9 +556,13 @@ def _first_sentence(text: str, limit: int = 160) -> str:
     return head if len(head) <= limit else head[: limit - 3] + "..."
 
 
-def _error_text(trial: Trial) -> str:
-    # Ray writes the traceback to the trial's local error file before calling back; the copy in
-    # the storage path (what Trial.get_error reads) appears only after the next sync.
+def _error_text(trial: Trial, exception: BaseException | None) -> str:
+    # Ray's text of the exception (what it appends to the trial's error file); without the
+    # exception in hand, that file: text only, shown, never executed.
+    if exception is not None:
+        text = str(exception).strip()
+        if text:
+            return text
     path = trial.error_file
     if path and Path(path).is_file():
         text = Path(path).read_text(errors="replace").strip()

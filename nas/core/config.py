@@ -137,6 +137,9 @@ class DataConfig:
         name: ``digits`` (scikit-learn's, shipped with it: a demonstration proxy),
             ``image_folder`` (``<path>/<class>/<image>``, a folder or a ``.tar``/``.tar.gz``
             archive of one) or ``cifar10`` (the CIFAR-10 python pickle folder).
+        label: what the data is called in logs, the MLflow record (param ``data.label``, tag
+            ``dataset``) and reports, e.g. ``cifar10_jpeg`` for CIFAR-10 read as an
+            ``image_folder``; None: ``name``. ``name`` stays the loader.
         path: local folder or archive (``image_folder``, ``cifar10``); never downloaded.
         resolution: images are resized to ``resolution`` x ``resolution`` (3 channels).
         val_fraction: share of the images held out for validation (seeded, stratified by class);
@@ -157,6 +160,7 @@ class DataConfig:
     """
 
     name: str = one_of(DATASETS, "digits")
+    label: str | None = None
     path: str | None = None
     resolution: int = 32
     val_fraction: float = 0.2
@@ -170,6 +174,11 @@ class DataConfig:
     stream: str = one_of(STREAM_MODES, "auto")
     stream_above_mb: float = 4096.0
     loader_workers: int = 2
+
+    @property
+    def display_name(self) -> str:
+        """What the data is called: ``label``, else ``name``."""
+        return self.label or self.name
 
 
 @dataclass
@@ -518,6 +527,8 @@ def validate(cfg: SearchConfig) -> None:
                               "the server scenario times batches of the network alone")
 
     data = cfg.data
+    if data.label is not None and not data.label.strip():
+        raise ConfigError("data.label", "must name the data (e.g. cifar10_jpeg), or be null to use data.name")
     _int_at_least("data.resolution", data.resolution, 8)
     _in_range("data.val_fraction", data.val_fraction, 0.01, 0.9, "[0.01, 0.9)")
     if data.max_train_samples is not None:
@@ -526,7 +537,7 @@ def validate(cfg: SearchConfig) -> None:
         _int_at_least("data.max_val_samples", data.max_val_samples, 1)
     if data.name != "digits" and not data.path:
         what = "a local folder or .tar/.tar.gz archive" if data.name == "image_folder" else "a local folder"
-        raise ConfigError("data.path", f"data={data.name} reads {what}: set data.path=/path/to/it")
+        raise ConfigError("data.path", f"data={data.display_name} reads {what}: set data.path=/path/to/it")
     _in_range("data.max_bad_fraction", data.max_bad_fraction, 0.0, 1.0, "[0, 1)")
     _positive("data.stream_above_mb", data.stream_above_mb)
     _int_at_least("data.loader_workers", data.loader_workers, 0)
@@ -835,7 +846,14 @@ class ExportConfig:
         register: register the logged model under this name in MLflow's model registry.
         latency: latency re-measurement settings.
         train: training before export (``train.epochs=0``: none, the weights stay initialised).
-        data: the training dataset; None: the search's (digits when not known).
+        train_samples: training images of that training, the deployment training; None: the
+            whole training split of ``data``. A search's ``data.max_train_samples`` is its proxy
+            budget and does not apply to the export (nor does a ``data.max_train_samples`` given
+            here): this is the export's own size.
+        val_samples: validation images; None: the whole validation split (``data.max_val_samples``
+            does not apply either).
+        data: the training dataset; None: the search's (digits when not known), its split
+            (``val_fraction``, ``seed``) included.
         check: tolerances of the output checks.
         tracking: the MLflow store and experiment (``tracking.uri`` None: ``sqlite:///<cwd>/mlflow.db``).
     """
@@ -854,6 +872,8 @@ class ExportConfig:
     register: str | None = None
     latency: ExportLatencyConfig = field(default_factory=ExportLatencyConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=0))
+    train_samples: int | None = None
+    val_samples: int | None = None
     data: DataConfig | None = None
     check: CheckConfig = field(default_factory=CheckConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -873,6 +893,9 @@ def validate_export(cfg: ExportConfig) -> None:
     if cfg.check.engine_rtol is not None:
         _in_range("check.engine_rtol", cfg.check.engine_rtol, 0.0, math.inf, "[0, inf)")
     _int_at_least("train.epochs", cfg.train.epochs, 0)
+    for key in ("train_samples", "val_samples"):
+        if getattr(cfg, key) is not None:
+            _int_at_least(key, getattr(cfg, key), 1)
     if cfg.num_classes is not None:
         _int_at_least("num_classes", cfg.num_classes, 1)
     validate_supernet_estimate(cfg.supernet, required=cfg.init == "supernet", why="init=supernet")

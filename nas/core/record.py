@@ -436,6 +436,33 @@ def latency_sources(candidates: Iterable[Candidate]) -> dict[str, int]:
     return counts
 
 
+IN_SEARCH = "in search"
+"""What marks a latency figure measured during the search, while other trials shared the machine."""
+
+
+def measured_in_search(c: Candidate) -> bool:
+    """Whether the candidate's latency figures are its trial's own measurement (not the final pass's)."""
+    return c.latency_source == "measured" and c.tags.get(FINAL_PASS_TAG) != "true"
+
+
+def latency_provenance(c: Candidate) -> str:
+    """Where the candidate's latency figures come from, as every output writes it (the table's
+    ``latency`` column, ``leaderboard.csv``, the leaderboard's CSV and JSON, the export report).
+
+    ``measured (final pass)``: measured again once the trials had ended, with none running;
+    ``measured (in search)``: the trial's own measurement, taken while other trials ran (in
+    hybrid predictor mode with the reason it was measured, e.g. ``measured (in search, near
+    target)``); ``predicted``: a learned predictor's figure; empty: not known.
+    """
+    source = c.latency_source
+    if measured_in_search(c):
+        reason = c.tags.get("latency_confirm_reason")
+        return f"measured ({IN_SEARCH}{', ' + reason.replace('_', ' ') if reason else ''})"
+    if c.tags.get(FINAL_PASS_TAG) == "true":  # the pass measures, whatever gave the in-search figure
+        return "measured (final pass)"
+    return source
+
+
 LEADERBOARD_COLUMNS = (
     "rank", "arch_id", "status", "rung", "accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99",
     "latency_source", "latency_in_search_p50", "params", "macs", "reward", "meets_target", "train_seconds",
@@ -457,7 +484,7 @@ def leaderboard_row(ranked: Ranked) -> dict[str, Any]:
         "rank": ranked.rank, "arch_id": c.arch_id, "status": c.status, "rung": c.rung_label or None,
         "accuracy": num("accuracy"),
         "val_loss": num("val_loss"), "latency_p50": num("latency_p50"), "latency_p90": num("latency_p90"),
-        "latency_p99": num("latency_p99"), "latency_source": c.latency_source or None,
+        "latency_p99": num("latency_p99"), "latency_source": latency_provenance(c) or None,
         "latency_in_search_p50": num("latency_in_search_p50"),
         "params": None if params is None else int(params), "macs": None if macs is None else int(macs),
         "reward": num("reward"), "meets_target": c.meets_target, "train_seconds": num("train_seconds"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from nas.core.record import FINAL_PASS_TAG, Candidate, Ranked, best_of, rank
+from nas.core.record import IN_SEARCH, Candidate, Ranked, best_of, latency_provenance, measured_in_search, rank
 
 
 def accuracy_label(estimator: str | None) -> str:
@@ -37,13 +37,7 @@ def _meets(c: Candidate, _key: str) -> str:
 
 
 def _source(c: Candidate, _key: str) -> str:
-    src = c.latency_source or "-"
-    reason = c.tags.get("latency_confirm_reason")
-    if reason is None and c.tags.get(FINAL_PASS_TAG) == "true":
-        reason = "final_pass"
-    if reason is not None:
-        src += f" ({reason.replace('_', ' ')})"
-    return src
+    return latency_provenance(c) or "-"
 
 
 _CELLS: dict[str, Callable[[Candidate, str], str]] = {
@@ -130,8 +124,9 @@ def format_best(candidates: Sequence[Candidate], target_ms: float, accuracy_labe
     target = f"{target_ms:g} ms" if stat == "p50" else f"{target_ms:g} ms {stat}"
     tail = "" if stat == "p50" else f"; p50 {best.latency_p50:.2f} ms"
     at = f" at rung {best.rung_label}" if best.rung_label else ""
+    when = f" {IN_SEARCH}" if measured_in_search(best) else ""
     return (
         f"Best: {best.arch_id}  reward {best.reward:.4f}  {accuracy_label} {best.accuracy:.4f}{at}  "
-        f"latency {stat} {best.metric(f'latency_{stat}'):.2f} ms ({verdict} the {target} target{tail})"
+        f"latency {stat} {best.metric(f'latency_{stat}'):.2f} ms{when} ({verdict} the {target} target{tail})"
         f"\n      {best.arch}"
     )

@@ -51,6 +51,7 @@ from nas.core.record import (
     Candidate,
     SearchRecord,
     best_of,
+    latency_provenance,
     latency_sources,
     leaderboard_row,
     pareto_points,
@@ -260,7 +261,7 @@ def _write_artifacts(
             "arch": best.arch, "arch_id": best.arch_id, "space": space.name, "space_source": space.source,
             "decisions": best.decisions, "input_shape": list(cfg.latency.input_shape), "target_ms": cfg.target_ms,
             "reward_fn": cfg.search.reward, "accuracy_estimator": best.tags.get("accuracy_estimator"),
-            "dataset": cfg.data.name, "metrics": best.metrics, "latency": best.latency,
+            "dataset": cfg.data.display_name, "metrics": best.metrics, "latency": best.latency,
             "search": name, "run_id": best.run_id,
         }, indent=2))
         files["best_txt"].write_text(best.arch + "\n")
@@ -313,7 +314,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     if problem:
         raise ConfigError("output_dir", f"cannot write {str(output_dir)!r}: {problem}; choose a folder you can write")
 
-    status(f"search {name}: loading data ({cfg.data.name}{', ' + cfg.data.path if cfg.data.path else ''})")
+    status(f"search {name}: loading data ({cfg.data.display_name}{', ' + cfg.data.path if cfg.data.path else ''})")
     data = load_dataset(cfg.data)
     check_top_rung(cfg.search.rungs, data.n_train)
     if cfg.accuracy.estimator == "supernet":  # a checkpoint for another setting is refused before any trial
@@ -442,7 +443,8 @@ def _search(
 ) -> SearchResult:
     name, output_dir = run.name, run.output_dir
     tags = {
-        **_environment_tags(device), "space": space.name, "target_ms": f"{cfg.target_ms:g}",
+        **_environment_tags(device), "space": space.name, "dataset": cfg.data.display_name,
+        "target_ms": f"{cfg.target_ms:g}",
         "sampler": cfg.search.sampler, "accuracy_estimator": cfg.accuracy.estimator,
         "latency_backend": cfg.latency.backend, "latency_device_name": run.device_name,
         "ray_address": cluster.address, "output_dir": str(output_dir),
@@ -469,9 +471,9 @@ def _search(
         timings["mlflow_seconds"] += time.perf_counter() - t0
         candidates.append(cand)
         progress.update(cand)
-        log.info("candidate %d/%d %s %s: reward %.4f, %s %.4f, latency p50 %.3f ms (%s)%s; run %s", len(candidates),
+        log.info("candidate %d/%d %s %s: reward %.4f, %s %.4f, latency p50 %.3f ms, %s%s; run %s", len(candidates),
                  cfg.search.n_trials, cand.arch_id, cand.status.lower(), cand.reward, cfg.accuracy.estimator,
-                 cand.accuracy, cand.latency_p50, cand.latency_source or "-",
+                 cand.accuracy, cand.latency_p50, latency_provenance(cand) or "-",
                  f", {cand.failure_reason}" if cand.failure_reason else "", cand.run_id)
 
     def record_revised(cand: Candidate, metrics: dict[str, float]) -> None:

@@ -163,7 +163,7 @@ class _Training:
             except OSError as err:
                 raise ConfigError("output_dir", f"cannot create {str(self.folder)!r} ({err.strerror or err})") from None
             self.writer = StoreWriter(cfg.tracking.uri or default_tracking_uri(), cfg.tracking.experiment)
-            self.log(f"supernet {self.name}: loading data ({cfg.data.name})")
+            self.log(f"supernet {self.name}: loading data ({cfg.data.display_name})")
             data = load_dataset(cfg.data)  # decoded and cached once, by this process
         distributed.barrier(world)
         if not world.main:

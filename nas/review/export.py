@@ -29,7 +29,7 @@ import re
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -49,9 +49,9 @@ from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import CheckConfig, DataConfig, ExportConfig, validate_export
 from nas.core.errors import ExportError
 from nas.core.paths import default_tracking_uri, project_home
-from nas.core.record import COMPLETED, Candidate, SearchRecord
+from nas.core.record import COMPLETED, Candidate, SearchRecord, latency_provenance
 from nas.data import ProxyData, load_dataset
-from nas.review.export_report import fmt_num, render_report, training_warning
+from nas.review.export_report import dataset_label, fmt_num, render_report, training_warning
 from nas.review.fuse import count_batchnorms, fuse_conv_bn
 from nas.trial.subnet import data_config_of, normalised_as_supernet, supernet_init
 from nas.trial.training import resolve_device, train_briefly
@@ -240,14 +240,14 @@ def latency_settings(
     return backend, validate_input_shape([int(d) for d in shape]), options, measure
 
 
-def _train(net: nn.Module, cfg: ExportConfig, data: ProxyData) -> dict[str, Any]:
+def _train(net: nn.Module, cfg: ExportConfig, data: ProxyData, data_cfg: DataConfig) -> dict[str, Any]:
     device = resolve_device(cfg.train.device)
     t0 = time.perf_counter()
     epochs = train_briefly(net, data, cfg.train, device)
     net.to("cpu")
     return {
         "epochs": cfg.train.epochs,
-        "dataset": data.summary(),
+        "dataset": {**data.summary(), "label": data_cfg.display_name},
         "accuracy": epochs[-1].accuracy,
         "val_loss": epochs[-1].val_loss,
         "history": [asdict(e) for e in epochs],
@@ -259,7 +259,7 @@ def _train(net: nn.Module, cfg: ExportConfig, data: ProxyData) -> dict[str, Any]
     }
 
 
-def _data_config(cand: ExportTarget, cfg: ExportConfig) -> DataConfig:
+def _given_data_config(cand: ExportTarget, cfg: ExportConfig) -> DataConfig:
     if cfg.data is not None:
         return cfg.data
     searched = cand.search.data if cand.search else None
@@ -267,6 +267,28 @@ def _data_config(cand: ExportTarget, cfg: ExportConfig) -> DataConfig:
         return DataConfig(**searched)
     # A supernet's own data: its validation split is the one it never trained on.
     return data_config_of(cast(str, cfg.supernet.checkpoint)) if cfg.init == "supernet" else DataConfig()
+
+
+def export_data_config(cand: ExportTarget, cfg: ExportConfig) -> DataConfig:
+    """The data the export trains, validates and calibrates on: the given or the search's data
+    and split, at the export's own size (``train_samples``, ``val_samples``; None: the whole
+    split), not at a search's proxy budget (``data.max_train_samples``, ``data.max_val_samples``)."""
+    return replace(_given_data_config(cand, cfg), max_train_samples=cfg.train_samples,
+                   max_val_samples=cfg.val_samples)
+
+
+def training_plan(data: ProxyData, cfg: ExportConfig, given: DataConfig) -> str:
+    """The line printed before the export's training: the data (``given``, as called), its images and the epochs."""
+    train = "the whole training split" if cfg.train_samples is None else f"train_samples={cfg.train_samples}"
+    val = "the whole validation split" if cfg.val_samples is None else f"val_samples={cfg.val_samples}"
+    line = (f"export: training {cfg.train.epochs} epoch(s) on {given.display_name}: {data.n_train:,} training images "
+            f"({train}), {data.n_val:,} validation images ({val})")
+    proxy = [f"data.{k}={getattr(given, k):,}" for k in ("max_train_samples", "max_val_samples")
+             if getattr(given, k) is not None]
+    if proxy:
+        line += (f"; {' and '.join(proxy)}: a search's proxy budget, not applied here (train_samples=N, "
+                 "val_samples=N train on fewer)")
+    return line
 
 
 def _num_classes(cand: ExportTarget, cfg: ExportConfig, data: Callable[[], ProxyData]) -> int:
@@ -431,12 +453,13 @@ def _measure(backend: str, shape: tuple[int, ...], options: dict[str, Any], meas
     return out
 
 
-def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
+def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str], None] = print) -> ExportResult:
     """Build, (train,) fuse, write, check and time one candidate; write its reports.
 
     Args:
         cand: the network and what the search recorded about it.
         cfg: export settings.
+        log: where the line on the training's data and budget goes, before it starts.
 
     Returns:
         The folder and the report (MLflow logging is :func:`run_export`'s).
@@ -452,7 +475,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
     arch = cand.arch
     space = _space_for(cand, cfg)
     backend, shape, options, measure = latency_settings(cand, cfg)
-    data_cfg = _data_config(cand, cfg)
+    data_cfg = export_data_config(cand, cfg)
     data = functools.cache(lambda: load_dataset(data_cfg))  # loaded when training or calibrating
     if cfg.init == "supernet":  # inputs normalised as the supernet's training normalised them
         data = functools.cache(lambda d=data: normalised_as_supernet(d(), cast(str, cfg.supernet.checkpoint)))
@@ -470,7 +493,9 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
         net, init = supernet_init(arch, cast(str, cfg.supernet.checkpoint), space, data(), data_cfg, num_classes,
                                   cfg.supernet.bn_batches, cfg.supernet.batch_size, cfg.seed)
         net.dropout.p = cfg.train.dropout
-    training = _train(net, cfg, data()) if cfg.train.epochs > 0 else None
+    if cfg.train.epochs > 0:
+        log(training_plan(data(), cfg, _given_data_config(cand, cfg)))
+    training = _train(net, cfg, data(), data_cfg) if cfg.train.epochs > 0 else None
     if training is not None:
         training["data_config"] = asdict(data_cfg)  # what nas.optimize validates and calibrates on
     net.eval()
@@ -525,7 +550,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig) -> ExportResult:
                       "search": cand.search.name if cand.search else None, "space": arch_info["space"]},
         "params": count_params(meta), "macs": count_macs(meta, shape), "num_classes": num_classes,
         "search": {"metrics": cand.search_figures,
-                   "latency_source": (cand.candidate.latency_source or None) if cand.candidate else None,
+                   "latency_source": (latency_provenance(cand.candidate) or None) if cand.candidate else None,
                    "tags": cand.search_tags},
         "training": training, "init": init, "weights": arch_info["weights"],
         "fusion": {
@@ -567,7 +592,8 @@ def _weights_note(training: dict[str, Any] | None, seed: int, init: dict[str, An
         return (f"untrained: the builder's initialisation (seed {seed}); pass train.epochs=N to train "
                 "before export")
     ds = training["dataset"]
-    return f"trained {training['epochs']} epochs on {ds['name']} ({ds['train']} images, {ds['classes']} classes)"
+    return (f"trained {training['epochs']} epochs on {dataset_label(ds)} ({ds['train']} images, {ds['classes']} "
+            "classes)")
 
 
 def _json_default(o: Any) -> Any:
@@ -677,8 +703,10 @@ def log_to_mlflow(result: ExportResult, cand: ExportTarget, cfg: ExportConfig, r
     result.mlflow_run_id = run_id
 
 
-def run_export(cfg: ExportConfig) -> ExportResult:
+def run_export(cfg: ExportConfig, log: Callable[[str], None] = print) -> ExportResult:
     """Find the candidate, export it, and log it to MLflow where asked (see :class:`ExportConfig`).
+
+    ``log`` gets the line on the training's data and budget before the training starts.
 
     Raises:
         NASError: the candidate cannot be found or exported, or MLflow refused a write.
@@ -689,9 +717,9 @@ def run_export(cfg: ExportConfig) -> ExportResult:
     cand, reader = resolve_candidate(cfg)
     if cfg.register and cfg.log_model is False:
         raise ExportError("register needs the model logged to MLflow: drop log_model=false")
-    result = export_candidate(cand, cfg)
-    log = cfg.log_model if cfg.log_model is not None else (reader is not None or cfg.register is not None)
-    if log:
+    result = export_candidate(cand, cfg, log)
+    to_mlflow = cfg.log_model if cfg.log_model is not None else (reader is not None or cfg.register is not None)
+    if to_mlflow:
         log_to_mlflow(result, cand, cfg, reader)
     return result
 
@@ -706,14 +734,15 @@ def summary(result: ExportResult) -> str:
                      f"largest logit (atol {c['atol']:g}, rtol {c['rtol']:g}) {'passed' if c['passed'] else 'FAILED'}")
     if r["training"]:
         t = r["training"]
-        lines.append(f"  trained {t['epochs']} epoch(s) on {t['dataset']['name']}: validation accuracy "
+        lines.append(f"  trained {t['epochs']} epoch(s) on {dataset_label(t['dataset'])}: validation accuracy "
                      f"{t['accuracy']:.4f}")
         warning = training_warning(t)
         if warning:
             lines.append(f"  warning: {warning}")
     lines.append(f"  latency {lat['backend']} p50 {lat['unfused']['p50_ms']:.3f} ms unfused, "
                  f"{lat['fused']['p50_ms']:.3f} ms Conv+BN fused; search: "
-                 f"{fmt_num(r['search']['metrics'].get('latency_p50'))} ms ({r['search']['latency_source'] or '-'})")
+                 f"{fmt_num(r['search']['metrics'].get('latency_p50'))} ms, "
+                 f"{r['search']['latency_source'] or 'source not known'}")
     e = r["engine"]
     lines.append(f"  engine {'model.engine (' + e['precision'] + ')' if e['built'] else 'not built: ' + e['reason']}")
     if "mlflow" in r:

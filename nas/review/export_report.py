@@ -21,7 +21,12 @@ def training_warning(training: dict[str, Any] | None) -> str | None:
         return None
     return (f"the exported network is at chance accuracy: {training['accuracy']:.3f} on the validation split after "
             f"{training['epochs']} epoch(s), where guessing gives {chance:.3f} ({classes} classes); train longer "
-            "(train.epochs=..., more data.max_train_samples) before deploying it")
+            "(train.epochs=...) or on more images (train_samples=null: all of them) before deploying it")
+
+
+def dataset_label(dataset: dict[str, Any]) -> str:
+    """What the training data is called in a report (its ``label``; reports of older exports: its ``name``)."""
+    return str(dataset.get("label") or dataset["name"])
 
 
 def fmt_num(x: Any) -> str:
@@ -58,7 +63,8 @@ def render_report(r: dict[str, Any]) -> str:
     ]
     if r["training"]:
         t = r["training"]
-        lines.append(f"| final accuracy after {t['epochs']} epochs on {t['dataset']['name']} | {t['accuracy']:.4f} |")
+        lines.append(f"| final accuracy after {t['epochs']} epochs on {dataset_label(t['dataset'])} "
+                     f"| {t['accuracy']:.4f} |")
         lines.append(f"| final validation loss | {t['val_loss']:.4f} |")
         warning = training_warning(t)
         if warning:

@@ -246,7 +246,7 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
     """
     validate_fidelity(cfg)
     space = SearchSpace.from_dict(cast(dict[str, Any], cfg.space), source=cfg.space_source)
-    log(f"fidelity: loading data ({cfg.data.name})")
+    log(f"fidelity: loading data ({cfg.data.display_name})")
     data = load_dataset(cfg.data)
     name = cfg.name or f"{space.name}-{cfg.data.name}-k{cfg.k}"
     folder = Path(cfg.output_dir).expanduser().resolve() if cfg.output_dir else project_home() / "fidelity" / name

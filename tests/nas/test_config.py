@@ -71,6 +71,17 @@ def test_group_options_switch() -> None:
         validate(cfg)
 
 
+def test_cifar10_jpeg_is_loaded_as_an_image_folder_and_called_cifar10_jpeg() -> None:
+    cfg = _compose("+space=tiny", "target_ms=5", "data=cifar10_jpeg")
+    assert (cfg.data.name, cfg.data.label, cfg.data.display_name) == ("image_folder", "cifar10_jpeg", "cifar10_jpeg")
+    with pytest.raises(ConfigError, match=r"data\.path: data=cifar10_jpeg reads"):
+        validate(cfg)
+    plain = _compose("+space=tiny", "target_ms=5", "data=image_folder")
+    assert plain.data.label is None and plain.data.display_name == "image_folder"
+    with pytest.raises(ConfigError, match=r"data\.label"):
+        validate(_compose("+space=tiny", "target_ms=5", "data.label= "))
+
+
 def test_unknown_group_option_lists_the_options() -> None:
     with pytest.raises(MissingConfigException, match=r"data/imagenet") as err:
         _compose("+space=tiny", "target_ms=5", "data=imagenet")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -17,6 +18,7 @@ from mlflow import MlflowClient
 
 from nas.core.config import DataConfig, ExportConfig, TrackingConfig
 from nas.core.errors import ExportError, TrackingError
+from nas.core.record import SearchRecord
 from nas.data import Dataset, load_dataset
 from nas.review.export import (
     ExportResult,
@@ -139,6 +141,68 @@ def test_training_at_chance_accuracy_is_printed_with_a_warning(
     assert ("**Warning**: the exported network is at chance accuracy" in render_report(r)) == warned
 
 
+def _searched_on_a_subset() -> ExportTarget:
+    """A candidate of a search that trained on a proxy subset of digits, as the store records it."""
+    data = dataclasses.asdict(DataConfig(resolution=16, max_train_samples=128, max_val_samples=64))
+    record = SearchRecord(run_id="0" * 32, name="proxy", experiment_id="0", space="tiny", data=data)
+    return ExportTarget(Arch.decode(ARCH), "best", search=record)
+
+
+def test_export_training_uses_the_whole_split_not_the_searchs_subset(tmp_path: Path) -> None:
+    whole = load_dataset(DataConfig(resolution=16))  # the search's split, at no subset size
+    printed: list[str] = []
+    cfg = fast_config(tmp_path)
+    cfg.train.epochs = 1
+    r = export_candidate(_searched_on_a_subset(), cfg, log=printed.append).report
+    assert r["training"]["dataset"]["train"] == whole.n_train > 128
+    assert r["training"]["dataset"]["val"] == whole.n_val > 64
+    assert r["training"]["data_config"]["max_train_samples"] is None  # what nas.optimize reads back
+    assert printed == [
+        f"export: training 1 epoch(s) on digits: {whole.n_train:,} training images (the whole training split), "
+        f"{whole.n_val:,} validation images (the whole validation split); data.max_train_samples=128 and "
+        "data.max_val_samples=64: a search's proxy budget, not applied here (train_samples=N, val_samples=N "
+        "train on fewer)"
+    ]
+
+
+def test_export_training_takes_its_own_size(tmp_path: Path) -> None:
+    printed: list[str] = []
+    cfg = fast_config(tmp_path, train_samples=200, val_samples=50)
+    cfg.train.epochs = 1
+    r = export_candidate(_searched_on_a_subset(), cfg, log=printed.append).report
+    assert (r["training"]["dataset"]["train"], r["training"]["dataset"]["val"]) == (200, 50)
+    assert printed[0].startswith("export: training 1 epoch(s) on digits: 200 training images (train_samples=200), "
+                                 "50 validation images (val_samples=50)")
+    untrained: list[str] = []
+    export_candidate(_searched_on_a_subset(), fast_config(tmp_path), log=untrained.append)
+    assert untrained == []  # nothing trained, nothing to say
+
+
+def test_the_export_calls_the_data_by_its_label(tmp_path: Path) -> None:
+    # A search on data=cifar10_jpeg: loaded as an image folder, called cifar10_jpeg.
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "dog", "owl"):
+        folder = tmp_path / "images" / cls
+        folder.mkdir(parents=True)
+        for i in range(8):
+            Image.fromarray(rng.integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    data = dataclasses.asdict(DataConfig(name="image_folder", label="cifar10_jpeg", path=str(tmp_path / "images"),
+                                         resolution=16, val_fraction=0.25, cache_dir=str(tmp_path / "cache")))
+    target = ExportTarget(Arch.decode(ARCH), "best", search=SearchRecord("0" * 32, "jpeg", "0", data=data))
+    printed: list[str] = []
+    cfg = fast_config(tmp_path / "out")
+    cfg.train.epochs = 1
+    result = export_candidate(target, cfg, log=printed.append)
+    assert printed[0].startswith("export: training 1 epoch(s) on cifar10_jpeg: 18 training images")
+    assert result.report["training"]["dataset"]["label"] == "cifar10_jpeg"
+    assert result.report["training"]["dataset"]["name"] == "image_folder"  # the loader, as recorded
+    assert "trained 1 epochs on cifar10_jpeg (18 images, 3 classes)" in result.report["weights"]
+    assert "final accuracy after 1 epochs on cifar10_jpeg" in (result.folder / "report.md").read_text()
+    assert "trained 1 epoch(s) on cifar10_jpeg: validation accuracy" in summary(result)
+
+
 def test_report_has_latency_before_and_after_fusion_and_the_environment(exported: tuple[Path, dict]) -> None:
     folder, report = exported
     lat = report["latency"]
@@ -214,7 +278,7 @@ def test_int8_engine_is_calibrated_on_the_training_images(tmp_path: Path) -> Non
 def test_engine_outputs_are_checked_against_pytorch(precision: str, tmp_path: Path) -> None:
     cfg = fast_config(tmp_path, engine=True, engine_precision=precision, num_classes=10)
     cfg.train.epochs = 1
-    cfg.data = DataConfig(max_train_samples=256, max_val_samples=128)
+    cfg.train_samples, cfg.val_samples = 256, 128
     res = export_candidate(ExportTarget(Arch.decode(ARCH), "arch_string"), cfg)
     engine_check = next(c for c in res.report["checks"] if c["name"].startswith("tensorrt"))
     assert engine_check["passed"] and (res.folder / "model.engine").is_file()
@@ -240,7 +304,7 @@ def _store_config(small: SmallSearch, out: Path, **kw: object) -> ExportConfig:
 @pytest.fixture(scope="module")
 def best_export(small_search: SmallSearch, tmp_path_factory: pytest.TempPathFactory) -> ExportResult:
     cfg = _store_config(small_search, tmp_path_factory.mktemp("best"), register="latnas-test-model",
-                        data=DataConfig(max_train_samples=256, max_val_samples=128))
+                        train_samples=256, val_samples=128)
     cfg.train.epochs = 1
     return run_export(cfg)
 
@@ -255,7 +319,7 @@ def test_best_of_a_search_is_exported_under_its_arch_id(small_search: SmallSearc
     assert info["space"] == "tiny" and info["input_shape"] == [1, 3, 32, 32] and info["num_classes"] == 10
     assert info["decisions"] and info["preprocessing"]["mean"]
     # The search's latency is reported next to the one measured now, on the same backend and shape.
-    assert r["search"]["metrics"]["latency_p50"] > 0 and r["search"]["latency_source"] == "measured"
+    assert r["search"]["metrics"]["latency_p50"] > 0 and r["search"]["latency_source"] == "measured (final pass)"
     assert r["latency"]["backend"] == "onnxruntime" and r["latency"]["input_shape"] == [1, 3, 32, 32]
     assert r["training"]["epochs"] == 1 and 0.0 <= r["training"]["accuracy"] <= 1.0
     md = (best_export.folder / "report.md").read_text()

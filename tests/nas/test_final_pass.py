@@ -5,6 +5,9 @@ leaves in MLflow); here its choices and its arithmetic, on a real ONNX Runtime m
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import math
 from pathlib import Path
 
@@ -124,3 +127,32 @@ def test_a_revised_candidate_is_renamed_after_its_new_verdict(tmp_path: Path) ->
     cand.metrics.update(latency_p50=12.0, meets_target=0.0)  # the final pass measured it slower
     writer.log_revised(cand, {"latency_p50": 12.0, "meets_target": 0.0}, {})
     assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("12.00 ms, misses target")
+
+
+def test_in_search_figures_are_marked_alike_in_the_table_csv_and_json() -> None:
+    from nas.core.record import SearchRecord
+    from nas.core.table import format_best
+    from nas.review.leaderboard import to_csv, to_json
+
+    est = make_estimator("onnxruntime", input_shape=(1, 3, 32, 32), num_classes=10, slot=False, measure=QUICK)
+    final = _cand(0, 0.9, 3.0, latency_source="measured")
+    apply(final, est.measure(load_space("tiny").sample(np.random.default_rng(0))), Objective(1.0, stat="p50"))
+    busy = _cand(1, 0.8, 0.95, latency_source="measured")  # not measured again: a busy machine's tail
+    busy.metrics["latency_p99"] = 8.59
+    confirmed = _cand(2, 0.7, 0.9, latency_source="measured", latency_confirm_reason="near_target")
+    predicted = _cand(3, 0.6, 0.8, latency_source="predicted")
+    rows = rank([final, busy, confirmed, predicted])
+    said = {"id0": "measured (final pass)", "id1": "measured (in search)",
+            "id2": "measured (in search, near target)", "id3": "predicted"}
+
+    table = format_table(rows).splitlines()
+    for arch_id, words in said.items():
+        assert words in next(line for line in table if arch_id in line)
+    assert "8.59" in next(line for line in table if "id1" in line)
+    as_csv = {r["arch_id"]: r["latency_source"] for r in csv.DictReader(io.StringIO(to_csv(rows)))}
+    as_json = {e["arch_id"]: e["latency_source"]
+               for e in json.loads(to_json(rows, SearchRecord("r", "s", "0")))["entries"]}
+    assert as_csv == as_json == said
+    # The best line says so too when its figure is the trial's own.
+    assert "latency p50 0.95 ms in search (meets the 1 ms target)" in format_best([busy], 1.0)
+    assert "in search" not in format_best([final], 1.0)

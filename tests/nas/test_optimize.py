@@ -30,7 +30,8 @@ def export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("optimize")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     cfg = ExportConfig(candidate=ARCH, output_dir=str(root / "exports"), num_classes=10, data=DATA, log_model=True,
-                       train=TrainConfig(epochs=2, device="cpu"), tracking=TrackingConfig(uri=uri))
+                       train=TrainConfig(epochs=2, device="cpu"), tracking=TrackingConfig(uri=uri),
+                       train_samples=DATA.max_train_samples, val_samples=DATA.max_val_samples)
     cfg.latency.input_shape = [1, 3, 16, 16]
     cfg.latency.measure = dict(FAST)
     cfg.latency.options = {"slot": False}

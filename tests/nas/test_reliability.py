@@ -15,6 +15,7 @@ import csv
 import json
 import math
 import os
+import pickle
 import shlex
 import signal
 import sqlite3
@@ -276,6 +277,53 @@ def test_a_bug_stops_the_search_without_retries(tmp_path: Path, monkeypatch: pyt
     assert parents[0].info.status == "FAILED"
     assert len(children) == 1 and children[0].data.tags["failure_type"] == "TrialCrashed"
     assert children[0].data.metrics["retries"] == 0.0
+
+
+class _CodeOnLoad:
+    """A pickle that writes ``marker`` when it is loaded: what a planted error file could run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.write_text, (self.marker, "ran"))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.ci
+def test_a_planted_error_pickle_in_the_output_folder_is_never_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whoever can write the trial folders replaces the error pickle Ray Tune writes for a dead
+    # trial, in its staging folder (which the driver used to load) and in the search's output
+    # folder (which Ray Tune's ResultGrid loads at the end of Tuner.fit): the death must still be
+    # told from the exception itself, and neither planted file ever loaded.
+    from ray.tune.experiment import Trial
+
+    marker = tmp_path / "planted-code-ran"
+    planted: list[Path] = []
+    ray_handle_error = Trial.handle_error
+
+    def handle_error_then_plant(trial: Trial, exc: BaseException | None = None) -> None:
+        ray_handle_error(trial, exc)
+        assert trial.pickled_error_file is not None  # Ray Tune pickled the error: plant over it
+        for path in (Path(trial.pickled_error_file),
+                     Path(trial.storage.trial_fs_path) / Path(trial.pickled_error_file).name):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(pickle.dumps(_CodeOnLoad(marker)))
+            planted.append(path)
+
+    monkeypatch.setattr(Trial, "handle_error", handle_error_then_plant)
+    monkeypatch.setenv(ENV_VAR, "die@1")
+    result = run_search(_config(tmp_path, "search.n_trials=1", "search.max_retries=0", "name=planted"))
+    assert len(planted) == 2 and planted[1].is_relative_to(tmp_path / "out")
+    assert planted[1].is_file()  # still there, never loaded
+    assert not marker.exists()
+    _, children = _runs(tmp_path / "mlflow.db")
+    assert result.status == "FINISHED" and len(children) == 1
+    assert children[0].data.tags["failure_type"] == "TrialProcessDied"
+    assert "died 1 time(s), search.max_retries=0" in children[0].data.tags["failure_reason"]
 
 
 # ---------------------------------------------------------------------- the driver killed, interrupted

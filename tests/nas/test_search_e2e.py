@@ -7,6 +7,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow import MlflowClient
 
@@ -116,3 +117,26 @@ def test_four_trial_search_is_recorded_faithfully(tmp_path: Path, capsys: pytest
     assert p.metrics["final_pass_candidates"] == 4 and p.metrics["final_pass_ratio_median"] > 0
     assert len(result.final_pass.measured) == 4
     assert Path(result.ray_experiment_path).is_absolute() and Path(result.ray_experiment_path).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_search_on_cifar10_jpeg_is_called_cifar10_jpeg(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # data=cifar10_jpeg loads an image folder: the log, the record and best_arch.json call it cifar10_jpeg.
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "dog"):
+        folder = tmp_path / "images" / cls
+        folder.mkdir(parents=True)
+        for i in range(10):
+            Image.fromarray(rng.integers(0, 255, (24, 24, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    cfg = _config(tmp_path, "data=cifar10_jpeg", f"data.path={tmp_path / 'images'}", "data.resolution=16",
+                  f"data.cache_dir={tmp_path / 'cache'}", "search.n_trials=1", "train.epochs=1", "name=jpeg")
+    result = run_search(cfg)
+    assert f"search jpeg: loading data (cifar10_jpeg, {tmp_path / 'images'})" in capsys.readouterr().err
+    parent = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result.parent_run_id).data
+    assert parent.params["data.name"] == "image_folder" and parent.params["data.label"] == "cifar10_jpeg"
+    assert parent.tags["dataset"] == "cifar10_jpeg"
+    assert json.loads((tmp_path / "out" / "best_arch.json").read_text())["dataset"] == "cifar10_jpeg"

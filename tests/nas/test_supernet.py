@@ -169,6 +169,7 @@ def test_export_starts_from_the_supernets_weights_and_fine_tunes(
     cfg = ExportConfig(candidate=arch.encode(), output_dir=str(tmp_path), init="supernet",
                        supernet=SupernetEstimateConfig(checkpoint=str(trained_supernet.checkpoint), bn_batches=2),
                        train=TrainConfig(epochs=1, batch_size=32), engine=False,
+                       train_samples=DATA.max_train_samples, val_samples=DATA.max_val_samples,
                        latency=dataclasses.replace(ExportConfig().latency, input_shape=[1, 3, 16, 16],
                                                    options={"intra_op_threads": 1}, measure=FAST_MEASURE, rounds=1))
     report = export_candidate(ExportTarget(arch, "arch_string"), cfg).report
