@@ -911,10 +911,15 @@ class ReferenceBudget:
     Attributes:
         train_samples: training images (a seeded subset of the training split).
         epochs: epochs over them, with the ``train`` group's recipe.
+        extra_seeds: seeds of further reference trainings besides ``train.seed``'s (another
+            initialisation, other images, another order); with any, the estimators are ranked
+            against the mean of the runs, and the runs' agreement with each other gives the
+            reference's noise ceiling.
     """
 
     train_samples: int = 10000
     epochs: int = 10
+    extra_seeds: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -931,6 +936,9 @@ class FidelityConfig:
         reference: the reference training budget.
         cheap_train_samples: training images of the brief-training estimators.
         cheap_epochs: the brief-training estimators' epochs (one estimator each).
+        rungs: multi-fidelity rungs to measure (``search.rungs``' format): estimator ``rung<k>``
+            is a candidate's accuracy at the end of rung ``k``, trained rung after rung from the
+            weights of the rung below, as a search trains it; its cost is that of reaching rung ``k``.
         zero_cost: the training-free scores to compare (``naswot``, ``synflow``, ``grad_norm``,
             ``jacob_cov``).
         zero_cost_batch: images a training-free score looks at.
@@ -953,6 +961,7 @@ class FidelityConfig:
     reference: ReferenceBudget = field(default_factory=ReferenceBudget)
     cheap_train_samples: int = 2500
     cheap_epochs: list[int] = field(default_factory=lambda: [1, 2, 3])
+    rungs: list[RungConfig] = field(default_factory=list)
     zero_cost: list[str] = one_of(ZERO_COST_ESTIMATORS, default_factory=lambda: list(ZERO_COST_ESTIMATORS))
     zero_cost_batch: int = 64
     bootstrap: int = 1000
@@ -979,6 +988,12 @@ def validate_fidelity(cfg: FidelityConfig) -> None:
     _int_at_least("cheap_train_samples", cfg.cheap_train_samples, 1)
     for e in cfg.cheap_epochs:
         _int_at_least("cheap_epochs", e, 1)
+    seeds = [cfg.train.seed, *cfg.reference.extra_seeds]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError("reference.extra_seeds", f"must differ from each other and from train.seed "
+                          f"({cfg.train.seed}), got {cfg.reference.extra_seeds}")
+    if cfg.rungs:
+        check_rungs(cfg.rungs, "asha", "train")
     check_choices(cfg)
     _int_at_least("zero_cost_batch", cfg.zero_cost_batch, 2)
     _int_at_least("bootstrap", cfg.bootstrap, 100)

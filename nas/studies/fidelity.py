@@ -44,18 +44,27 @@ from tqdm import tqdm
 
 from latency_predictor.features import FeatureExtractor
 from nas.adapters.mlflow_writer import StoreWriter
-from nas.core.config import DataConfig, FidelityConfig, SupernetEstimateConfig, TrainConfig, validate_fidelity
+from nas.core.config import (
+    DataConfig,
+    FidelityConfig,
+    RungConfig,
+    SupernetEstimateConfig,
+    TrainConfig,
+    validate_fidelity,
+)
 from nas.core.errors import NASError
 from nas.core.paths import default_tracking_uri, project_home
 from nas.core.workers import die_with_parent
 from nas.data import ProxyData, load_dataset
-from nas.studies.stats import Agreement, agreement
+from nas.studies.stats import Agreement, agreement, noise_ceiling
 from nas.trial.subnet import LoadedSupernet, SupernetTarget, check_supernet, load_supernet, subnet_accuracy
 from nas.trial.training import resolve_device, train_briefly
 from nas.trial.zero_cost import zero_cost_score
 from search_spaces import Arch, SearchSpace, build
 
 REFERENCE = "reference"
+"""The reference training with ``train.seed``; ``reference_seed<s>`` for each of ``reference.extra_seeds``,
+and the study's reference is then the mean of them all."""
 SUPERNET = "supernet"
 RECORDS = "records.jsonl"
 _POOL = 4000  # uniform samples the k architectures are spread over (by MACs)
@@ -115,6 +124,7 @@ class _Context:
     threads: int
     space: SearchSpace | None = None
     supernet: SupernetEstimateConfig | None = None
+    rungs: tuple[RungConfig, ...] = ()
 
 
 _WORKER: dict[str, Any] = {}
@@ -138,6 +148,20 @@ def _trained_accuracy(arch: Arch, data: ProxyData, train: TrainConfig, epochs: i
                            "accuracy_per_epoch": [h.accuracy for h in history]}
 
 
+def _rung_accuracy(arch: Arch, data: ProxyData, train: TrainConfig, rungs: tuple[RungConfig, ...],
+                   num_classes: int) -> tuple[float, dict[str, Any]]:
+    """Accuracy at the end of the last of ``rungs``, trained rung after rung as a search does
+    (:mod:`nas.trial.rungs`: nested subsets, each rung continuing from the weights of the one below)."""
+    torch.manual_seed(train.seed)
+    net = build(arch, num_classes=num_classes, dropout=train.dropout)
+    per_rung = []
+    for r in rungs:
+        history = train_briefly(net, data.take_train(r.train_images, train.seed),
+                                dataclasses.replace(train, epochs=r.epochs), resolve_device(train.device))
+        per_rung.append(history[-1].accuracy)
+    return per_rung[-1], {"rungs": [dataclasses.asdict(r) for r in rungs], "accuracy_per_rung": per_rung}
+
+
 def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = None) -> dict[str, Any]:
     """One estimate: ``{"arch", "arch_id", "estimator", "value", "seconds", "detail"}``.
 
@@ -148,8 +172,14 @@ def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = No
     arch = Arch.decode(task.arch)
     t0 = time.perf_counter()
     detail: dict[str, Any] = {}
-    if task.estimator == REFERENCE:
-        value, detail = _trained_accuracy(arch, data, ctx.train, ctx.reference[1], ctx.reference[0], ctx.num_classes)
+    if task.estimator == REFERENCE or task.estimator.startswith(f"{REFERENCE}_seed"):
+        seed = int(task.estimator.removeprefix(f"{REFERENCE}_seed")) if task.estimator != REFERENCE else ctx.train.seed
+        value, detail = _trained_accuracy(arch, data, dataclasses.replace(ctx.train, seed=seed), ctx.reference[1],
+                                          ctx.reference[0], ctx.num_classes)
+        detail["seed"] = seed
+    elif task.estimator.startswith("rung"):
+        value, detail = _rung_accuracy(arch, data, ctx.train, ctx.rungs[: int(task.estimator[len("rung"):]) + 1],
+                                       ctx.num_classes)
     elif task.estimator == SUPERNET:
         assert ctx.supernet is not None and ctx.space is not None  # the study names the estimator only with both
         sn = ctx.supernet
@@ -188,6 +218,10 @@ class FidelityResult:
         run_id: the MLflow run.
         computed: estimates computed by this run (the rest were read back from ``records.jsonl``).
         supernet: the checkpoint of the ``supernet`` estimator (path, digest, epochs, training seconds).
+        reference_runs: with ``reference.extra_seeds``, each further reference run's agreement
+            with the first (the reference's own repeatability).
+        noise_ceiling: the tau an error-free estimator would reach against one reference run,
+            from the runs' mean agreement (:func:`nas.studies.stats.noise_ceiling`); None with one run.
     """
 
     name: str
@@ -200,12 +234,19 @@ class FidelityResult:
     run_id: str | None = None
     computed: int = 0
     supernet: dict[str, Any] | None = None
+    reference_runs: dict[str, Agreement] = field(default_factory=dict)
+    noise_ceiling: float | None = None
 
 
 def estimator_names(cfg: FidelityConfig) -> list[str]:
     """The cheap estimators of a study, in the order they are reported."""
-    return [*(f"train_{e}ep" for e in cfg.cheap_epochs), *([SUPERNET] if cfg.supernet.checkpoint else []),
-            *cfg.zero_cost, "params", "macs"]
+    return [*(f"rung{k}" for k in range(len(cfg.rungs))), *(f"train_{e}ep" for e in cfg.cheap_epochs),
+            *([SUPERNET] if cfg.supernet.checkpoint else []), *cfg.zero_cost, "params", "macs"]
+
+
+def reference_names(cfg: FidelityConfig) -> list[str]:
+    """The reference trainings of a study: ``train.seed``'s and one per ``reference.extra_seeds``."""
+    return [REFERENCE, *(f"{REFERENCE}_seed{s}" for s in cfg.reference.extra_seeds)]
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
@@ -230,8 +271,10 @@ def _current(row: dict[str, Any], supernet: LoadedSupernet | None) -> bool:
 
 def _study_key(cfg: FidelityConfig, space: SearchSpace, data_summary: dict[str, Any]) -> dict[str, Any]:
     """What must match for a folder's records to be reused."""
+    # Only what changes a record's meaning: more reference seeds or rungs add records to a study.
+    reference = {k: v for k, v in dataclasses.asdict(cfg.reference).items() if k != "extra_seeds"}
     return {"space": space.name, "space_size": space.size(), "k": cfg.k, "seed": cfg.seed,
-            "reference": dataclasses.asdict(cfg.reference), "cheap_train_samples": cfg.cheap_train_samples,
+            "reference": reference, "cheap_train_samples": cfg.cheap_train_samples,
             "data": data_summary, "train": {k: v for k, v in dataclasses.asdict(cfg.train).items() if k != "device"}}
 
 
@@ -273,13 +316,14 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
     trained = [e for e in estimator_names(cfg) if e not in ("params", "macs")]
     # Architecture by architecture (its cheap estimates, then its reference): whatever load the
     # machine has at a time falls on every estimator alike, so the costs stay comparable.
-    todo = [Task(a, e) for a in archs for e in (*trained, REFERENCE) if (a, e) not in done]
+    refs = reference_names(cfg)
+    todo = [Task(a, e) for a in archs for e in (*trained, *refs) if (a, e) not in done]
     log(f"fidelity {name}: {len(archs)} architectures of {space.name}, {len(done)} estimates recorded, "
         f"{len(todo)} to compute (reference: {cfg.reference.train_samples} images x {cfg.reference.epochs} epochs; "
         f"{cfg.workers} at a time); records in {records_path}")
     ctx = _Context(cfg.data, cfg.train, (cfg.reference.train_samples, cfg.reference.epochs), cfg.cheap_train_samples,
                    cfg.zero_cost_batch, data.num_classes, max(1, (os.cpu_count() or 1) // cfg.workers), space,
-                   cfg.supernet if supernet else None)
+                   cfg.supernet if supernet else None, tuple(cfg.rungs))
     computed = 0
     with records_path.open("a") as out, tqdm(total=len(todo), desc="estimates", unit="est", file=sys.stderr,
                                               dynamic_ncols=True) as bar:
@@ -293,11 +337,20 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
             bar.update(1)
 
     result = FidelityResult(name, folder, archs, values, seconds, computed=computed)
-    ref = np.array([values[REFERENCE][a] for a in archs])
+    runs = np.array([[values[r][a] for a in archs] for r in refs])
+    ref = runs.mean(axis=0)  # one run, or the mean of the seeds' runs: less noisy than any one
+    if len(refs) > 1:
+        result.reference_runs = {r: agreement(runs[0], runs[i], cfg.bootstrap, cfg.seed)
+                                 for i, r in enumerate(refs) if i > 0}
+        between = float(np.mean([a.kendall_tau for a in result.reference_runs.values()]))
+        result.noise_ceiling = noise_ceiling(between) if between > 0 else None
+        values["reference_mean"] = dict(zip(archs, ref.tolist(), strict=True))
     for est in estimator_names(cfg):
         result.agreements[est] = agreement(ref, np.array([values[est][a] for a in archs]), cfg.bootstrap, cfg.seed)
         result.cost[est] = float(np.median([seconds[est][a] for a in archs]))
     result.cost[REFERENCE] = float(np.median([seconds[REFERENCE][a] for a in archs]))
+    if len(refs) > 1:
+        result.cost["reference_mean"] = result.cost[REFERENCE] * len(refs)
     if supernet is not None:
         result.supernet = {"checkpoint": str(supernet.path), "sha256": supernet.sha256, "epochs": supernet.epochs,
                            "train_seconds": supernet.train_seconds, "bn_batches": cfg.supernet.bn_batches,
@@ -348,6 +401,14 @@ def table(result: FidelityResult, cfg: FidelityConfig) -> str:
             f"| {a.top_overlap:.0%} of {a.top_n} | {result.cost[est]:.3g} | {result.cost[est] / ref_cost:.4f} |"
         )
     lines.append(f"| {REFERENCE} | 1 | 1 | - | {ref_cost:.3g} | 1 |")
+    if result.reference_runs:
+        lines += ["", "The reference is the mean of its runs. Each run against the first:", "",
+                  "| run | Kendall tau (95% CI) | Spearman |", "|---|---|---|"]
+        lines += [f"| {r} | {a.kendall_tau:.3f} ({a.kendall_ci[0]:.2f} to {a.kendall_ci[1]:.2f}) | {a.spearman:.3f} |"
+                  for r, a in result.reference_runs.items()]
+        if result.noise_ceiling is not None:
+            lines += ["", f"Noise ceiling: an error-free estimator is expected to reach tau {result.noise_ceiling:.3f} "
+                      "against one run (a Gaussian model of the runs' agreement)."]
     return "\n".join(lines)
 
 
@@ -361,8 +422,12 @@ def _record(result: FidelityResult, cfg: FidelityConfig, space: SearchSpace,
                            "cost_share_of_reference": result.cost[e] / result.cost[REFERENCE]}
                        for e, a in result.agreements.items()},
         "reference_seconds_per_candidate": result.cost[REFERENCE], "supernet": result.supernet,
+        "rungs": [dataclasses.asdict(r) for r in cfg.rungs],
+        "reference_runs": {r: dataclasses.asdict(a) for r, a in result.reference_runs.items()},
+        "noise_ceiling": result.noise_ceiling,
         "archs": [{"arch": a, "arch_id": Arch.decode(a).arch_id,
-                   **{e: result.values[e][a] for e in (REFERENCE, *result.agreements)}} for a in result.archs],
+                   **{e: result.values[e][a] for e in (*reference_names(cfg), *result.agreements)}}
+                  for a in result.archs],
     }
 
 
@@ -380,7 +445,7 @@ def _plot(result: FidelityResult, path: Path) -> None:
     cols = 4
     rows = math.ceil(len(ests) / cols)
     fig = Figure(figsize=(3.2 * cols, 2.8 * rows), dpi=110)
-    ref = [result.values[REFERENCE][a] for a in result.archs]
+    ref = [result.values.get("reference_mean", result.values[REFERENCE])[a] for a in result.archs]
     for i, est in enumerate(ests):
         ax = fig.add_subplot(rows, cols, i + 1)
         ax.scatter([result.values[est][a] for a in result.archs], ref, s=14, alpha=0.7)

@@ -16,6 +16,7 @@ from nas.core.config import (
     DataConfig,
     FidelityConfig,
     ReferenceBudget,
+    RungConfig,
     SupernetEstimateConfig,
     TrackingConfig,
     TrainConfig,
@@ -137,3 +138,36 @@ def test_bad_settings_are_refused_before_any_training(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="k: must be an integer >= 4"):
         run_fidelity(_cfg(tmp_path, space=space, k=2), log=lambda _s: None)
     assert not (tmp_path / "study").exists()
+
+
+def test_rungs_and_reference_seeds_are_measured_against_the_mean_reference(tmp_path: Path) -> None:
+    import yaml
+
+    from search_spaces.space import SPACES_DIR
+
+    space = yaml.safe_load((SPACES_DIR / "tiny.yaml").read_text())
+    cfg = _cfg(tmp_path, space=space, zero_cost=[], cheap_epochs=[1],
+               reference=ReferenceBudget(train_samples=128, epochs=1, extra_seeds=[1]),
+               rungs=[RungConfig(32, 1), RungConfig(64, 1)])
+    result = run_fidelity(cfg, log=lambda _s: None)
+    assert list(result.agreements) == ["rung0", "rung1", "train_1ep", "params", "macs"]
+    # rung 1 continues from rung 0's weights: its record carries both rungs' accuracies
+    rows = [json.loads(r) for r in (result.folder / "records.jsonl").read_text().splitlines()]
+    a = result.archs[0]
+    rung1 = next(r for r in rows if r["arch"] == a and r["estimator"] == "rung1")
+    rung0 = next(r for r in rows if r["arch"] == a and r["estimator"] == "rung0")
+    assert rung1["detail"]["accuracy_per_rung"][0] == rung0["value"]
+    assert rung1["value"] == rung1["detail"]["accuracy_per_rung"][1]
+    # two reference runs: the estimators are ranked against their mean, the runs against each other
+    assert {r["detail"]["seed"] for r in rows if r["estimator"].startswith(REFERENCE)} == {0, 1}
+    mean = {x: (result.values[REFERENCE][x] + result.values[f"{REFERENCE}_seed1"][x]) / 2 for x in result.archs}
+    assert result.values["reference_mean"] == pytest.approx(mean)
+    assert list(result.reference_runs) == [f"{REFERENCE}_seed1"]
+    record = json.loads((result.folder / "fidelity.json").read_text())
+    assert record["rungs"] == [{"train_images": 32, "epochs": 1}, {"train_images": 64, "epochs": 1}]
+    assert "reference_seed1" in record["reference_runs"] and "Each run against the first" in (
+        result.folder / "fidelity.md").read_text()
+    with pytest.raises(ConfigError, match=r"reference\.extra_seeds"):
+        run_fidelity(_cfg(tmp_path, space=space, reference=ReferenceBudget(extra_seeds=[0])), log=lambda _s: None)
+    with pytest.raises(ConfigError, match=r"search.rungs\[1\]"):
+        run_fidelity(_cfg(tmp_path, space=space, rungs=[RungConfig(64, 1), RungConfig(32, 1)]), log=lambda _s: None)
