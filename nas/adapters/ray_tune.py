@@ -663,9 +663,10 @@ class RungScheduler(ASHAScheduler):
         return out
 
 
-def _scheduler(cfg: SearchAlgConfig, epochs: int, earlier: list[dict[int, float]] | None = None) -> TrialScheduler:
+def _scheduler(cfg: SearchAlgConfig, epochs: int, earlier: list[dict[int, float]] | None = None,
+               supernet_rung: bool = False) -> TrialScheduler:
     if cfg.scheduler == "asha" and cfg.rungs:
-        return RungScheduler(len(cfg.rungs), cfg.reduction_factor, earlier)
+        return RungScheduler(len(cfg.rungs) + supernet_rung, cfg.reduction_factor, earlier)
     if cfg.scheduler == "asha":
         return ASHAScheduler(
             time_attr="training_iteration", max_t=epochs, grace_period=cfg.grace_period,
@@ -706,10 +707,11 @@ def run_trials(
     searcher = ArchSearcher(sampler, front)
     callback = _RecordCallback(searcher, on_record, search.max_retries)
     trainable = tune.with_resources(tune.with_parameters(_trainable, ctx=ctx), resources)
+    scheduler = _scheduler(search, ctx.train.epochs, earlier, ctx.accuracy.estimator == "supernet")
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
-            metric="reward", mode="max", search_alg=searcher, scheduler=_scheduler(search, ctx.train.epochs, earlier),
+            metric="reward", mode="max", search_alg=searcher, scheduler=scheduler,
             num_samples=n_trials, max_concurrent_trials=search.max_concurrent, reuse_actors=True,
             trial_name_creator=lambda t: f"trial_{t.trial_id}", trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
         ),

@@ -438,7 +438,8 @@ def _in_range(key: str, value: float, low: float, high: float, text: str) -> Non
 
 
 def check_rungs(rungs: list[RungConfig], scheduler: str, estimator: str) -> None:
-    """``search.rungs``: at least two, each larger than the one below, promoted by ASHA.
+    """``search.rungs``: at least two (the supernet's estimate counts as one), each larger than the
+    one below, promoted by ASHA.
 
     The size of the last rung against the data is checked once the data is loaded
     (:func:`check_top_rung`).
@@ -446,14 +447,16 @@ def check_rungs(rungs: list[RungConfig], scheduler: str, estimator: str) -> None
     Raises:
         ConfigError: naming ``search.rungs`` and what is wrong.
     """
-    if len(rungs) < 2:
-        raise ConfigError("search.rungs", f"needs at least two rungs to promote between, got {len(rungs)}")
+    if estimator not in ("train", "supernet"):
+        raise ConfigError("search.rungs", f"train candidates for longer at each rung: they need accuracy=train "
+                          f"(or accuracy=supernet as the bottom rung), not {estimator}")
+    least = 1 if estimator == "supernet" else 2  # the supernet's estimate is a rung of its own
+    if len(rungs) < least:
+        raise ConfigError("search.rungs", f"needs at least two rungs to promote between, got {len(rungs)}"
+                          + (" and the supernet's" if estimator == "supernet" else ""))
     if scheduler != "asha":
         raise ConfigError("search.rungs", f"are promoted by search.scheduler=asha; {scheduler} runs every "
                           "candidate to the end: set search.scheduler=asha")
-    if estimator != "train":
-        raise ConfigError("search.rungs", f"train candidates for longer at each rung: they need accuracy=train, "
-                          f"not {estimator}")
     for i, r in enumerate(rungs):
         if r.train_images < 1 or r.epochs < 1:
             raise ConfigError(f"search.rungs[{i}]", f"train_images and epochs must be >= 1, got {r.label}")
@@ -581,8 +584,9 @@ def validate(cfg: SearchConfig) -> None:
         _positive("search.trial_timeout_s", s.trial_timeout_s)
     _int_at_least("search.max_retries", s.max_retries, 0)
     if s.scheduler == "asha":
-        if acc.estimator != "train":
-            raise ConfigError("search.scheduler", "asha stops trials between epochs: it needs accuracy=train")
+        if acc.estimator != "train" and not (s.rungs and acc.estimator == "supernet"):
+            raise ConfigError("search.scheduler", "asha stops trials between epochs: it needs accuracy=train "
+                              "(or accuracy=supernet with search.rungs)")
         if s.sampler == "nsga2":
             raise ConfigError("search.scheduler", "asha ranks trials by reward; nsga2 is multi-objective: use fifo")
         if not s.rungs and s.grace_period >= tr.epochs:

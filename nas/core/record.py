@@ -148,10 +148,13 @@ class Candidate:
 
     @property
     def rung_label(self) -> str:
-        """Where its accuracy was obtained: ``<rung> (<images>x<epochs>)``; empty without rungs."""
+        """Where its accuracy was obtained: ``<rung> (<images>x<epochs>)``, ``0 (supernet)`` for the
+        supernet's estimate; empty without rungs."""
         images, epochs = self.metric("rung_train_images"), self.metric("rung_epochs")
         if not (math.isfinite(images) and math.isfinite(epochs)):
             return ""
+        if images == 0:  # the bottom rung of accuracy=supernet: no training
+            return f"{self.rung} (supernet)"
         return f"{self.rung} ({int(images)}x{int(epochs)})"
 
     def rung_rewards(self) -> dict[int, float]:

@@ -38,6 +38,8 @@ def _where(figures: dict[str, Any]) -> str:
     """Which training the search's accuracy comes from: its rung in a multi-fidelity search."""
     if figures.get("rung_train_images") is None:
         return "proxy training"
+    if figures["rung_train_images"] == 0:
+        return f"rung {int(figures['rung'])}: the supernet's estimate"
     return (f"rung {int(figures['rung'])}: {int(figures['rung_train_images'])} images x "
             f"{int(figures['rung_epochs'])} epochs")
 

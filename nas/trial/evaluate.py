@@ -50,8 +50,8 @@ from nas.data import ProxyData
 from nas.trial.faults import FaultPlan
 from nas.trial.precision import precision_evaluator
 from nas.trial.rungs import RUNG_STEP, RungCheckpoints, fingerprint, milestone
-from nas.trial.subnet import SubnetResult, SupernetTarget, load_supernet, subnet_accuracy
-from nas.trial.training import EpochResult, resolve_device, train_briefly
+from nas.trial.subnet import SubnetResult, SupernetTarget, load_supernet, recalibrated_subnet, subnet_accuracy
+from nas.trial.training import EpochResult, evaluate, resolve_device, train_briefly
 from nas.trial.zero_cost import zero_cost_score
 from search_spaces import Arch, SearchSpace, build, count_macs, count_params
 
@@ -316,6 +316,15 @@ def _evaluate(
 
     device = resolve_device(ctx.train.device)
     guard = _work_guard(ctx.latency, device)
+    if ctx.accuracy.estimator == "supernet" and ctx.rungs:  # the supernet's estimate is the bottom rung
+        at_precision = precision_evaluator(ctx.latency.precision, ctx.data, device,
+                                           ctx.accuracy.calibration_samples, ctx.train.seed, ctx.threads)
+        with guard():
+            net, normed, res = _supernet_start(arch, ctx, device)
+        deadline.check("the end of the supernet evaluation")
+        _train_rungs(arch, net, ctx, base, report, deadline, device, guard, at_precision, scoring, final_latency,
+                     lambda: lat, normed, res)
+        return
     if ctx.accuracy.estimator == "supernet":  # one-shot: the subnet of a trained supernet
         t0 = time.perf_counter()
         with guard():
@@ -349,7 +358,7 @@ def _evaluate(
                                        ctx.train.seed, ctx.threads)
     if ctx.rungs:
         _train_rungs(arch, model, ctx, base, report, deadline, device, guard, at_precision, scoring, final_latency,
-                     lambda: lat)
+                     lambda: lat, ctx.data)
         return
 
     def on_epoch(e: EpochResult) -> None:
@@ -379,15 +388,21 @@ def _train_rungs(
     arch: Arch, model: torch.nn.Module, ctx: TrialContext, base: dict[str, Any], report: Report, deadline: Deadline,
     device: torch.device, guard: Callable[[], AbstractContextManager[Any]],
     at_precision: Callable[[torch.nn.Module], float] | None, scoring: Objective,
-    final_latency: Callable[[float], LatencyResult], latency_now: Callable[[], LatencyResult],
+    final_latency: Callable[[float], LatencyResult], latency_now: Callable[[], LatencyResult], task: ProxyData,
+    supernet: SubnetResult | None = None,
 ) -> None:
     """Train rung after rung (:mod:`nas.trial.rungs`), reporting each epoch and each rung's end.
 
     A rung's last report is ``COMPLETED`` with the figures at that rung (``rung``, its size, and
     ``accuracy_rung<k>``/``reward_rung<k>`` of every rung so far); ASHA may stop the trial there.
+    With ``supernet`` (``accuracy=supernet``), rung 0 is the subnet's estimate and ``model`` the
+    subnet with the supernet's weights, which the training rungs above it continue from; ``task``
+    is the data as the model expects it (normalised like the supernet's training, then).
     """
-    rf, rungs = ctx.reduction_factor, ctx.rungs
-    key = fingerprint(arch.encode(), rungs, ctx.train, ctx.data.summary())
+    rf = ctx.reduction_factor
+    rungs: list[RungConfig | None] = [None, *ctx.rungs] if supernet is not None else list(ctx.rungs)
+    key = fingerprint(arch.encode(), ctx.rungs, ctx.train,
+                      {**task.summary(), "supernet": ctx.accuracy.checkpoint if supernet is not None else None})
     done: list[dict[str, Any]] = []
     first, offset = 0, 0
     saved = ctx.checkpoints.load(arch.arch_id, key) if ctx.checkpoints is not None else None
@@ -396,11 +411,30 @@ def _train_rungs(
         for r in saved.reports:
             report({**r, "resumed_rungs": saved.rung + 1})
         done, first = list(saved.reports), saved.rung + 1
-        offset = sum(r.epochs for r in rungs[:first])
+        offset = sum(r.epochs for r in rungs[:first] if r is not None)
     t0 = time.perf_counter()
+
+    def rung_end(k: int, row: dict[str, Any]) -> None:
+        accuracy, reward = row["accuracy"], row["reward"]
+        earlier = {f"{m}_rung{j}": r[m] for j, r in enumerate(done) for m in ("accuracy", "reward")}
+        end = {**row, **earlier, f"accuracy_rung{k}": accuracy, f"reward_rung{k}": reward,
+               "status": COMPLETED, RUNG_STEP: milestone(k, rf)}
+        done.append(end)
+        if ctx.checkpoints is not None:  # saved before the report: the scheduler may stop the trial at it
+            ctx.checkpoints.save(arch.arch_id, key, k, model, done)
+        report(end)
+
     for k in range(first, len(rungs)):
         rung = rungs[k]
-        data = ctx.data.take_train(rung.train_images, ctx.train.seed)
+        if rung is None and supernet is not None:  # the supernet's estimate: no training
+            settled = final_latency(supernet.accuracy)
+            rung_end(0, {**base, "rung": 0, "rung_train_images": 0, "rung_epochs": 0, "epoch": 0,
+                         "accuracy": supernet.accuracy, "val_loss": supernet.val_loss,
+                         "train_seconds": supernet.seconds, "accuracy_precision": "fp32",
+                         "reward": scoring.score(supernet.accuracy, settled)})
+            continue
+        assert rung is not None  # only the supernet's rung has no training budget
+        data = task.take_train(rung.train_images, ctx.train.seed)
         figures = {"rung": k, "rung_train_images": rung.train_images, "rung_epochs": rung.epochs,
                    **({"resumed_rungs": first} if first else {})}
 
@@ -424,17 +458,24 @@ def _train_rungs(
             if not last:
                 report({**row, "status": RUNNING, RUNG_STEP: milestone(k - 1, rf) if k else 0})
                 return
-            earlier = {f"{m}_rung{j}": r[m] for j, r in enumerate(done) for m in ("accuracy", "reward")}
-            end = {**row, **earlier, f"accuracy_rung{k}": accuracy, f"reward_rung{k}": reward,
-                   "status": COMPLETED, RUNG_STEP: milestone(k, rf)}
-            done.append(end)
-            if ctx.checkpoints is not None:  # saved before the report: the scheduler may stop the trial at it
-                ctx.checkpoints.save(arch.arch_id, key, k, model, done)
-            report(end)
+            rung_end(k, row)
 
         train_briefly(model, data, replace(ctx.train, epochs=rung.epochs), device, on_epoch, step_guard=guard,
                       step_check=lambda: deadline.check("a training step"))
         offset += rung.epochs
+
+
+def _supernet_start(arch: Arch, ctx: TrialContext, device: torch.device) -> tuple[torch.nn.Module, ProxyData,
+                                                                                   SubnetResult]:
+    """The candidate's subnet with the supernet's weights (BatchNorm recalibrated), the data
+    normalised as the supernet's training normalised it, and the subnet's validation figures."""
+    acc = ctx.accuracy
+    loaded = load_supernet(cast(str, acc.checkpoint), ctx.space, SupernetTarget.of(ctx.space, ctx.data), device)
+    normed = loaded.normalised_like_training(ctx.data)
+    t0 = time.perf_counter()
+    net, n = recalibrated_subnet(loaded.net, arch, normed, acc.bn_batches, acc.batch_size, device, ctx.train.seed)
+    accuracy, loss = evaluate(net, normed, device)
+    return net, normed, SubnetResult(accuracy, loss, time.perf_counter() - t0, n)
 
 
 def _supernet_accuracy(arch: Arch, ctx: TrialContext, device: torch.device) -> SubnetResult:

@@ -22,6 +22,7 @@ from nas.core.config import (
     DataConfig,
     ExportConfig,
     LatencyConfig,
+    RungConfig,
     SupernetConfig,
     SupernetEstimateConfig,
     TrackingConfig,
@@ -34,6 +35,7 @@ from nas.driver import run_search
 from nas.oneshot.train import SupernetResult, run_supernet
 from nas.review.export import ExportTarget, export_candidate
 from nas.trial.evaluate import TrialContext, evaluate_candidate
+from nas.trial.rungs import RungCheckpoints
 from nas.trial.subnet import (
     SupernetTarget,
     check_supernet,
@@ -42,6 +44,7 @@ from nas.trial.subnet import (
     recalibrated_subnet,
     subnet_accuracy,
 )
+from nas.trial.training import train_briefly
 from search_spaces import load_space
 from search_spaces.space import SPACES_DIR
 from tests.nas.configs import stored_config
@@ -157,6 +160,32 @@ def test_a_trial_with_accuracy_supernet_reports_its_subnets_validation_accuracy(
     recal, _ = recalibrated_subnet(loaded.net, arch, loaded.normalised_like_training(data), 2, 64)
     assert any(not torch.equal(a, b) for a, b in zip(sub.state_dict().values(), recal.state_dict().values(),
                                                       strict=True))
+
+
+def test_the_supernets_estimate_is_the_bottom_rung_and_the_rungs_above_train_from_its_weights(
+    trained_supernet: SupernetResult, tmp_path: Path
+) -> None:
+    space, data = load_space("tiny"), load_dataset(DATA)
+    ctx = TrialContext(
+        space=space, data=data, train=TrainConfig(batch_size=32), target_ms=50.0, reward="squared", threads=1,
+        accuracy=AccuracyConfig(estimator="supernet", checkpoint=str(trained_supernet.checkpoint), bn_batches=2),
+        latency=LatencyConfig(input_shape=[1, 3, 16, 16], options={"intra_op_threads": 1}, measure=FAST_MEASURE),
+        rungs=(RungConfig(64, 1),), reduction_factor=2, checkpoints=RungCheckpoints(tmp_path / "checkpoints"),
+    )
+    arch = space.sample(np.random.default_rng(3))
+    reports: list[dict[str, Any]] = []
+    evaluate_candidate(arch.encode(), ctx, reports.append)
+    loaded = load_supernet(trained_supernet.checkpoint, space, SupernetTarget.of(space, data))
+    direct = subnet_accuracy(loaded, arch, data, 2, 64)
+    assert [(r["rung"], r["status"]) for r in reports] == [(0, COMPLETED), (1, COMPLETED)]
+    assert reports[0]["accuracy"] == direct.accuracy and reports[0]["rung_train_images"] == 0
+    assert reports[0]["rung_step"] == 1 and reports[1]["rung_step"] == 2
+    assert reports[1]["accuracy_rung0"] == direct.accuracy and reports[1]["rung_train_images"] == 64
+    # the training rung starts from the subnet's weights, not from a fresh network
+    net, _ = recalibrated_subnet(loaded.net, arch, loaded.normalised_like_training(data), 2, 64)
+    trained = train_briefly(net, loaded.normalised_like_training(data).take_train(64, 0),
+                            TrainConfig(batch_size=32, epochs=1), torch.device("cpu"))
+    assert reports[1]["accuracy"] == trained[-1].accuracy and reports[1]["val_loss"] == trained[-1].val_loss
 
 
 def test_export_starts_from_the_supernets_weights_and_fine_tunes(
