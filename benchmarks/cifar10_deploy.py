@@ -14,9 +14,9 @@ multiplier whose median latency ratio to the anchor, measured back to back in ro
 The run is split into steps that each save what they produced, so it may run in parts
 (``--step``): ``widths`` (targets and reference widths: a quiet machine, a few minutes),
 ``references`` (the references' trainings) and ``search`` (LatNAS's multi-fidelity search at each
-target, :data:`SEARCH`, resumed where it stopped, then the searched networks' trainings). The
-``report`` step (a paired latency pass of every network, the committed networks under
-:data:`EXPORT_DIR` and the record) is still to be written. A training already saved under
+target, :data:`SEARCH`, resumed where it stopped, then the searched networks' trainings) and
+``report`` (a paired latency pass of every network, the goal at each target, the committed networks
+under :data:`EXPORT_DIR` and the record; a quiet machine). A training already saved under
 :data:`STATE_DIR` is never repeated; a step whose inputs are missing says which step to run first.
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import ROOT, machine
+from benchmarks.common import ROOT, command_line, header, machine, record_path, write_record
 from benchmarks.references import MULTIPLIERS, scale_width
 from benchmarks.references_cifar10 import SCALE_ROUNDS, Paired, paired_ratios
 from latency_predictor.backends import make_estimator
@@ -224,6 +224,169 @@ def step_search(archive: Path, target_ms: float, size: dict[str, Any], state_dir
     }
 
 
+ROUNDS = 5
+"""Rounds of the report's paired latency pass (each network, then its target's anchor)."""
+GOAL_POINTS = 1.0
+GOAL_ACCURACY = 0.65
+
+
+def _network(name: str, multiplier: float | None, arch: str) -> dict[str, Any]:
+    return {"name": name if multiplier is None else f"{name} x{multiplier:g}", "network": name,
+            "multiplier": multiplier, "arch": arch}
+
+
+def goal(target: dict[str, Any]) -> dict[str, Any]:
+    """The goal at one target: the searched network at least :data:`GOAL_POINTS` more accurate (medians)
+    than every reference that meets the target and is no faster than it, the seed ranges apart, and at
+    :data:`GOAL_ACCURACY` or more."""
+    s = next(c for c in target["candidates"] if c["name"] == "searched")
+    rows = []
+    for c in target["candidates"]:
+        if c is s or not c["meets_target"] or c["latency_ratio"] < s["latency_ratio"]:
+            continue  # faster than the searched network, or missing the target: not in the goal
+        d = 100 * (s["accuracy"]["median"] - c["accuracy"]["median"])
+        apart = s["accuracy"]["min"] > c["accuracy"]["max"]
+        rows.append({"reference": c["name"], "points": d, "apart": apart, "met": d >= GOAL_POINTS and apart})
+    met = s["accuracy"]["median"] >= GOAL_ACCURACY and all(r["met"] for r in rows)
+    return {"met": met, "against": rows, "searched_median": s["accuracy"]["median"]}
+
+
+def _onnx_accuracy(path: Path, data: Any) -> float:
+    """Top-1 accuracy of an exported ``model.onnx`` on the carved validation split (the images as the
+    training normalised them), one image at a time as it is deployed."""
+    import numpy as np
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    correct, n = 0, 0
+    for xb, y in data.val_batches(256, torch.device("cpu")):
+        x = data.normalise(xb).numpy()
+        out = np.concatenate([session.run(None, {name: x[i : i + 1]})[0] for i in range(len(x))])
+        correct += int((out.argmax(1) == y.numpy()).sum())
+        n += len(y)
+    return correct / n
+
+
+def step_report(archive: Path, budget: dict[str, int], state_dir: Path, export_dir: Path,
+                log: Callable[[str], None]) -> dict[str, Any]:
+    """The paired latency pass, the comparison against the goal, and the committed networks (seed 0)."""
+    import shutil
+
+    import numpy as np
+
+    from benchmarks.common import spread
+
+    widths = _read_step(state_dir, "widths", "widths")
+    est = _estimator()
+
+    def measure(arch: Arch) -> float:
+        return float(est.measure(arch).latency_ms)
+
+    data = load_dataset(data_config(archive))
+    targets = []
+    for t in widths["targets"]:
+        found = _read_step(state_dir, f"search-{t['target_ms']:g}ms", "search")
+        nets = [{**_network("searched", None, found["arch"]), "search": {k: v for k, v in found.items()
+                                                                          if k != "arch"}}]
+        nets += [{**_network(r["name"], r["multiplier"], r["arch"]), "ratio_at_choice": r["ratio_at_choice"]}
+                 for r in t["references"] if r["meets"]]
+        anchor = Arch.decode(t["anchor_arch"])
+        archs = list(dict.fromkeys([anchor, *(Arch.decode(c["arch"]) for c in nets)]))
+        final = paired_ratios(archs, anchor, measure, ROUNDS)
+        missing = [n for n in nets for seed in range(budget["seeds"])
+                   if not (state_dir / f"{training_key(Arch.decode(n['arch']), seed, budget)}.json").exists()]
+        if missing:
+            raise SystemExit(f"cifar10_deploy: {len(missing)} trainings at {t['target_ms']:g} ms are missing "
+                             f"(e.g. {missing[0]['name']}): run --step references and --step search first")
+        for c in nets:
+            a = Arch.decode(c["arch"])
+            runs = [json.loads((state_dir / f"{training_key(a, s, budget)}.json").read_text())
+                    for s in range(budget["seeds"])]
+            accs = [r["accuracy"] for r in runs]
+            with torch.device("meta"):
+                c["params_m"] = sum(p.numel() for p in build(a, num_classes=10).parameters()) / 1e6
+            c.update(latency_ms=final[a].latency_ms, latency_ratio=final[a].ratio, meets_target=final[a].meets,
+                     accuracy={**spread(accs), "values": accs},
+                     train_seconds=float(np.median([r["seconds"] for r in runs])))
+            label = c["network"] + ("" if c["multiplier"] is None else f"-x{c['multiplier']:g}")
+            folder = export_dir / f"{t['target_ms']:g}ms-{label}"
+            folder.mkdir(parents=True, exist_ok=True)
+            onnx = state_dir / f"{training_key(a, 0, budget)}.onnx"
+            shutil.copyfile(onnx, folder / "model.onnx")
+            onnx_acc = _onnx_accuracy(folder / "model.onnx", data)
+            if abs(onnx_acc - runs[0]["accuracy"]) > 0.005:
+                raise RuntimeError(f"{c['name']}: model.onnx scores {onnx_acc:.4f} on the validation split, the "
+                                   f"training recorded {runs[0]['accuracy']:.4f}")
+            info = {"network": c["network"] if c["multiplier"] is None else f"{c['network']}@{c['multiplier']:g}",
+                    "arch": a.encode(), "arch_id": a.arch_id, "target_ms": t["target_ms"],
+                    "train_images": budget["train_images"], "epochs": budget["epochs"], "seed": 0,
+                    "validation_accuracy": runs[0]["accuracy"], "onnx_validation_accuracy": onnx_acc,
+                    "validation_images": runs[0]["val_images"], "latency_p50_ms": c["latency_ms"],
+                    "x_anchor": c["latency_ratio"], "input_shape": list(SHAPE), "classes": runs[0]["classes"],
+                    "preprocessing": {"scale": 1 / 255, "mean": runs[0]["mean"], "std": runs[0]["std"],
+                                      "resolution": 32, "formula": "(rgb_uint8 / 255 - mean) / std, per channel"},
+                    "recipe": runs[0]["recipe"],
+                    "load": "onnxruntime.InferenceSession('model.onnx'); or "
+                            "search_spaces.build(Arch.decode(arch), num_classes=10)"}
+            (folder / "arch.json").write_text(json.dumps(info, indent=2) + "\n")
+            c["export_folder"] = str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder)
+            log(f"  target {t['target_ms']:.3f} ms: {c['name']:<22} {c['latency_ms']:.3f} ms "
+                f"({c['latency_ratio']:.2f}x), accuracy median {np.median(accs):.4f} ({min(accs):.4f}-{max(accs):.4f})")
+        entry = {"target_ms": t["target_ms"], "anchor": t["anchor"], "anchor_final_ms": final[anchor].latency_ms,
+                 "candidates": nets, "not_meeting": [r["name"] + f" x{r['multiplier']:g}" for r in t["references"]
+                                                     if not r["meets"]]}
+        entry["goal"] = goal(entry)
+        targets.append(entry)
+    return {"dataset": "cifar10", "targets": targets, "budget": budget, "rounds": ROUNDS,
+            "val_images": data.n_val, "widths_measured": widths["measured"],
+            "goal": {"points": GOAL_POINTS, "accuracy": GOAL_ACCURACY}}
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, comparison_lines, table
+
+    f = rec["figures"]
+    b = f["budget"]
+    rows = [[f"{t['target_ms']:g}", c["name"], _f(c["latency_ms"], 3), _f(c["latency_ratio"], 2),
+             "yes" if c["meets_target"] else "no", _f(c.get("params_m"), 2),
+             f"{_pct(c['accuracy']['median'])} ({_pct(c['accuracy']['min'])} - {_pct(c['accuracy']['max'])})"]
+            for t in f["targets"] for c in t["candidates"]]
+    goals = []
+    for t in f["targets"]:
+        g = t["goal"]
+        against = "; ".join(f"{r['reference']} {r['points']:+.1f} points ({'apart' if r['apart'] else 'overlap'})"
+                            for r in g["against"]) or "no reference meets the target no faster than it"
+        goals.append(f"- at {t['target_ms']:g} ms: **{'met' if g['met'] else 'not met'}** (searched "
+                     f"{_pct(g['searched_median'])}; {against})")
+    search = f["targets"][0]["candidates"][0]["search"]["settings"]
+    rungs = ", ".join(f"{r['train_images']:,} x {r['epochs']}" for r in search["rungs"])
+    lines = "\n".join(f"- {line}" for line in comparison_lines(f["targets"]))
+    exports = ", ".join(f"`{c['export_folder']}`" for t in f["targets"] for c in t["candidates"])
+    return f"""Searched against hand-designed networks at the budget a network is deployed with. Targets: the
+latencies of MobileNetV2 (32x32 layout) at widths 0.35 and 0.5 on this CPU (ONNX Runtime, 1 thread,
+1x3x32x32). LatNAS's multi-fidelity search of `mobile_cifar` ({search['n_trials']} candidates, rungs
+{rungs} images x epochs, ASHA reduction factor {search['reduction_factor']}) against MobileNetV2,
+MnasNet-B1 and EfficientNet-B0 width-scaled to each target. Every network trained from scratch with
+the same recipe at {b['train_images']:,} images x {b['epochs']} epochs, {b['seeds']} seeds, validated on
+the {f['val_images']:,} images carved from the training split (the JPEG copy of CIFAR-10: close to, not
+identical with, published figures); accuracy median (min - max). Latency: the median of {f['rounds']}
+paired rounds at the end, each network then its target's anchor; *x anchor* is the median ratio.
+
+{table(["target ms", "network", "latency ms", "x anchor", "meets", "params M", "accuracy"], rows)}
+
+Goal: the searched network at least {f['goal']['points']:g} point more accurate than every reference that
+meets the target and is no faster than it, the seed ranges apart, at {_pct(f['goal']['accuracy'])} or more:
+
+{chr(10).join(goals)}
+
+{lines}
+
+The trained networks (seed 0: `model.onnx`, Conv+BN fused, scored again on the validation split; and
+`arch.json`) are in {exports}."""
+
+
 def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
     path = state_dir / f"{name}.json"
     if not path.exists():
@@ -235,7 +398,7 @@ def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cifar10_deploy", description=__doc__.split("\n")[0])
     parser.add_argument("--cifar10", type=Path, required=True, help="the CIFAR-10 training-image archive")
-    parser.add_argument("--step", choices=("widths", "references", "search"), required=True)
+    parser.add_argument("--step", choices=("widths", "references", "search", "report"), required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a tiny budget, state in a scratch folder")
     args = parser.parse_args(argv)
@@ -267,6 +430,18 @@ def main(argv: list[str] | None = None) -> int:
                 found = step_search(args.cifar10, t["target_ms"], size, state_dir, log)
                 path.write_text(json.dumps(found, indent=2) + "\n")
             train_all([Arch.decode(found["arch"])], args.cifar10, budget, args.workers, state_dir, log)
+    elif args.step == "report":
+        t0 = time.perf_counter()
+        export_dir = EXPORT_DIR if not args.quick else state_dir / "exports"
+        figures = step_report(args.cifar10, budget, state_dir, export_dir, log)
+        mode = "quick" if args.quick else "full"
+        rec = {**header("cifar10_deploy", mode, command_line(["--cifar10", "DIR/cifar10-train-jpeg.tar.gz",
+                                                              "--step", "report"])),
+               "figures": figures, "wall_seconds": time.perf_counter() - t0}
+        rec["command"] = "python -m benchmarks.cifar10_deploy --cifar10 DIR/cifar10-train-jpeg.tar.gz --step " \
+                         "widths|references|search|report"
+        path = write_record(record_path("cifar10_deploy", mode), rec)
+        log(f"  record: {path}")
     return 0
 
 

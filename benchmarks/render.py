@@ -23,7 +23,7 @@ Rec = dict[str, Any]
 
 ORDER = ("latency", "spread", "tail", "predictor", "transfer", "transfer_many", "agent", "search", "contention",
          "reliability", "sampler", "screening", "scale", "fidelity", "reference_noise", "supernet", "references",
-         "deployment")
+         "deployment", "cifar10_deploy")
 TITLES = {
     "latency": "Latency measurement", "spread": "Latency across searches: the final latency pass",
     "tail": "Tail latency, batches and throughput",
@@ -39,6 +39,7 @@ TITLES = {
     "reference_noise": "Proxy fidelity: how reproducible the reference is",
     "supernet": "One-shot accuracy on CIFAR-10: a weight-sharing supernet",
     "deployment": "Deployment variants on CIFAR-10: INT8 and pruning",
+    "cifar10_deploy": "Searched vs hand-designed networks on CIFAR-10 at the deployment budget",
 }
 
 
@@ -890,8 +891,14 @@ RENDERERS: dict[str, Callable[[Rec], str]] = {
     "search": _search, "sampler": _sampler,
     "screening": _screening, "scale": _scale, "references": _references, "contention": _contention,
     "reliability": _reliability, "fidelity": _fidelity, "supernet": _supernet, "reference_noise": _reference_noise,
-    "deployment": _deployment,
+    "deployment": _deployment, "cifar10_deploy": lambda rec: _cifar10_deploy(rec),
 }
+
+
+def _cifar10_deploy(rec: Rec) -> str:
+    from benchmarks import cifar10_deploy  # it imports this module: its renderer is looked up when used
+
+    return cifar10_deploy.render(rec)
 
 INTRO = """# Benchmarks
 
