@@ -425,6 +425,14 @@ def rank(
     return out
 
 
+def target_shares(candidates: Sequence[Candidate], target_ms: float, top: int = 3) -> list[float]:
+    """The share of the latency target (at the statistic it bounds) each of the ``top`` ranked
+    candidates uses, best first (empty when none completed or a figure is missing)."""
+    ranked = [r.candidate for r in rank(candidates, top_k=top)]
+    shares = [c.metric(f"latency_{c.target_stat}") / target_ms for c in ranked]
+    return shares if all(math.isfinite(x) for x in shares) else []
+
+
 def latency_sources(candidates: Iterable[Candidate]) -> dict[str, int]:
     """How the completed candidates' latencies were obtained: ``predicted``, ``measured``, and
     in hybrid predictor mode ``confirmed_<reason>`` for the measurements that confirmed a prediction."""

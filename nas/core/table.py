@@ -5,7 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from nas.core.record import IN_SEARCH, Candidate, Ranked, best_of, latency_provenance, measured_in_search, rank
+from nas.core.record import (
+    IN_SEARCH,
+    Candidate,
+    Ranked,
+    best_of,
+    latency_provenance,
+    measured_in_search,
+    rank,
+    target_shares,
+)
 
 
 def accuracy_label(estimator: str | None) -> str:
@@ -105,13 +114,12 @@ def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, a
 def budget_used(candidates: Sequence[Candidate], target_ms: float, top: int = 3) -> str:
     """How much of the latency target the best ``top`` candidates use, e.g.
     ``Latency budget used by the top 3: 92%, 71%, 44% of the 1 ms p50 target.`` (empty: none completed)."""
-    ranked = [r.candidate for r in rank(candidates, top_k=top)]
-    shares = [c.metric(f"latency_{c.target_stat}") / target_ms for c in ranked]
-    if not ranked or not all(math.isfinite(x) for x in shares):
+    shares = target_shares(candidates, target_ms, top)
+    if not shares:
         return ""
-    stat = ranked[0].target_stat
+    stat = next(r.candidate.target_stat for r in rank(candidates, top_k=1))
     used = ", ".join(f"{x:.0%}" if x >= 0.1 else f"{x:.1%}" for x in shares)
-    return f"Latency budget used by the top {len(ranked)}: {used} of the {target_ms:g} ms {stat} target."
+    return f"Latency budget used by the top {len(shares)}: {used} of the {target_ms:g} ms {stat} target."
 
 
 def format_best(candidates: Sequence[Candidate], target_ms: float, accuracy_label: str = "accuracy") -> str:

@@ -56,6 +56,7 @@ from nas.core.record import (
     leaderboard_row,
     pareto_points,
     rank,
+    target_shares,
 )
 from nas.core.sampling import Outcome, Sampler
 from nas.core.table import accuracy_label, budget_used, format_best, format_table
@@ -518,7 +519,7 @@ def _search(
             writer.log_table(parent, rows, "leaderboard_table.json")
             best = best_of(candidates)
             timings["artifacts_seconds"] = time.perf_counter() - t0
-            summary = _summary(candidates, sampler, best, timings, t_start)
+            summary = _summary(candidates, sampler, best, timings, t_start, cast(float, cfg.target_ms))
             summary.update(ray_counts, n_optuna_trials=sum(sampler.counts().values()))
             summary.update(final.metrics())
             writer.log_summary(parent, summary, {"best_arch_id": best.arch_id, "best_arch": best.arch} if best else {})
@@ -544,7 +545,7 @@ def _search(
 
 def _summary(
     candidates: list[Candidate], sampler: Sampler, best: Candidate | None, timings: dict[str, float],
-    t_start: float,
+    t_start: float, target_ms: float,
 ) -> dict[str, float]:
     counts = {s: sum(c.status == s for c in candidates) for s in ("COMPLETED", "PRUNED", "FAILED")}
     summary = {
@@ -555,6 +556,7 @@ def _summary(
     summary.update({f"n_latency_{k}": float(v) for k, v in latency_sources(candidates).items()})
     if best is not None:
         summary.update(best_reward=best.reward, best_accuracy=best.accuracy, best_latency_ms=best.latency_p50)
+    summary.update({f"target_share_top{i + 1}": x for i, x in enumerate(target_shares(candidates, target_ms))})
     return summary
 
 
