@@ -203,7 +203,8 @@ def test_export_starts_from_the_supernets_weights_and_fine_tunes(
                                                    options={"intra_op_threads": 1}, measure=FAST_MEASURE, rounds=1))
     report = export_candidate(ExportTarget(arch, "arch_string"), cfg).report
     assert report["init"]["accuracy"] == want.accuracy  # the search's figure for it, before fine-tuning
-    assert report["training"]["dataset"] == data.summary()  # the supernet's own data and split
+    # the supernet's own data and split, called by its label
+    assert report["training"]["dataset"] == {**data.summary(), "label": "digits"}
     assert report["training"]["preprocessing"]["mean"] == list(loaded.mean)
     assert "supernet's weights" in report["weights"] and "fine-tuned 1 epochs" in report["weights"]
     with pytest.raises(ConfigError, match=r"supernet\.checkpoint"):
