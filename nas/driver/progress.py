@@ -19,7 +19,7 @@ from search_spaces import arch_id_of
 
 @dataclass
 class _Running:
-    """A trial that started and has not ended: its candidate and the last epoch it reported."""
+    """A trial that started and has not ended: its candidate's arch_id and the last epoch it reported."""
 
     arch_id: str
     epoch: int = 0
@@ -107,6 +107,11 @@ class Progress:
         """Finish the bar."""
         self._bar.close()
 
+    def __reduce__(self) -> tuple[type[Progress], tuple[int, bool]]:
+        # Ray Tune pickles its callbacks, and what they hold, into the experiment's state; the
+        # stream drawn on is this process's (it may not pickle), so a copy is one that shows nothing.
+        return Progress, (self._total, False)
+
     # ------------------------------------------------------------------ what is shown
 
     def _show(self, event: str) -> None:
@@ -136,7 +141,7 @@ class Progress:
         if self._t_first is None or (self._ended_here == 0 and (
                 not self._running or any(r.epoch == 0 for r in self._running.values()))):
             return "time left: estimating"
-        running = sum(1 + r.epoch for r in self._running.values())
+        running = sum(1 + r.epoch for r in self._running.values() if r.epoch)
         done = self._work_done + running
         per_trial = self._work_done / self._ended_here if self._ended_here else 1 + (self._epochs or 0)
         left = (self._total - self._ended - len(self._running)) * per_trial + sum(

@@ -179,3 +179,14 @@ def test_on_a_terminal_a_status_line_or_warning_clears_the_bar_and_the_bar_comes
     assert screen[:2] == ["search s: a status line", "a warning"]
     assert screen[2].startswith("search: 0/2 trials |") and "1 running (epochs 2/3)" in screen[2]
     assert len(screen) == 3
+
+
+def test_a_pickled_copy_shows_nothing_and_the_display_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
+    import pickle
+
+    # Ray Tune pickles its callbacks, and so this display, into the experiment's state.
+    progress = Progress(2, stream=sys.stderr, clock=Clock())  # pytest's stderr: a stream that does not pickle
+    copy = pickle.loads(pickle.dumps(progress))
+    copy.started("t1", A)
+    progress.started("t1", A)
+    assert capsys.readouterr().err.count("started") == 1
