@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from latency_predictor import LatencyError
 from nas.core.config import LatencyConfig, RayConfig, SearchAlgConfig
@@ -440,6 +440,16 @@ def _forget_pickled_error(trial: Trial) -> None:
     trial.run_metadata.invalidate_cache()
 
 
+class TrialWatcher(Protocol):
+    """What follows the trials as they run (the driver's progress display)."""
+
+    def started(self, trial_id: str, arch: str) -> None:
+        """A trial started evaluating ``arch``."""
+
+    def reported(self, trial_id: str, report: dict[str, Any]) -> None:
+        """A running trial reported (one report per epoch of training, then its final figures)."""
+
+
 class _RecordCallback(tune.Callback):
     """Driver side: gathers each trial's reports and hands one candidate per finished trial on.
 
@@ -447,9 +457,11 @@ class _RecordCallback(tune.Callback):
     sets :attr:`interrupted` and then lets Ray Tune stop the experiment as it does on Ctrl-C.
     """
 
-    def __init__(self, searcher: ArchSearcher, on_record: Callable[[Candidate], None], max_retries: int) -> None:
+    def __init__(self, searcher: ArchSearcher, on_record: Callable[[Candidate], None], max_retries: int,
+                 watch: TrialWatcher | None = None) -> None:
         self._searcher = searcher
         self._on_record = on_record
+        self._watch = watch
         self._max_retries = max_retries
         self._results: dict[str, list[dict[str, Any]]] = {}
         self._start: dict[str, float] = {}
@@ -479,11 +491,15 @@ class _RecordCallback(tune.Callback):
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._start[trial.trial_id] = time.time()
+        if self._watch is not None:
+            self._watch.started(trial.trial_id, str(trial.config.get("arch") or ""))
 
     def on_trial_result(
         self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
     ) -> None:
         self._results.setdefault(trial.trial_id, []).append(result)
+        if self._watch is not None:
+            self._watch.reported(trial.trial_id, result)
 
     def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         # The process died and Ray Tune starts the trial again from the beginning: what the lost
@@ -686,6 +702,7 @@ def run_trials(
     n_trials: int | None = None,
     front: Callable[[], list[list[float]]] | None = None,
     earlier: list[dict[int, float]] | None = None,
+    watch: TrialWatcher | None = None,
 ) -> TuneOutcome:
     """Run up to ``n_trials`` trials of distinct architectures.
 
@@ -702,10 +719,11 @@ def run_trials(
             starts (hybrid predictor mode confirms candidates that could join it).
         earlier: with ``search.rungs``, the rewards per rung of the candidates recorded before
             (a resumed search), which ASHA's cut-offs start from.
+        watch: told in this process when a trial starts and of each report it makes, as it makes it.
     """
     n_trials = search.n_trials if n_trials is None else n_trials
     searcher = ArchSearcher(sampler, front)
-    callback = _RecordCallback(searcher, on_record, search.max_retries)
+    callback = _RecordCallback(searcher, on_record, search.max_retries, watch)
     trainable = tune.with_resources(tune.with_parameters(_trainable, ctx=ctx), resources)
     scheduler = _scheduler(search, ctx.train.epochs, earlier, ctx.accuracy.estimator == "supernet")
     tuner = tune.Tuner(

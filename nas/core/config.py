@@ -375,7 +375,7 @@ class SearchConfig:
         output_dir: absolute folder for this search's files (Ray Tune state, artifacts, log);
             None: ``<home>/searches/<name>`` (:mod:`nas.core.paths`).
         top_k: candidates shown in the final table.
-        progress: show the progress bar.
+        progress: show the search's progress (a bar on a terminal, a line per trial event otherwise).
         resume: continue the search called ``name`` recorded in the tracking store (its
             candidates are not evaluated again; the sampler's history is rebuilt from them).
     """

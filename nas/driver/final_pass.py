@@ -11,6 +11,11 @@ search used as ``reward_in_search``), and each re-measured candidate is tagged
 ``latency_final_pass=true``. The reward and ``meets_target`` are scored again as the trial
 scored them (:class:`nas.core.objective.Objective`: the statistic the target bounds, the scenario).
 
+A re-measured figure can move a candidate off the front (or out of the top) and so let in one that
+still carries its in-search figure; the pass then measures that one too, round after round, until
+the top and the front hold only re-measured candidates (at most :data:`MAX_ROUNDS` rounds; each
+round measures at least one candidate the rounds before did not).
+
 A predicted latency (``latency=predictor``) is measured in this pass only in hybrid mode, with
 its measuring backend on the predictor's device; a predictor alone keeps its predictions. A
 search that joined a cluster measured on its trial nodes, which the driver's machine may not be:
@@ -44,6 +49,9 @@ IN_SEARCH = {"latency_p50": "latency_in_search_p50", "latency_p90": "latency_in_
              "throughput_per_s": "throughput_in_search_per_s", "reward": "reward_in_search"}
 """Metric -> the name its in-search value keeps after the final pass."""
 
+MAX_ROUNDS = 5
+"""How many rounds the pass makes at most (a round measures the unmeasured members of the top and the front)."""
+
 
 @dataclass
 class FinalPass:
@@ -54,23 +62,47 @@ class FinalPass:
         skipped: why nothing was measured, when nothing was (None otherwise).
         ratios: per re-measured candidate, in-search p50 / final p50.
         seconds: wall time of the pass.
+        rounds: how many rounds it took (see :func:`run_final_pass`).
+        failed: candidates whose re-measurement failed (they keep their in-search figures).
+        unsettled: members of the top or the front still with their in-search figures when the
+            last round allowed (:data:`MAX_ROUNDS`) had ended.
     """
 
     measured: list[Candidate] = field(default_factory=list)
     skipped: str | None = None
     ratios: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    rounds: int = 0
+    failed: list[Candidate] = field(default_factory=list)
+    unsettled: list[Candidate] = field(default_factory=list)
 
     def summary_line(self) -> str | None:
         """One line for the search's final output (None when the pass is off)."""
         if self.skipped:
             return f"Final latency pass: {self.skipped}."
+        if not self.measured and self.failed:
+            return (f"Final latency pass: none of {len(self.failed)} candidates could be measured again (see the "
+                    "warnings); the table uses their in-search figures.")
         if not self.measured:
             return None
         lo, hi = min(self.ratios), max(self.ratios)
-        return (f"Final latency pass: {len(self.measured)} candidates (the top by reward and the Pareto front) "
-                f"measured again with no trial running, in {self.seconds:.0f} s; in-search / final p50: median "
-                f"{statistics.median(self.ratios):.3f}, range {lo:.3f}-{hi:.3f}. The table uses the final figures.")
+        if self.rounds == 1:
+            rounds = "in 1 round"
+        else:
+            rounds = (f"in {self.rounds} rounds (each round after the first measured the candidates that the "
+                      "figures before it brought into the top or onto the front)")
+        line = (f"Final latency pass: {len(self.measured)} candidates (the top by reward and the Pareto front) "
+                f"measured again with no trial running, {rounds}, {self.seconds:.0f} s; in-search / final p50: "
+                f"median {statistics.median(self.ratios):.3f}, range {lo:.3f}-{hi:.3f}. The table uses the final "
+                "figures.")
+        if self.unsettled:
+            line += (f" After {self.rounds} rounds (the most the pass makes) {len(self.unsettled)} candidate(s) of "
+                     "the top or the front still carry in-search figures: "
+                     + ", ".join(c.arch_id for c in self.unsettled) + ".")
+        if self.failed:
+            line += (f" {len(self.failed)} could not be measured again and keep their in-search figures: "
+                     + ", ".join(c.arch_id for c in self.failed) + ".")
+        return line
 
     def metrics(self) -> dict[str, float]:
         """Summary metrics for the search's parent run."""
@@ -79,18 +111,21 @@ class FinalPass:
         return {"final_pass_candidates": float(len(self.measured)),
                 "final_pass_ratio_median": statistics.median(self.ratios),
                 "final_pass_ratio_max": max(self.ratios), "final_pass_ratio_min": min(self.ratios),
-                "final_pass_seconds": self.seconds}
+                "final_pass_seconds": self.seconds, "final_pass_rounds": float(self.rounds)}
 
 
 def select(candidates: Sequence[Candidate], top_k: int) -> list[Candidate]:
-    """The completed candidates the pass measures: the ``top_k`` best by reward, then the rest of the
-    Pareto front (accuracy against latency), each once; those measured by an earlier pass are left out."""
-    fresh = [c for c in candidates if c.completed and c.tags.get(FINAL_PASS_TAG) != "true"]
-    chosen = [r.candidate for r in rank(fresh, "reward", top_k)] if fresh else []
-    for c in pareto_front(fresh):
+    """The completed candidates the pass measures: of the ``top_k`` best by reward, then of the rest
+    of the Pareto front (accuracy against latency), each once, those a pass has not measured yet.
+
+    The top and the front are those of all the candidates, figures as they stand: after a round
+    they may hold a candidate that still has its in-search figure (the next round's choice)."""
+    done = [c for c in candidates if c.completed]
+    chosen = [r.candidate for r in rank(done, "reward", top_k)] if done else []
+    for c in pareto_front(done):
         if not any(c is x for x in chosen):
             chosen.append(c)
-    return chosen
+    return [c for c in chosen if c.tags.get(FINAL_PASS_TAG) != "true"]
 
 
 def measuring_estimator(cfg: SearchConfig, num_classes: int, space: SearchSpace) -> LatencyEstimator | None:
@@ -142,11 +177,15 @@ def run_final_pass(
     candidates: Sequence[Candidate], cfg: SearchConfig, num_classes: int, space: SearchSpace,
     record: Callable[[Candidate, dict[str, float]], None], status: Callable[[str], None] = print,
     on_cluster: bool = False, preprocessing: LatencyStats | None = None,
+    estimator: LatencyEstimator | None = None, max_rounds: int = MAX_ROUNDS,
 ) -> FinalPass:
-    """Measure again :func:`select`'s candidates, update them in place and ``record`` each.
+    """Measure again :func:`select`'s candidates, update them in place and ``record`` each; repeat
+    while the new figures bring unmeasured candidates into the top or onto the front.
 
     ``on_cluster``: the search joined a cluster (its trials measured on other nodes).
     ``preprocessing``: the input pipeline's cost the trials added (``latency.preprocessing``), added here too.
+    ``estimator``: what measures (None: the backend the config names, :func:`measuring_estimator`).
+    ``max_rounds``: the most rounds the pass makes.
 
     Raises:
         LatencyError: the backend cannot be built here (a candidate that then fails to measure
@@ -163,30 +202,49 @@ def run_final_pass(
         out.skipped = ("not run: the trials measured on the cluster's nodes, and this driver's machine may be "
                        "another device (latency=remote measures on one device from anywhere)")
         return out
-    est = measuring_estimator(cfg, num_classes, space)
+    est = estimator if estimator is not None else measuring_estimator(cfg, num_classes, space)
     if est is None:
         out.skipped = "not run: the latencies are a predictor's (latency.options.hybrid=true measures them)"
         return out
-    status(f"final latency pass: measuring {len(chosen)} candidates again (top {top_k} by reward and the Pareto "
-           "front), no trial running")
     objective = Objective.of(cfg.latency, float(cfg.target_ms or math.nan), cfg.search.reward)
     t0 = time.perf_counter()
-    for cand in chosen:
-        before = cand.latency_p50
-        try:
-            result = with_preprocessing(est.measure(Arch.decode(cand.arch)), cfg.latency, preprocessing)
-            changed = apply(cand, result, objective)
-        except LatencyError as err:  # one candidate's failure must not cost the others their figures
-            log.warning("final latency pass: %s could not be measured again (%s: %s); it keeps its in-search "
-                        "figures", cand.arch_id, type(err).__name__, err)
-            continue
-        record(cand, changed)
-        out.measured.append(cand)
-        out.ratios.append(before / result.latency_ms)
-        log.info("final latency pass: %s p50 %.3f ms in the search, %.3f ms now", cand.arch_id, before,
-                 result.latency_ms)
+    while chosen and out.rounds < max_rounds:
+        out.rounds += 1
+        if out.rounds == 1:
+            status(f"final latency pass: measuring {len(chosen)} candidates again (top {top_k} by reward and the "
+                   "Pareto front), no trial running")
+        else:
+            status(f"final latency pass, round {out.rounds}: {len(chosen)} candidate(s) now in the top {top_k} or "
+                   f"on the Pareto front with in-search figures ({', '.join(c.arch_id for c in chosen)}); "
+                   "measuring them too")
+        for cand in chosen:
+            _measure_one(cand, est, cfg, objective, preprocessing, record, out)
+        chosen = [c for c in select(candidates, top_k) if not any(c is f for f in out.failed)]
+    out.unsettled = chosen
+    if chosen:
+        log.warning("final latency pass: after %d rounds %s still carry in-search figures", out.rounds,
+                    ", ".join(c.arch_id for c in chosen))
     out.seconds = time.perf_counter() - t0
     return out
 
 
-__all__ = ["FINAL_PASS_TAG", "IN_SEARCH", "FinalPass", "apply", "run_final_pass", "select"]
+def _measure_one(cand: Candidate, est: LatencyEstimator, cfg: SearchConfig, objective: Objective,
+                 preprocessing: LatencyStats | None, record: Callable[[Candidate, dict[str, float]], None],
+                 out: FinalPass) -> None:
+    before = cand.latency_p50
+    try:
+        result = with_preprocessing(est.measure(Arch.decode(cand.arch)), cfg.latency, preprocessing)
+        changed = apply(cand, result, objective)
+    except LatencyError as err:  # one candidate's failure must not cost the others their figures
+        log.warning("final latency pass: %s could not be measured again (%s: %s); it keeps its in-search "
+                    "figures", cand.arch_id, type(err).__name__, err)
+        out.failed.append(cand)
+        return
+    record(cand, changed)
+    out.measured.append(cand)
+    out.ratios.append(before / result.latency_ms)
+    log.info("final latency pass: round %d, %s p50 %.3f ms in the search, %.3f ms now", out.rounds, cand.arch_id,
+             before, result.latency_ms)
+
+
+__all__ = ["FINAL_PASS_TAG", "IN_SEARCH", "MAX_ROUNDS", "FinalPass", "apply", "run_final_pass", "select"]

@@ -456,15 +456,15 @@ def _search(
         tags["fault_injection"] = ctx.faults.spec
     parent, candidates, stale, resume_k = _open_record(run, writer, sampler, tags)
     resumed = len(candidates)
-    progress = Progress(cfg.search.n_trials, enabled=cfg.progress)
-    for cand in candidates:
-        progress.update(cand)
     timings = {"startup_seconds": time.perf_counter() - t_start, "mlflow_seconds": 0.0}
-    if run.previous is not None:
+    if run.previous is not None:  # before the bar, which it would otherwise run into
         print(f"Resuming search {name}: {resumed} of {cfg.search.n_trials} candidates recorded"
               + (f", {stale} half-written record(s) marked KILLED" if stale else "")
               + f"; the sampler's history rebuilt from them; {max(0, cfg.search.n_trials - resumed)} to run.",
               flush=True)
+    progress = Progress(cfg.search.n_trials, enabled=cfg.progress)
+    for cand in candidates:
+        progress.update(cand, earlier=True)
 
     def on_record(cand: Candidate) -> None:
         t0 = time.perf_counter()
@@ -491,12 +491,13 @@ def _search(
             outcome = ray_tune.run_trials(
                 ctx, sampler, cfg.search, resources, output_dir / "ray", ray_name, on_record, n_trials=remaining,
                 front=(lambda: pareto_points(candidates)) if hybrid else None,
-                earlier=[c.rung_rewards() for c in candidates] if cfg.search.rungs else None,
+                earlier=[c.rung_rewards() for c in candidates] if cfg.search.rungs else None, watch=progress,
             )
         else:
             outcome = ray_tune.TuneOutcome(experiment_path="(no trials left to run)", finished_trials=0)
         timings["tune_seconds"] = outcome.wall_seconds
         ray_counts["n_ray_trials"] = outcome.ray_trials
+        progress.close()  # the trials have ended: what follows starts on a line of its own
         if not outcome.interrupted:
             final = run_final_pass(candidates, cfg, ctx.data.num_classes, space, record_revised,
                                    lambda text: status(f"search {name}: {text}"), on_cluster=cluster.joined_here,

@@ -54,7 +54,7 @@ from nas.data import ProxyData, load_dataset
 from nas.review.export_report import dataset_label, fmt_num, render_report, training_warning
 from nas.review.fuse import count_batchnorms, fuse_conv_bn
 from nas.trial.subnet import data_config_of, normalised_as_supernet, supernet_init
-from nas.trial.training import resolve_device, train_briefly
+from nas.trial.training import EpochResult, resolve_device, train_briefly
 from search_spaces import (
     REFERENCES,
     Arch,
@@ -240,10 +240,17 @@ def latency_settings(
     return backend, validate_input_shape([int(d) for d in shape]), options, measure
 
 
-def _train(net: nn.Module, cfg: ExportConfig, data: ProxyData, data_cfg: DataConfig) -> dict[str, Any]:
+def epoch_line(e: EpochResult, epochs: int) -> str:
+    """The line printed after each epoch of the export's training."""
+    return (f"export: epoch {e.epoch}/{epochs}: train loss {e.train_loss:.4f}, validation loss {e.val_loss:.4f}, "
+            f"accuracy {e.accuracy:.4f} ({e.seconds:.0f} s)")
+
+
+def _train(net: nn.Module, cfg: ExportConfig, data: ProxyData, data_cfg: DataConfig,
+           log: Callable[[str], None]) -> dict[str, Any]:
     device = resolve_device(cfg.train.device)
     t0 = time.perf_counter()
-    epochs = train_briefly(net, data, cfg.train, device)
+    epochs = train_briefly(net, data, cfg.train, device, on_epoch=lambda e: log(epoch_line(e, cfg.train.epochs)))
     net.to("cpu")
     return {
         "epochs": cfg.train.epochs,
@@ -459,7 +466,8 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
     Args:
         cand: the network and what the search recorded about it.
         cfg: export settings.
-        log: where the line on the training's data and budget goes, before it starts.
+        log: where the export says what it does: the training's data and budget before it starts,
+            each epoch's losses and accuracy as it ends, the latency measurement as it begins.
 
     Returns:
         The folder and the report (MLflow logging is :func:`run_export`'s).
@@ -495,7 +503,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
         net.dropout.p = cfg.train.dropout
     if cfg.train.epochs > 0:
         log(training_plan(data(), cfg, _given_data_config(cand, cfg)))
-    training = _train(net, cfg, data(), data_cfg) if cfg.train.epochs > 0 else None
+    training = _train(net, cfg, data(), data_cfg, log) if cfg.train.epochs > 0 else None
     if training is not None:
         training["data_config"] = asdict(data_cfg)  # what nas.optimize validates and calibrates on
     net.eval()
@@ -519,6 +527,8 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
         checks.append(_check_engine(trt, engine_bytes, xs, want, cfg.check))
 
     nets = {"unfused": net, "fused": fused}
+    log(f"export: measuring the latency ({backend}, {cfg.latency.rounds} round(s) of the unfused and the fused "
+        "network" + (", then eager PyTorch" if backend != "torch" else "") + ")")
     latency = _measure(backend, shape, options, measure, num_classes, arch, nets, cfg.latency.rounds)
     if backend != "torch":
         # Runtimes that compile a graph fold BatchNorm themselves; eager PyTorch does not.
@@ -706,7 +716,7 @@ def log_to_mlflow(result: ExportResult, cand: ExportTarget, cfg: ExportConfig, r
 def run_export(cfg: ExportConfig, log: Callable[[str], None] = print) -> ExportResult:
     """Find the candidate, export it, and log it to MLflow where asked (see :class:`ExportConfig`).
 
-    ``log`` gets the line on the training's data and budget before the training starts.
+    ``log`` gets the lines that say what the export does (see :func:`export_candidate`).
 
     Raises:
         NASError: the candidate cannot be found or exported, or MLflow refused a write.

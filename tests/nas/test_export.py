@@ -157,12 +157,12 @@ def test_export_training_uses_the_whole_split_not_the_searchs_subset(tmp_path: P
     assert r["training"]["dataset"]["train"] == whole.n_train > 128
     assert r["training"]["dataset"]["val"] == whole.n_val > 64
     assert r["training"]["data_config"]["max_train_samples"] is None  # what nas.optimize reads back
-    assert printed == [
+    assert printed[0] == (
         f"export: training 1 epoch(s) on digits: {whole.n_train:,} training images (the whole training split), "
         f"{whole.n_val:,} validation images (the whole validation split); data.max_train_samples=128 and "
         "data.max_val_samples=64: a search's proxy budget, not applied here (train_samples=N, val_samples=N "
         "train on fewer)"
-    ]
+    )
 
 
 def test_export_training_takes_its_own_size(tmp_path: Path) -> None:
@@ -175,7 +175,24 @@ def test_export_training_takes_its_own_size(tmp_path: Path) -> None:
                                  "50 validation images (val_samples=50)")
     untrained: list[str] = []
     export_candidate(_searched_on_a_subset(), fast_config(tmp_path), log=untrained.append)
-    assert untrained == []  # nothing trained, nothing to say
+    assert not any(line.startswith(("export: training", "export: epoch")) for line in untrained)  # none trained
+
+
+def test_the_export_says_each_epoch_of_its_training_as_it_ends(tmp_path: Path) -> None:
+    printed: list[str] = []
+    cfg = fast_config(tmp_path, train_samples=200, val_samples=50)
+    cfg.train.epochs = 3
+    r = export_candidate(_searched_on_a_subset(), cfg, log=printed.append).report
+    history = r["training"]["history"]
+    epochs = [line for line in printed if line.startswith("export: epoch")]
+    assert epochs == [
+        f"export: epoch {h['epoch']}/3: train loss {h['train_loss']:.4f}, validation loss {h['val_loss']:.4f}, "
+        f"accuracy {h['accuracy']:.4f} ({h['seconds']:.0f} s)" for h in history
+    ]
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    # said in the order it happens: the plan, each epoch, then the latency measurement
+    assert printed[0].startswith("export: training 3 epoch(s) on digits") and printed[1:4] == epochs
+    assert printed[4].startswith("export: measuring the latency (onnxruntime, 2 round(s)")
 
 
 def test_the_export_calls_the_data_by_its_label(tmp_path: Path) -> None:

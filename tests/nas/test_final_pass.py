@@ -1,7 +1,8 @@
 """The final latency pass: which candidates it measures again and what a re-measurement changes.
 
 The pass itself runs in every real search (tests/nas/test_search_e2e.py checks the record it
-leaves in MLflow); here its choices and its arithmetic, on a real ONNX Runtime measurement."""
+leaves in MLflow); here its choices and its arithmetic, on a real ONNX Runtime measurement, and its
+rounds on a replayed host (an estimator whose figures are scripted)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,22 @@ import csv
 import io
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from latency_predictor import MeasurementError
+from latency_predictor import LatencyResult, MeasurementError
 from latency_predictor.backends import make_estimator
+from latency_predictor.protocol import LatencyStats
 from nas.core.config import LatencyConfig, SearchConfig
 from nas.core.objective import Objective
-from nas.core.record import COMPLETED, FAILED, Candidate, rank
+from nas.core.record import COMPLETED, FAILED, Candidate, pareto_front, rank
 from nas.core.reward import squared_penalty
 from nas.core.table import format_table
-from nas.driver.final_pass import apply, measuring_estimator, select
-from search_spaces import load_space
+from nas.driver.final_pass import apply, measuring_estimator, run_final_pass, select
+from search_spaces import Arch, load_space
 
 QUICK = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 0.5, "max_repeats": 1}
 
@@ -156,3 +159,86 @@ def test_in_search_figures_are_marked_alike_in_the_table_csv_and_json() -> None:
     # The best line says so too when its figure is the trial's own.
     assert "latency p50 0.95 ms in search (meets the 1 ms target)" in format_best([busy], 1.0)
     assert "in search" not in format_best([final], 1.0)
+
+
+class ReplayedHost:
+    """A latency estimator that replays a table of figures: per architecture, the p50s (ms) its
+    successive measurements give, as a host whose figures are known in advance would."""
+
+    name = "replay"
+    input_shape = (1, 3, 32, 32)
+
+    def __init__(self, figures: dict[str, list[float]]) -> None:
+        self._figures = {arch: list(p50s) for arch, p50s in figures.items()}
+        self.measured: list[str] = []
+
+    def measure(self, arch: Arch) -> LatencyResult:
+        p50 = self._figures[arch.encode()].pop(0)
+        self.measured.append(arch.arch_id)
+        stats = LatencyStats.from_samples([p50] * 50)
+        return LatencyResult(arch.encode(), self.name, "measured", "cpu", "fp32", self.input_shape, stats)
+
+    def environment(self) -> dict[str, str]:
+        return {"device_name": "replayed host"}
+
+    def final_latency(self, arch: Arch, result: LatencyResult, objective: float,
+                      front: Sequence[Sequence[float]]) -> LatencyResult:
+        return result
+
+
+def _searched(archs: list[Arch], figures: list[tuple[float, float]]) -> list[Candidate]:
+    """Completed candidates of ``archs`` with (accuracy, in-search p50) ``figures`` (every one meets 10 ms)."""
+    return [Candidate(arch=a.encode(), arch_id=a.arch_id, status=COMPLETED,
+                      metrics={"accuracy": acc, "latency_ms": p50, "latency_p50": p50, "latency_p90": p50,
+                               "latency_p99": p50, "reward": acc, "meets_target": 1.0})
+            for a, (acc, p50) in zip(archs, figures, strict=True)]
+
+
+def _archs(n: int) -> list[Arch]:
+    space, rng, out = load_space("tiny"), np.random.default_rng(0), []
+    while len(out) < n:
+        a = space.sample(rng)
+        if a not in out:
+            out.append(a)
+    return out
+
+
+def test_a_candidate_the_re_measurement_brings_onto_the_front_is_measured_in_a_second_round() -> None:
+    fast, slow, far = _archs(3)
+    # In the search: `fast` is the best and the fastest, `slow` is dominated by it, `far` by both.
+    cands = _searched([fast, slow, far], [(0.90, 0.075), (0.85, 0.080), (0.50, 2.0)])
+    # On the quiet host `fast` is slower than `slow`'s in-search figure: `slow` joins the front.
+    host = ReplayedHost({fast.encode(): [0.097], slow.encode(): [0.090]})
+    cfg = SearchConfig(target_ms=10.0, latency=LatencyConfig(final_pass_top_k=1))
+    recorded: list[str] = []
+    said: list[str] = []
+    done = run_final_pass(cands, cfg, 10, load_space("tiny"), lambda c, _: recorded.append(c.arch_id), said.append,
+                          estimator=host)
+
+    assert host.measured == recorded == [fast.arch_id, slow.arch_id]  # one after the other, each once
+    assert done.rounds == 2 and not done.unsettled
+    assert "round 2: 1 candidate(s) now in the top 1 or on the Pareto front" in said[1] and slow.arch_id in said[1]
+    front = pareto_front(cands)
+    assert [c.arch_id for c in front] == [slow.arch_id, fast.arch_id]
+    assert all(c.tags.get("latency_final_pass") == "true" for c in front)
+    assert [c.latency_p50 for c in front] == [0.090, 0.097]
+    assert far.arch_id not in recorded and "latency_final_pass" not in cands[2].tags  # never on the front
+    line = done.summary_line()
+    assert line is not None and "2 candidates" in line and "in 2 rounds" in line
+
+
+def test_the_pass_stops_after_its_last_round_and_says_what_is_left() -> None:
+    archs = _archs(3)
+    # Each re-measurement makes the front's fastest slower than the next, which then joins the front.
+    cands = _searched(archs, [(0.90, 0.10), (0.85, 0.11), (0.80, 0.12)])
+    host = ReplayedHost({archs[0].encode(): [0.20], archs[1].encode(): [0.15], archs[2].encode(): [0.13]})
+    cfg = SearchConfig(target_ms=10.0, latency=LatencyConfig(final_pass_top_k=1))
+    done = run_final_pass(cands, cfg, 10, load_space("tiny"), lambda c, _: None, lambda _: None,
+                          estimator=host, max_rounds=2)
+    assert done.rounds == 2 and host.measured == [archs[0].arch_id, archs[1].arch_id]
+    assert done.unsettled == [cands[2]]
+    line = done.summary_line()
+    assert line is not None and f"After 2 rounds (the most the pass makes) 1 candidate(s) of the top or the front " \
+        f"still carry in-search figures: {archs[2].arch_id}." in line
+    assert "in 1 round" in str(run_final_pass(cands, cfg, 10, load_space("tiny"), lambda c, _: None,
+                                              lambda _: None, estimator=host).summary_line())
