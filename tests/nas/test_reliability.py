@@ -33,11 +33,9 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from nas.adapters.optuna_sampler import ArchSampler
 from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, SearchConfig, TrainConfig
 from nas.core.errors import SearchError
 from nas.core.record import COMPLETED, FAILED, RUNNING
-from nas.core.sampling import Outcome
 from nas.data import Dataset, load_dataset
 from nas.driver import run_search
 from nas.trial.evaluate import TrialContext, evaluate_candidate
@@ -137,38 +135,6 @@ def test_faults_hit_only_their_architectures(data: Dataset) -> None:
     for arch in archs:
         status = _run(arch, _ctx(data, faults="measure@0.5,seed=3", epochs=1))[-1]["status"]
         assert status == (FAILED if arch in hit else COMPLETED)
-
-
-# ---------------------------------------------------------------------- resume: the sampler's history
-
-
-@pytest.mark.parametrize("sampler", ["tpe", "nsga2"])
-def test_replayed_history_equals_the_original_and_is_never_proposed_again(sampler: str) -> None:
-    space = load_space("tiny")
-    first = ArchSampler(space, sampler, seed=0, n_startup_trials=4, population_size=4)
-    outcomes = [Outcome("complete", 0.5 + i / 100, 0.5 + i / 100, 1.0 + i, 1) for i in range(5)]
-    outcomes += [Outcome("fail"), Outcome("pruned", 0.3, 0.3, 2.0, 1)]
-    told = {}
-    for outcome in outcomes:
-        arch = first.ask()
-        assert arch is not None
-        first.tell(arch, outcome)
-        told[arch] = outcome
-
-    resumed = ArchSampler(space, sampler, seed=0, n_startup_trials=4, population_size=4)
-    for arch, outcome in told.items():
-        resumed.replay(arch, outcome)
-
-    def history(s: ArchSampler) -> list[tuple[str, dict[str, Any], str, list[float] | None]]:
-        trials = [t for t in s.study.trials if "arch" in t.user_attrs]
-        return [(t.user_attrs["arch"], t.params, t.state.name, t.values) for t in trials]
-
-    assert history(resumed) == history(first)
-    assert resumed.counts() == first.counts() == {"COMPLETE": 5, "FAIL": 1, "PRUNED": 1}
-    for _ in range(10):  # the sampler goes on from the history, never back to what was evaluated
-        arch = resumed.ask()
-        assert arch is not None and arch not in told
-        resumed.tell(arch, Outcome("complete", 0.1, 0.1, 1.0, 1))
 
 
 # ---------------------------------------------------------------------- searches with injected faults
