@@ -325,8 +325,24 @@ def _descendants(root: int) -> set[_Proc]:
     return {p for p in map(_proc, found) if p is not None}
 
 
+def _running(p: _Proc) -> bool:
+    try:
+        fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # gone (perhaps between two reads)
+        return False
+    return fields[19] == p.started and fields[0] != "Z"
+
+
 def _alive(procs: set[_Proc]) -> set[_Proc]:
-    return {p for p in procs if _proc(p.pid) == p and "Z" not in Path(f"/proc/{p.pid}/stat").read_text().split()[2]}
+    return {p for p in procs if _running(p)}
+
+
+def _wait_until_gone(procs: set[_Proc], timeout: float) -> set[_Proc]:
+    """Wait until every one of ``procs`` has exited (at most ``timeout`` seconds); those still running."""
+    deadline = time.monotonic() + timeout
+    while (alive := _alive(procs)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return alive
 
 
 def _kill(procs: set[_Proc]) -> None:
@@ -438,8 +454,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
         seen |= _descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
         assert proc.wait(timeout=120) == 130
-        time.sleep(2)
-        assert not _alive(seen), "the search left processes running"
+        left = _wait_until_gone(seen, timeout=60)  # Ray's processes end as the driver shuts Ray down
+        assert not left, f"the search left processes running: {sorted(p.pid for p in left)}"
     out = (tmp_path / "driver.log").read_text()
     assert "Interrupted:" in out and "the parent run is KILLED" in out
     given = [a for a in args[3:] if not a.startswith("name=")]
