@@ -13,7 +13,7 @@ from tests.latency_predictor.conftest import run_forked
 Span = tuple[str, float, float]
 
 
-def _train(slot_dir: str, name: str, steps: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def _train(slot_dir: str, name: str, steps: int, out: mp.Queue) -> None:
     spans = []
     for _ in range(steps):
         with device_work("cpu", slot_dir):
@@ -23,14 +23,14 @@ def _train(slot_dir: str, name: str, steps: int, out: mp.Queue) -> None:  # type
     out.put(spans)
 
 
-def _step_together(slot_dir: str, mine: Any, other: Any, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def _step_together(slot_dir: str, mine: Any, other: Any, out: mp.Queue) -> None:
     # Inside a training step, say so and wait for the other trainer to be inside one too.
     with device_work("cpu", slot_dir):
         mine.set()
         out.put(other.wait(timeout=20))
 
 
-def _measure(slot_dir: str, times: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def _measure(slot_dir: str, times: int, out: mp.Queue) -> None:
     spans = []
     for _ in range(times):
         time.sleep(0.05)
@@ -61,6 +61,23 @@ def test_training_steps_of_two_trials_run_at_the_same_time(tmp_path: Path) -> No
     assert met == [True, True], "two training steps of one device could not be inside device_work together"
 
 
+def _work_inside_own_slot(slot_dir: str, out: mp.Queue) -> None:
+    with measurement_slot("cpu", slot_dir) as ticket, device_work("cpu", slot_dir):
+        out.put(("inside both", ticket.path.name))
+    out.put("left both")
+
+
 def test_device_work_inside_own_measurement_slot_does_not_deadlock(tmp_path: Path) -> None:
-    with measurement_slot("cpu", tmp_path), device_work("cpu", tmp_path):
-        pass
+    # In a process of its own, so that a deadlock (a flock that never returns) fails the test at
+    # the bound below and the process can be killed.
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()
+    proc = ctx.Process(target=_work_inside_own_slot, args=(str(tmp_path), out))
+    proc.start()
+    proc.join(timeout=30)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        raise AssertionError("device_work inside the process's own measurement slot was still waiting after 30 s")
+    assert proc.exitcode == 0
+    assert [out.get(timeout=5), out.get(timeout=5)] == [("inside both", "cpu.lock"), "left both"]
