@@ -50,7 +50,7 @@ from nas.adapters.mlflow_reader import (
 )
 from nas.core.errors import TrackingError
 from nas.core.paths import project_home, unwritable
-from nas.core.record import KILLED, Candidate, SearchRecord
+from nas.core.record import KILLED, Candidate, SearchRecord, figure
 
 _MAX_PARAMS, _MAX_TAGS, _MAX_METRICS = 100, 100, 1000
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -123,6 +123,11 @@ def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _metric(key: str, value: float, timestamp: int, step: int) -> Metric:
+    """A metric as LatNAS logs it: rounded as a search records its figures (:func:`~nas.core.record.figure`)."""
+    return Metric(key, figure(float(value)), timestamp, step)
 
 
 class StoreWriter:
@@ -241,10 +246,10 @@ class StoreWriter:
                 "trial_id": cand.trial_id, **cand.tags}
         history_keys = {k for row in cand.history for k in row if k != "epoch"}
         now = _now_ms()
-        metrics = [Metric(k, v, now, 0) for k, v in cand.metrics.items() if k not in history_keys]
+        metrics = [_metric(k, v, now, 0) for k, v in cand.metrics.items() if k not in history_keys]
         for row in cand.history:
             step = int(row["epoch"])
-            metrics += [Metric(k, v, now, step) for k, v in row.items() if k != "epoch"]
+            metrics += [_metric(k, v, now, step) for k, v in row.items() if k != "epoch"]
         with mlflow_errors(lambda: f"cannot record candidate {cand.arch_id} in {self.uri}"):
             run = self.client.create_run(
                 self.experiment_id, start_time=int(cand.start_time * 1000), run_name=candidate_run_name(cand),
@@ -270,7 +275,7 @@ class StoreWriter:
                 if key != "epoch":
                     steps[key] = max(steps.get(key, 0), int(row["epoch"]))
         now = _now_ms()
-        logged = [Metric(k, float(v), now, steps.get(k, 0)) for k, v in metrics.items() if math.isfinite(v)]
+        logged = [_metric(k, float(v), now, steps.get(k, 0)) for k, v in metrics.items() if math.isfinite(v)]
         run_id = cand.run_id
         with mlflow_errors(lambda: f"cannot revise the record of candidate {cand.arch_id} (run {run_id})"):
             self._log(run_id, metrics=logged, tags=tags)
@@ -288,7 +293,7 @@ class StoreWriter:
         """Summary metrics (and tags) on a run."""
         now = _now_ms()
         with mlflow_errors(lambda: f"cannot log the summary of run {run_id}"):
-            self._log(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags or {})
+            self._log(run_id, metrics=[_metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags or {})
 
     def log_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         """Tags on a run."""
@@ -312,7 +317,7 @@ class StoreWriter:
     def log_reference_latencies(self, parent_run_id: str, latencies: Mapping[str, float], device: str) -> None:
         """Record reference networks' p50 latency on a search's parent run (and the device they ran on)."""
         now = _now_ms()
-        metrics = [Metric(f"{REFERENCE_PREFIX}{k}.latency_p50", float(v), now, 0) for k, v in latencies.items()]
+        metrics = [_metric(f"{REFERENCE_PREFIX}{k}.latency_p50", float(v), now, 0) for k, v in latencies.items()]
         with mlflow_errors(lambda: f"cannot log reference latencies on run {parent_run_id}"):
             self.client.log_batch(parent_run_id, metrics=metrics, tags=[RunTag(REFERENCE_DEVICE_TAG, device)])
 
@@ -368,7 +373,7 @@ class StoreWriter:
     def finish_export_run(self, run_id: str, folder: Path, metrics: Mapping[str, float]) -> None:
         """Upload the export folder (as ``export/``), log its figures and close the run."""
         now = _now_ms()
-        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        batch = [_metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
         try:
             self.client.log_artifacts(run_id, str(folder), artifact_path="export")
             self.client.log_batch(run_id, metrics=batch)
@@ -383,7 +388,7 @@ class StoreWriter:
         """Record one optimised variant of an exported candidate as a finished run nested under its export run
         (``latnas.role=optimized``), ``FAILED`` when it failed its regression check; returns the run id."""
         now = _now_ms()
-        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        batch = [_metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
         all_tags = {ROLE_TAG: "optimized", PARENT_TAG: export_run_id, **tags}
         try:
             run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
@@ -407,8 +412,8 @@ class StoreWriter:
 
         ``history``: rows of per-epoch figures, each with its ``epoch`` (the metric's step)."""
         now = _now_ms()
-        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
-        batch += [Metric(k, float(v), now, int(row["epoch"])) for row in history for k, v in row.items()
+        batch = [_metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        batch += [_metric(k, float(v), now, int(row["epoch"])) for row in history for k, v in row.items()
                   if k != "epoch" and isinstance(v, int | float) and math.isfinite(float(v))]
         try:
             run = self.client.create_run(self.experiment_id, run_name=name, tags={ROLE_TAG: role, **(tags or {})})

@@ -18,7 +18,7 @@ from latency_predictor import MeasurementError
 from latency_predictor.backends import make_estimator
 from nas.core.config import LatencyConfig, SearchConfig
 from nas.core.objective import Objective
-from nas.core.record import COMPLETED, FAILED, Candidate, rank
+from nas.core.record import COMPLETED, FAILED, Candidate, figure, rank
 from nas.core.reward import squared_penalty
 from nas.core.table import format_table
 from nas.driver.final_pass import apply, measuring_estimator, select
@@ -64,11 +64,12 @@ def test_a_re_measurement_replaces_the_figures_and_keeps_the_search_ones() -> No
     cand.metrics["reward"] = squared_penalty(0.8, result.latency_ms * 3, target)
     before = dict(cand.metrics)
     changed = apply(cand, result, Objective(target))
-    assert cand.latency_p50 == result.latency_ms == changed["latency_p50"] == cand.metrics["latency_ms"]
-    assert cand.metrics["latency_p99"] == result.stats.p99
+    # the re-measured figures, recorded as a search records figures (5 significant digits)
+    assert cand.latency_p50 == figure(result.latency_ms) == changed["latency_p50"] == cand.metrics["latency_ms"]
+    assert cand.metrics["latency_p99"] == figure(result.stats.p99)
     assert cand.meets_target is True and cand.reward == pytest.approx(0.8)  # target met now: reward = accuracy
-    assert changed["latency_in_search_p50"] == before["latency_p50"]
-    assert changed["reward_in_search"] == before["reward"] < cand.reward
+    assert changed["latency_in_search_p50"] == figure(before["latency_p50"])
+    assert changed["reward_in_search"] == figure(before["reward"]) < cand.reward
     assert cand.tags["latency_final_pass"] == "true"
     table = format_table(rank([cand]))
     assert "in_search_p50" in table and "(final pass)" in table
@@ -95,8 +96,9 @@ def test_a_p99_target_is_judged_on_the_re_measured_p99() -> None:
     cand = _cand(0, 0.8, 5.0, latency_target_stat="p99")
     target = result.stats.p50 * 1.001  # met by the median, not by the tail
     apply(cand, result, Objective(target, stat="p99"))
-    assert cand.latency_objective == result.stats.p99 and cand.metrics["latency_p95"] == result.stats.p95
-    assert cand.reward == squared_penalty(0.8, result.stats.p99, target)
+    assert cand.latency_objective == figure(result.stats.p99)
+    assert cand.metrics["latency_p95"] == figure(result.stats.p95)
+    assert cand.reward == figure(squared_penalty(0.8, result.stats.p99, target))
     assert cand.meets_target == (result.stats.p99 <= target)  # judged on the p99
     few = make_estimator("onnxruntime", input_shape=(1, 3, 16, 16), num_classes=10, slot=False, measure=QUICK)
     with pytest.raises(MeasurementError, match="needs at least 1000"):
