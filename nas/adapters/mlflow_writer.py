@@ -59,15 +59,16 @@ _MAX_PARAM_LEN = 6000
 
 
 def candidate_run_name(cand: Candidate) -> str:
-    """A candidate run's name that says what it is at a glance in MLflow's run list, e.g.
-    ``3f2a9c1d0b7e acc 0.912, 12.31 ms, meets target`` (the arch_id is also the param ``arch_id``)."""
+    """A candidate run's name that says what it is at a glance in MLflow's run list and charts, short
+    enough for the run-name column: ``3f2a9c1d0b7e acc 0.912 12.31 ms ✓`` (✓ meets the target, ✗
+    misses it; the arch_id is also the param ``arch_id``)."""
     if cand.status == "FAILED":
         return f"{cand.arch_id} failed: {cand.tags.get('failure_type', 'error')}"
     est = cand.tags.get("accuracy_estimator", "train")
     figure = f"acc {cand.accuracy:.3f}" if est == "train" else f"{est} {cand.accuracy:.4g}"
-    meets = {True: ", meets target", False: ", misses target", None: ""}[cand.meets_target]
-    pruned = f", pruned at epoch {int(cand.metric('epochs_completed'))}" if cand.status == "PRUNED" else ""
-    return f"{cand.arch_id} {figure}, {cand.latency_p50:.2f} ms{meets}{pruned}"
+    meets = {True: " ✓", False: " ✗", None: ""}[cand.meets_target]
+    pruned = f" pruned ep {int(cand.metric('epochs_completed'))}" if cand.status == "PRUNED" else ""
+    return f"{cand.arch_id} {figure} {cand.latency_p50:.2f} ms{meets}{pruned}"
 
 
 def check_reachable(uri: str) -> None:

@@ -125,10 +125,10 @@ def test_a_revised_candidate_is_renamed_after_its_new_verdict(tmp_path: Path) ->
     parent = writer.start_search("s", {}, {})
     cand = _cand(0, 0.9, 5.0)  # meets the 10 ms target in the search
     cand.run_id = writer.log_candidate(parent, cand, "s")
-    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("5.00 ms, meets target")
+    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("5.00 ms ✓")
     cand.metrics.update(latency_p50=12.0, meets_target=0.0)  # the final pass measured it slower
     writer.log_revised(cand, {"latency_p50": 12.0, "meets_target": 0.0}, {})
-    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("12.00 ms, misses target")
+    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("12.00 ms ✗")
 
 
 def test_in_search_figures_are_marked_alike_in_the_table_csv_and_json() -> None:

@@ -1,12 +1,12 @@
 """What the search's MLflow record looks like in MLflow's UI: figures recorded at a precision that
-reads in its table and charts."""
+reads in its table and charts, candidate runs named short enough for its run-name column."""
 
 from __future__ import annotations
 
 import pytest
 from mlflow import MlflowClient
 
-from nas.adapters.mlflow_writer import StoreWriter
+from nas.adapters.mlflow_writer import StoreWriter, candidate_run_name
 from nas.core.record import COMPLETED, Candidate, figure
 
 
@@ -33,3 +33,8 @@ def test_figures_are_recorded_with_five_significant_digits(uri: str) -> None:
     run = MlflowClient(uri).get_run(writer.log_candidate(parent, _cand(0, 0.912345678, 0.679177999), "s"))
     assert run.data.metrics["accuracy"] == 0.91235 and run.data.metrics["latency_p50"] == 0.67918
     assert run.data.metrics["params"] == 36686.0
+
+
+def test_a_candidates_name_is_short_and_says_what_it_is() -> None:
+    assert candidate_run_name(_cand(0, 0.912, 9.87)) == "000000000000 acc 0.912 9.87 ms ✓"  # meets the target
+    assert candidate_run_name(_cand(1, 0.5, 11.0)) == "000000000001 acc 0.500 11.00 ms ✗"  # misses it

@@ -73,9 +73,9 @@ def test_four_trial_search_is_recorded_faithfully(tmp_path: Path, capsys: pytest
             assert key in d.metrics, key
         arch = Arch.decode(d.params["arch"])
         assert d.params["arch_id"] == arch.arch_id
-        # The run's name says what it is in the UI's list: "<arch_id> acc 0.xxx, 1.23 ms, meets target".
-        assert child.info.run_name.startswith(f"{arch.arch_id} acc {d.metrics['accuracy']:.3f}, ")
-        assert child.info.run_name.endswith("meets target" if d.metrics["meets_target"] else "misses target")
+        # The run's name says what it is in the UI's list: "<arch_id> acc 0.xxx 1.23 ms ✓" (✗: misses the target).
+        assert child.info.run_name.startswith(f"{arch.arch_id} acc {d.metrics['accuracy']:.3f} ")
+        assert child.info.run_name.endswith(" ms ✓" if d.metrics["meets_target"] else " ms ✗")
         decisions = {k: v for k, v in d.params.items() if k in space_decisions}
         assert set(decisions) == set(space.to_decisions(arch))
         assert space.from_decisions({k: type(space.to_decisions(arch)[k])(v) for k, v in decisions.items()}) == arch
