@@ -18,6 +18,7 @@ driver was writing when it died ``KILLED``, and hands back the finished candidat
 from __future__ import annotations
 
 import fcntl
+import json
 import math
 import os
 import socket
@@ -50,24 +51,80 @@ from nas.adapters.mlflow_reader import (
 )
 from nas.core.errors import TrackingError
 from nas.core.paths import project_home, unwritable
-from nas.core.record import KILLED, Candidate, SearchRecord
+from nas.core.record import KILLED, Candidate, SearchRecord, figure
 
 _MAX_PARAMS, _MAX_TAGS, _MAX_METRICS = 100, 100, 1000
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_DEVELOPMENT = "custom_model_development"
 _MAX_PARAM_LEN = 6000
 
+# What MLflow 3.17's UI reads (names found in its bundle, mlflow/server/js/build): the runs page's
+# model-training switch, a saved view of the runs page (one experiment tag per view, opened by the
+# view's key in the link), and the chart ("compare") mode of the same page.
+WORKFLOW_PARAM, MACHINE_LEARNING = "workflowType", "machine_learning"
+VIEW_PARAM = "viewStateShareKey"
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+COMPARE_MODE_PARAM, CHART_MODE = "compareRunsMode", "CHART"
+_VIEW_KEY_PREFIX = "latnas-"
+MAX_SEARCH_VIEWS = 20
+"""Saved views LatNAS keeps in an experiment, one per recent search (MLflow's UI saves no more
+than 40 views per experiment, so the user keeps room for theirs)."""
+TABLE_METRICS = ("reward", "accuracy", "latency_p50", "meets_target", "params")
+"""The candidates' figures the runs table of a search's view shows as columns, in this order."""
+_COLUMN_WIDTHS = {"attributes.`Run Name`": 270, "runDateAndNestInfo": 130, "metrics.`reward`": 80,
+                  "metrics.`accuracy`": 80, "metrics.`latency_p50`": 95, "metrics.`meets_target`": 105,
+                  "metrics.`params`": 75}
+"""Pixels: the run names and the five figures fit beside MLflow's side bars in a 1600 px window."""
+
 
 def candidate_run_name(cand: Candidate) -> str:
-    """A candidate run's name that says what it is at a glance in MLflow's run list, e.g.
-    ``3f2a9c1d0b7e acc 0.912, 12.31 ms, meets target`` (the arch_id is also the param ``arch_id``)."""
+    """A candidate run's name that says what it is at a glance in MLflow's run list and charts, short
+    enough for the run-name column: ``3f2a9c1d0b7e acc 0.912 12.31 ms ✓`` (✓ meets the target, ✗
+    misses it; the arch_id is also the param ``arch_id``)."""
     if cand.status == "FAILED":
         return f"{cand.arch_id} failed: {cand.tags.get('failure_type', 'error')}"
     est = cand.tags.get("accuracy_estimator", "train")
     figure = f"acc {cand.accuracy:.3f}" if est == "train" else f"{est} {cand.accuracy:.4g}"
-    meets = {True: ", meets target", False: ", misses target", None: ""}[cand.meets_target]
-    pruned = f", pruned at epoch {int(cand.metric('epochs_completed'))}" if cand.status == "PRUNED" else ""
-    return f"{cand.arch_id} {figure}, {cand.latency_p50:.2f} ms{meets}{pruned}"
+    meets = {True: " ✓", False: " ✗", None: ""}[cand.meets_target]
+    pruned = f" pruned ep {int(cand.metric('epochs_completed'))}" if cand.status == "PRUNED" else ""
+    return f"{cand.arch_id} {figure} {cand.latency_p50:.2f} ms{meets}{pruned}"
+
+
+def view_key(parent_run_id: str) -> str:
+    """The key of a search's saved view in MLflow's UI (the link's ``viewStateShareKey``)."""
+    return f"{_VIEW_KEY_PREFIX}{parent_run_id}"
+
+
+def search_facets(parent_run_id: str) -> dict[str, Any]:
+    """The runs page's filter and sort for one search's candidates, best reward first, in the
+    names and forms MLflow's UI keeps them (the link's parameters, or a saved view's)."""
+    return {"searchFilter": f"tags.`{PARENT_TAG}` = '{parent_run_id}'", "orderByKey": "metrics.`reward`",
+            "orderByAsc": False}
+
+
+def search_view(parent_run_id: str) -> dict[str, Any]:
+    """The state of MLflow's runs page for one search, as its UI saves a view: the search's
+    candidates best reward first, :data:`TABLE_METRICS` as columns, and in chart mode the
+    reward and the accuracy against latency p50 before MLflow's one chart per metric."""
+    columns = [f"metrics.`{k}`" for k in TABLE_METRICS]
+    section = f"{_VIEW_KEY_PREFIX}{parent_run_id}-latency"
+    charts = [
+        {"uuid": f"{section}-{y}", "type": "SCATTER", "runsCountToCompare": 100, "metricSectionId": section,
+         "deleted": False, "isGenerated": False, "xaxis": {"key": "latency_p50", "type": "METRIC"},
+         "yaxis": {"key": y, "type": "METRIC"}}
+        for y in ("reward", "accuracy")
+    ]
+    return {
+        **search_facets(parent_run_id),
+        "selectedColumns": columns,
+        "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", *columns],
+        "columnWidths": _COLUMN_WIDTHS,
+        "runsHiddenMode": "SHOW_ALL",
+        "compareRunCharts": charts,
+        "compareRunSections": [{"uuid": section, "name": "vs latency", "display": True,
+                                "isReordered": False, "deleted": False, "isGenerated": False}],
+        "isAccordionReordered": True,
+    }
 
 
 def check_reachable(uri: str) -> None:
@@ -125,6 +182,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _metric(key: str, value: float, timestamp: int, step: int) -> Metric:
+    """A metric as LatNAS logs it: rounded as a search records its figures (:func:`~nas.core.record.figure`)."""
+    return Metric(key, figure(float(value)), timestamp, step)
+
+
 class StoreWriter:
     """Writes LatNAS's records to one experiment of an MLflow tracking store.
 
@@ -180,20 +242,52 @@ class StoreWriter:
         """The command that opens this store in the MLflow UI, bound to localhost."""
         return f"mlflow ui --backend-store-uri {self.uri} --host 127.0.0.1"
 
-    def ui_link(self, parent_run_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    def ui_link(self, parent_run_id: str, base: str = "http://127.0.0.1:5000", charts: bool = False) -> str:
         """The MLflow UI's page of one search's candidates, best reward first.
 
         MLflow 3's UI keeps one GenAI / model-training switch for every experiment (GenAI unless
         the browser has chosen otherwise) and, with it, ignores the experiment's kind tag: the
         ``workflowType`` parameter is what opens the runs table rather than the traces overview.
+        A search saved as a view (:meth:`save_search_view`) is opened by its key: the table then
+        shows the candidates' figures as columns, and ``charts=True`` opens the same page in its
+        chart mode, reward and accuracy against latency first. A search without a view (from an
+        older LatNAS, or one of the oldest in the experiment) gets the filter and the sort in the
+        link, and MLflow's default columns.
         """
-        query = urllib.parse.urlencode({
-            "workflowType": "machine_learning",
-            "orderByKey": "metrics.`reward`",
-            "orderByAsc": "false",
-            "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
-        }, quote_via=urllib.parse.quote)
-        return f"{base}/#/experiments/{self.experiment_id}/runs?{query}"
+        query: dict[str, str] = {WORKFLOW_PARAM: MACHINE_LEARNING}
+        key = view_key(parent_run_id)
+        with mlflow_errors(lambda: f"cannot read experiment {self.experiment!r} in {self.uri}"):
+            exp = self.client.get_experiment(self.experiment_id)
+        if VIEW_TAG_PREFIX + key in exp.tags:
+            # Any filter or sort in the link would make the UI ignore the view: the view holds them.
+            query[VIEW_PARAM] = key
+        else:
+            query.update({k: str(v).lower() if isinstance(v, bool) else str(v)
+                          for k, v in search_facets(parent_run_id).items()})
+        if charts:
+            query[COMPARE_MODE_PARAM] = CHART_MODE
+        encoded = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+        return f"{base}/#/experiments/{self.experiment_id}/runs?{encoded}"
+
+    def save_search_view(self, parent_run_id: str, name: str) -> None:
+        """Save the runs page of one search as a view of the experiment, as MLflow's "Save view"
+        does (:func:`search_view`), and forget the views of all but the newest
+        :data:`MAX_SEARCH_VIEWS` searches (views the user saved are left alone)."""
+        now = _now_ms()
+        envelope = {"name": f"{name}: candidates by reward", "createdAt": now, "updatedAt": now,
+                    "state": json.dumps(search_view(parent_run_id))}
+        with mlflow_errors(lambda: f"cannot save the search's view in experiment {self.experiment!r}"):
+            self.client.set_experiment_tag(self.experiment_id, VIEW_TAG_PREFIX + view_key(parent_run_id),
+                                           json.dumps(envelope))
+            ours: list[tuple[float, str]] = []
+            for tag, value in self.client.get_experiment(self.experiment_id).tags.items():
+                if tag.startswith(VIEW_TAG_PREFIX + _VIEW_KEY_PREFIX):
+                    try:
+                        ours.append((float(json.loads(value)["createdAt"]), tag))
+                    except (ValueError, KeyError, TypeError):
+                        ours.append((0.0, tag))
+            for _, tag in sorted(ours, reverse=True)[MAX_SEARCH_VIEWS:]:
+                self.client.delete_experiment_tag(self.experiment_id, tag)
 
     # ------------------------------------------------------------------ a search
     def start_search(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
@@ -203,6 +297,7 @@ class StoreWriter:
                 self.experiment_id, run_name=name, tags={ROLE_TAG: "search", SEARCH_TAG: name, **tags}
             )
             self._log(run.info.run_id, params=params)
+        self.save_search_view(run.info.run_id, name)
         return str(run.info.run_id)
 
     def resume_search(self, parent: SearchRecord, tags: Mapping[str, str]) -> tuple[list[Candidate], int]:
@@ -233,6 +328,7 @@ class StoreWriter:
                     stale += 1
                 elif run.tags.get("status") in ("COMPLETED", "PRUNED", "FAILED") and "arch" in run.params:
                     finished.setdefault(run.params["arch"], candidate_from_run(run))
+        self.save_search_view(parent.run_id, parent.name)
         return list(finished.values()), stale
 
     def log_candidate(self, parent_run_id: str, cand: Candidate, search_name: str) -> str:
@@ -241,10 +337,10 @@ class StoreWriter:
                 "trial_id": cand.trial_id, **cand.tags}
         history_keys = {k for row in cand.history for k in row if k != "epoch"}
         now = _now_ms()
-        metrics = [Metric(k, v, now, 0) for k, v in cand.metrics.items() if k not in history_keys]
+        metrics = [_metric(k, v, now, 0) for k, v in cand.metrics.items() if k not in history_keys]
         for row in cand.history:
             step = int(row["epoch"])
-            metrics += [Metric(k, v, now, step) for k, v in row.items() if k != "epoch"]
+            metrics += [_metric(k, v, now, step) for k, v in row.items() if k != "epoch"]
         with mlflow_errors(lambda: f"cannot record candidate {cand.arch_id} in {self.uri}"):
             run = self.client.create_run(
                 self.experiment_id, start_time=int(cand.start_time * 1000), run_name=candidate_run_name(cand),
@@ -270,7 +366,7 @@ class StoreWriter:
                 if key != "epoch":
                     steps[key] = max(steps.get(key, 0), int(row["epoch"]))
         now = _now_ms()
-        logged = [Metric(k, float(v), now, steps.get(k, 0)) for k, v in metrics.items() if math.isfinite(v)]
+        logged = [_metric(k, float(v), now, steps.get(k, 0)) for k, v in metrics.items() if math.isfinite(v)]
         run_id = cand.run_id
         with mlflow_errors(lambda: f"cannot revise the record of candidate {cand.arch_id} (run {run_id})"):
             self._log(run_id, metrics=logged, tags=tags)
@@ -288,7 +384,7 @@ class StoreWriter:
         """Summary metrics (and tags) on a run."""
         now = _now_ms()
         with mlflow_errors(lambda: f"cannot log the summary of run {run_id}"):
-            self._log(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags or {})
+            self._log(run_id, metrics=[_metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags or {})
 
     def log_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         """Tags on a run."""
@@ -312,7 +408,7 @@ class StoreWriter:
     def log_reference_latencies(self, parent_run_id: str, latencies: Mapping[str, float], device: str) -> None:
         """Record reference networks' p50 latency on a search's parent run (and the device they ran on)."""
         now = _now_ms()
-        metrics = [Metric(f"{REFERENCE_PREFIX}{k}.latency_p50", float(v), now, 0) for k, v in latencies.items()]
+        metrics = [_metric(f"{REFERENCE_PREFIX}{k}.latency_p50", float(v), now, 0) for k, v in latencies.items()]
         with mlflow_errors(lambda: f"cannot log reference latencies on run {parent_run_id}"):
             self.client.log_batch(parent_run_id, metrics=metrics, tags=[RunTag(REFERENCE_DEVICE_TAG, device)])
 
@@ -368,7 +464,7 @@ class StoreWriter:
     def finish_export_run(self, run_id: str, folder: Path, metrics: Mapping[str, float]) -> None:
         """Upload the export folder (as ``export/``), log its figures and close the run."""
         now = _now_ms()
-        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        batch = [_metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
         try:
             self.client.log_artifacts(run_id, str(folder), artifact_path="export")
             self.client.log_batch(run_id, metrics=batch)
@@ -383,7 +479,7 @@ class StoreWriter:
         """Record one optimised variant of an exported candidate as a finished run nested under its export run
         (``latnas.role=optimized``), ``FAILED`` when it failed its regression check; returns the run id."""
         now = _now_ms()
-        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        batch = [_metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
         all_tags = {ROLE_TAG: "optimized", PARENT_TAG: export_run_id, **tags}
         try:
             run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
@@ -407,8 +503,8 @@ class StoreWriter:
 
         ``history``: rows of per-epoch figures, each with its ``epoch`` (the metric's step)."""
         now = _now_ms()
-        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
-        batch += [Metric(k, float(v), now, int(row["epoch"])) for row in history for k, v in row.items()
+        batch = [_metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        batch += [_metric(k, float(v), now, int(row["epoch"])) for row in history for k, v in row.items()
                   if k != "epoch" and isinstance(v, int | float) and math.isfinite(float(v))]
         try:
             run = self.client.create_run(self.experiment_id, run_name=name, tags={ROLE_TAG: role, **(tags or {})})

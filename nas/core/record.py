@@ -231,11 +231,25 @@ class SearchRecord:
     tags: dict[str, str] = field(default_factory=dict)
 
 
+FIGURE_DIGITS = 5
+"""Significant digits a candidate's figures are recorded with: finer than any measurement or
+validation set resolves (an accuracy on up to 100,000 images stays exact, a latency keeps its
+microseconds), short enough to read in MLflow's table and charts."""
+
+
+def figure(v: float) -> float:
+    """``v`` as a search records it: :data:`FIGURE_DIGITS` significant digits, the whole part of a
+    larger number kept whole (a count, a time stamp); zero and non-finite values unchanged."""
+    if v == 0 or not math.isfinite(v) or float(v).is_integer():
+        return v
+    return round(v, max(0, FIGURE_DIGITS - 1 - math.floor(math.log10(abs(v)))))
+
+
 def _num(v: Any) -> float | None:
     if isinstance(v, bool):
         return 1.0 if v else 0.0
     if isinstance(v, int | float) and math.isfinite(v):
-        return float(v)
+        return figure(float(v))
     return None
 
 

@@ -38,7 +38,7 @@ from latency_predictor.protocol import LatencyStats
 from latency_predictor.statistic import check_runs
 from nas.core.config import SearchConfig
 from nas.core.objective import Objective
-from nas.core.record import FINAL_PASS_TAG, Candidate, pareto_front, rank
+from nas.core.record import FINAL_PASS_TAG, Candidate, figure, pareto_front, rank
 from nas.trial.evaluate import latency_estimator, with_preprocessing
 from search_spaces import Arch, SearchSpace
 
@@ -164,6 +164,7 @@ def apply(cand: Candidate, result: LatencyResult, objective: Objective) -> dict[
     if "preprocessing" in result.extra:
         new.update(latency_model_p50=result.extra["model_stats"]["p50"],
                    latency_preprocessing_p50=result.extra["preprocessing"]["p50"])
+    new = {k: figure(float(v)) for k, v in new.items()}
     cand.metrics.update(new)
     cand.tags[FINAL_PASS_TAG] = "true"
     if cand.tags.get("latency_source") == "predicted":

@@ -606,6 +606,7 @@ def _print_summary(
         f"  Ray Tune {result.ray_experiment_path}",
         f"Open in the MLflow UI: {writer.ui_command()}",
         f"  then its candidates, best reward first: {writer.ui_link(result.parent_run_id)}",
+        f"  reward and accuracy against latency:     {writer.ui_link(result.parent_run_id, charts=True)}",
     ]
     text = "\n".join(lines)
     print(text, flush=True)

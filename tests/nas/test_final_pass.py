@@ -21,7 +21,7 @@ from latency_predictor.backends import make_estimator
 from latency_predictor.protocol import LatencyStats
 from nas.core.config import LatencyConfig, SearchConfig
 from nas.core.objective import Objective
-from nas.core.record import COMPLETED, FAILED, Candidate, pareto_front, rank
+from nas.core.record import COMPLETED, FAILED, Candidate, figure, pareto_front, rank
 from nas.core.reward import squared_penalty
 from nas.core.table import format_table
 from nas.driver.final_pass import apply, measuring_estimator, run_final_pass, select
@@ -67,11 +67,12 @@ def test_a_re_measurement_replaces_the_figures_and_keeps_the_search_ones() -> No
     cand.metrics["reward"] = squared_penalty(0.8, result.latency_ms * 3, target)
     before = dict(cand.metrics)
     changed = apply(cand, result, Objective(target))
-    assert cand.latency_p50 == result.latency_ms == changed["latency_p50"] == cand.metrics["latency_ms"]
-    assert cand.metrics["latency_p99"] == result.stats.p99
+    # the re-measured figures, recorded as a search records figures (5 significant digits)
+    assert cand.latency_p50 == figure(result.latency_ms) == changed["latency_p50"] == cand.metrics["latency_ms"]
+    assert cand.metrics["latency_p99"] == figure(result.stats.p99)
     assert cand.meets_target is True and cand.reward == pytest.approx(0.8)  # target met now: reward = accuracy
-    assert changed["latency_in_search_p50"] == before["latency_p50"]
-    assert changed["reward_in_search"] == before["reward"] < cand.reward
+    assert changed["latency_in_search_p50"] == figure(before["latency_p50"])
+    assert changed["reward_in_search"] == figure(before["reward"]) < cand.reward
     assert cand.tags["latency_final_pass"] == "true"
     table = format_table(rank([cand]))
     assert "in_search_p50" in table and "(final pass)" in table
@@ -98,8 +99,9 @@ def test_a_p99_target_is_judged_on_the_re_measured_p99() -> None:
     cand = _cand(0, 0.8, 5.0, latency_target_stat="p99")
     target = result.stats.p50 * 1.001  # met by the median, not by the tail
     apply(cand, result, Objective(target, stat="p99"))
-    assert cand.latency_objective == result.stats.p99 and cand.metrics["latency_p95"] == result.stats.p95
-    assert cand.reward == squared_penalty(0.8, result.stats.p99, target)
+    assert cand.latency_objective == figure(result.stats.p99)
+    assert cand.metrics["latency_p95"] == figure(result.stats.p95)
+    assert cand.reward == figure(squared_penalty(0.8, result.stats.p99, target))
     assert cand.meets_target == (result.stats.p99 <= target)  # judged on the p99
     few = make_estimator("onnxruntime", input_shape=(1, 3, 16, 16), num_classes=10, slot=False, measure=QUICK)
     with pytest.raises(MeasurementError, match="needs at least 1000"):
@@ -126,10 +128,10 @@ def test_a_revised_candidate_is_renamed_after_its_new_verdict(tmp_path: Path) ->
     parent = writer.start_search("s", {}, {})
     cand = _cand(0, 0.9, 5.0)  # meets the 10 ms target in the search
     cand.run_id = writer.log_candidate(parent, cand, "s")
-    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("5.00 ms, meets target")
+    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("5.00 ms ✓")
     cand.metrics.update(latency_p50=12.0, meets_target=0.0)  # the final pass measured it slower
     writer.log_revised(cand, {"latency_p50": 12.0, "meets_target": 0.0}, {})
-    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("12.00 ms, misses target")
+    assert MlflowClient(uri).get_run(cand.run_id).info.run_name.endswith("12.00 ms ✗")
 
 
 def test_in_search_figures_are_marked_alike_in_the_table_csv_and_json() -> None:

@@ -12,7 +12,7 @@ import pytest
 from latency_predictor import ConfigError as LatencyConfigError
 from latency_predictor import LatencyResult
 from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, TrainConfig
-from nas.core.record import COMPLETED, candidate_from_reports
+from nas.core.record import COMPLETED, candidate_from_reports, figure
 from nas.core.reward import squared_penalty
 from nas.data import Dataset, load_dataset
 from nas.driver import run_search
@@ -51,7 +51,7 @@ def test_an_int8_trial_times_int8_and_rewards_the_accuracy_after_quantisation(da
     assert last["reward"] == squared_penalty(last["accuracy"], last["latency_ms"], 0.5)
     cand = candidate_from_reports("t0", arch, reports, {}, 0.0, 1.0)  # what the search records
     assert cand.tags["latency_precision"] == "int8" and cand.tags["accuracy_precision"] == "int8"
-    assert cand.metrics["accuracy_fp32"] == last["accuracy_fp32"]
+    assert cand.metrics["accuracy_fp32"] == figure(last["accuracy_fp32"])  # recorded with 5 significant digits
 
 
 def test_an_fp32_trial_says_its_accuracy_is_fp32(data: Dataset) -> None:
