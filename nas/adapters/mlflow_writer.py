@@ -17,6 +17,7 @@ driver was writing when it died ``KILLED``, and hands back the finished candidat
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import math
 import os
@@ -47,8 +48,9 @@ from nas.adapters.mlflow_reader import (
     mlflow_errors,
     quiet_mlflow,
     sqlite_path,
+    tracking_error,
 )
-from nas.core.errors import TrackingError
+from nas.core.errors import StoreFullError, TrackingError
 from nas.core.paths import project_home, unwritable
 from nas.core.record import KILLED, Candidate, SearchRecord
 
@@ -300,8 +302,11 @@ class StoreWriter:
         for p in paths:
             try:
                 self.client.log_artifact(run_id, str(p), artifact_path=artifact_path)
-            except (MlflowException, OSError) as err:
-                raise TrackingError(f"cannot log {p.name} on run {run_id}: {err}") from None
+            except MlflowException as err:
+                raise tracking_error(f"cannot log {p.name} on run {run_id}", err) from None
+            except OSError as err:
+                kind = StoreFullError if err.errno == errno.ENOSPC else TrackingError
+                raise kind(f"cannot log {p.name} on run {run_id}: {err.strerror or err}") from None
 
     def end_run(self, run_id: str, status: str) -> None:
         """End a run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``)."""
