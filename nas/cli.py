@@ -285,11 +285,11 @@ def _typed(dcfg: DictConfig, kind: type[T]) -> T:
 
 
 def _run_or_exit(fn: Callable[[], Any]) -> Any:
-    """Call ``fn``; a user error prints one line and exits with status 2."""
+    """Call ``fn``; a user error prints one line (with the notes added to it on its way up) and exits with status 2."""
     try:
         return fn()
     except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
+        print("error: " + "; ".join([str(err), *getattr(err, "__notes__", [])]), file=sys.stderr)
         sys.exit(2)
 
 

@@ -52,7 +52,7 @@ from nas.adapters.mlflow_reader import (
 )
 from nas.core.errors import StoreFullError, TrackingError
 from nas.core.paths import project_home, unwritable
-from nas.core.record import KILLED, Candidate, SearchRecord
+from nas.core.record import KILLED, STOP_REASON_TAG, Candidate, SearchRecord
 
 _MAX_PARAMS, _MAX_TAGS, _MAX_METRICS = 100, 100, 1000
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -223,6 +223,8 @@ class StoreWriter:
         stale = 0
         with mlflow_errors(lambda: f"cannot resume the search in {self.uri}"):
             self.client.update_run(parent.run_id, status="RUNNING")
+            if STOP_REASON_TAG in parent.tags:  # what stopped the last run no longer holds
+                self.client.delete_tag(parent.run_id, STOP_REASON_TAG)
             self._log(parent.run_id, tags=tags)
             for run in sorted(self.reader().candidate_runs(parent.run_id), key=lambda r: r.start_time):
                 if run.status == "RUNNING":

@@ -102,6 +102,13 @@ _NOISY_LOGGERS = (
     "ray._private.authentication.authentication_token_setup",  # "token authentication is enabled" on every start
     "ray.tune.analysis.experiment_analysis",  # "failed to fetch metrics": per-trial files are off on purpose
 )
+_STATE_LOGGERS = (
+    # Ray Tune's snapshot of the experiment, copied to its folder under the search's output folder.
+    # A search resumes from its MLflow record, never from this snapshot, so a failed copy (a full
+    # disk) loses nothing; the driver's own writes to that disk fail too and say so in one line.
+    "ray.tune.execution.experiment_state",
+    "ray.train._internal.syncer",
+)
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +253,8 @@ def connect(cfg: RayConfig) -> Cluster:
     """
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    for name in _STATE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     started = joined = False
     target, source = _target(cfg)
     if target is not None:
@@ -455,6 +464,7 @@ class _RecordCallback(tune.Callback):
         self._start: dict[str, float] = {}
         self._retries: dict[str, int] = {}
         self.crashes: list[str] = []
+        self.record_error: Exception | None = None
         self.n_records = 0
         self.n_retries = 0
         self.interrupted = False
@@ -489,12 +499,19 @@ class _RecordCallback(tune.Callback):
         # The process died and Ray Tune starts the trial again from the beginning: what the lost
         # attempt reported is discarded, so the record holds one attempt.
         _forget_pickled_error(trial)
+        exception = _failure_in_hand()
+        if not process_died(exception):
+            # Not a death (an exception in Ray's wrapper or in a driver-side hook): a bug, which a
+            # retry would only repeat. The stopper ends the experiment and the driver raises it.
+            self.crashes.append(f"trial {trial.trial_id} ({trial.config.get('arch')}):\n"
+                                f"{_error_text(trial, exception)}")
+            return
         self._results.pop(trial.trial_id, None)
         n = self._retries[trial.trial_id] = self._retries.get(trial.trial_id, 0) + 1
         self.n_retries += 1
         log.warning(
             "trial %s (%s): its process died (%s); starting it again (retry %d of %d)", trial.trial_id,
-            trial.config.get("arch"), _first_sentence(_last_line(_error_text(trial, _failure_in_hand()))), n,
+            trial.config.get("arch"), _first_sentence(_last_line(_error_text(trial, exception))), n,
             self._max_retries,
         )
 
@@ -527,14 +544,25 @@ class _RecordCallback(tune.Callback):
         results = self._results.pop(trial.trial_id, [])
         start = self._start.pop(trial.trial_id, time.time())
         decisions = self._searcher.sampler.decisions(arch) if arch else {}
-        self.n_records += 1
         cand = candidate_from_reports(trial.trial_id, arch, results, decisions, start, time.time(), error, error_type)
         cand.metrics["retries"] = float(self._retries.pop(trial.trial_id, 0))
-        self._on_record(cand)
+        if self.record_error is not None:  # the record cannot be written: nothing more is tried
+            return
+        try:
+            self._on_record(cand)
+        except Exception as err:  # raised by run_trials once Ray Tune has stopped (see below)
+            # Raised here, inside a Ray Tune hook, it would be taken for the trial's own failure
+            # ("Error stopping trial"), its traceback printed and the trial run again as if its
+            # process had died. Kept instead: the stopper ends the experiment at once, and
+            # run_trials raises it as it was (a TrackingError says in one line what failed).
+            self.record_error = err
+            return
+        self.n_records += 1
 
 
 class _CrashStopper(tune.Stopper):
-    """Ends the experiment once a trial has crashed (a bug: the driver raises after recording)."""
+    """Ends the experiment once a trial has crashed (a bug: the driver raises after recording) or
+    the record of a trial could not be written (the driver raises that error)."""
 
     def __init__(self, callback: _RecordCallback) -> None:
         self._callback = callback
@@ -543,7 +571,7 @@ class _CrashStopper(tune.Stopper):
         return False
 
     def stop_all(self) -> bool:
-        return bool(self._callback.crashes)
+        return bool(self._callback.crashes) or self._callback.record_error is not None
 
 
 def _last_line(text: str) -> str:
@@ -728,6 +756,8 @@ def run_trials(
     finally:
         _restore_sigint(sigint)  # Ray Tune leaves its own handler (and so ours) installed
     wall = time.perf_counter() - t0
+    if callback.record_error is not None:
+        raise callback.record_error
     return TuneOutcome(
         experiment_path=str(Path(grid.experiment_path)), finished_trials=callback.n_records,
         crashes=callback.crashes, exhausted=sampler.exhausted, interrupted=callback.interrupted,
