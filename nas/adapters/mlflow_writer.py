@@ -10,9 +10,10 @@ and predictor runs. Each method takes the run it writes to; every MLflow failure
 A search's writes all happen in its driver process (Ray Tune callbacks run there), so the store
 never has concurrent writers from one search. Child runs are created already finished, so none
 is ever left RUNNING; the parent is always ended with a status (``FINISHED``, ``FAILED`` or
-``KILLED``), except when the driver itself is killed (SIGKILL, a lost machine): resuming the
-search (:meth:`StoreWriter.resume_search`) reopens its parent run, marks a child run the
-driver was writing when it died ``KILLED``, and hands back the finished candidates.
+``KILLED``), except when the driver itself is killed (SIGKILL, a lost machine) or the store
+refuses even that write (a full disk): resuming the search (:meth:`StoreWriter.resume_search`)
+reopens its parent run, marks a child run the driver was writing when it stopped ``KILLED``, and
+hands back the finished candidates. Every MLflow failure, with SQLite's own message, is one line.
 """
 
 from __future__ import annotations

@@ -32,7 +32,11 @@ write there could run code as the user. The driver deletes that pickle as soon a
 reports the failure and tells Ray Tune there is none (:func:`_forget_pickled_error`); the
 error's text (``error.txt``) stays. An unexpected exception (a bug) is not retried: the trial
 reports it as ``CRASHED``, a stopper ends the experiment and the driver raises with the
-traceback.
+traceback; so does a trial failure Ray Tune would retry that is not a process death. A record the
+caller cannot write (``on_record`` raises, e.g. a full store) is not the trial's failure: the
+callback keeps the error, the same stopper ends the experiment at once, and :func:`run_trials`
+raises it when ``Tuner.fit`` returns (raised inside a Ray Tune hook, Ray Tune would take it for
+the trial's failure and run the trial again).
 
 Ctrl-C: Ray Tune stops the experiment on SIGINT; a handler installed in front of Ray Tune's own
 (:class:`_RecordCallback` at the experiment's start) sets the outcome's ``interrupted`` flag, so

@@ -3,7 +3,11 @@
 Everything a user can get wrong is checked before the first trial: values and ranges, the
 search space, the dataset path, the latency backend, the MLflow store, the Ray cluster. Then
 the parent MLflow run is opened, the trials run on Ray Tune, each finished trial is recorded
-as it finishes, and the parent run is closed with a status whatever happens.
+as it finishes, and the parent run is closed with a status whatever happens. A write the
+record (or the search's folder) refuses, e.g. on a full disk, stops the search at once: the
+parent run is ended FAILED with the error as its tag ``stop_reason``, or stays RUNNING when the
+store refuses that too, and the error (a :class:`~nas.core.errors.TrackingError`, with a note
+saying which and how to resume) is raised.
 
 **Resuming** (``resume=true name=<name>``, :mod:`nas.driver.resume`) re-drives the search from
 its MLflow record: the parent run is reopened (a child run the killed driver left RUNNING is
