@@ -6,7 +6,11 @@
   Client addresses (``ray://``) are refused: under Ray Client, Ray Tune runs its driver loop on
   the head node, so the callbacks that write the MLflow record would run there and not here.
   Ray's own console output is silenced (no progress tables, no dashboard, no usage stats);
-  warnings from trials still reach the console.
+  warnings from trials still reach the console. A local cluster ends with the driver even when
+  the driver is killed (SIGKILL): Ray's head processes share its fate, and an
+  :class:`~nas.core.workers.OrphanReaper` ends the agents its raylet started, which Ray leaves
+  running for about a minute (they try to report the raylet's death to the dead cluster's GCS,
+  with a fixed 60 s timeout, before they exit).
 * :func:`check_latency_on_trial_node` builds the latency backend once where trials run, with a
   trial's resources (the driver's machine may lack the trials' GPU).
 * :class:`ArchSearcher` is the bookkeeping between Ray Tune's trial ids and a
@@ -67,6 +71,7 @@ from nas.core.config import LatencyConfig, RayConfig, SearchAlgConfig
 from nas.core.errors import ClusterError
 from nas.core.record import COMPLETED, CRASHED, RUNNING, Candidate, candidate_from_reports
 from nas.core.sampling import Outcome, Sampler
+from nas.core.workers import OrphanReaper, children
 from nas.trial.evaluate import TrialContext, evaluate_candidate, latency_estimator
 from nas.trial.rungs import RUNG_STEP, milestone
 from search_spaces import SearchSpace
@@ -133,6 +138,8 @@ class Cluster:
         joined_here: whether :func:`connect` joined an existing cluster (and :func:`disconnect`
             leaves it, which stops nothing on the cluster).
         nodes: alive nodes in the cluster.
+        reaper: for a cluster started here (on Linux), the watcher that ends its processes if this
+            process is killed (SIGKILL) before it could stop them.
     """
 
     address: str
@@ -141,6 +148,7 @@ class Cluster:
     started_here: bool
     joined_here: bool = False
     nodes: int = 1
+    reaper: OrphanReaper | None = field(default=None, compare=False, repr=False)
 
 
 def _check_address(address: str, source: str = "ray.address") -> None:
@@ -260,6 +268,7 @@ def connect(cfg: RayConfig) -> Cluster:
     for name in _STATE_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     started = joined = False
+    reaper = None
     target, source = _target(cfg)
     if target is not None:
         _check_address(target, source)  # even when Ray is up already: a wrong address is the user's mistake
@@ -285,17 +294,24 @@ def connect(cfg: RayConfig) -> Cluster:
                 "without authentication, so anyone who reaches this machine can run code as you while it "
                 "runs; unset RAY_AUTH_MODE to keep Ray's token (docs/cluster.md, 'Token authentication')"
             )
+        before = children(os.getpid())
         ray.init(address="local", num_cpus=cfg.num_cpus, logging_level=logging.WARNING, include_dashboard=False)
         address, started = "local", True
+        # Ray's head processes die with this process; the agents its raylet starts linger for a
+        # minute after a SIGKILL of it (see nas.core.workers): a watcher ends them then.
+        head = children(os.getpid()) - before
+        reaper = OrphanReaper(head) if head else None
     res = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), started, joined, nodes)
+    return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), started, joined, nodes, reaper)
 
 
 def disconnect(cluster: Cluster) -> None:
     """Stop the cluster if :func:`connect` started it; leave it if :func:`connect` joined it."""
     if (cluster.started_here or cluster.joined_here) and ray.is_initialized():
         ray.shutdown()
+    if cluster.reaper is not None:
+        cluster.reaper.stop()
 
 
 def check_latency_on_trial_node(

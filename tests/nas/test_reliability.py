@@ -392,10 +392,11 @@ def _env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _driver(args: list[str], cwd: Path) -> Iterator[tuple[subprocess.Popen[str], set[_Proc]]]:
+def _driver(args: list[str], cwd: Path, log_name: str = "driver.log"
+            ) -> Iterator[tuple[subprocess.Popen[str], set[_Proc]]]:
     """``args`` started in its own session (its own process group, as a shell job); every process
     it started is killed on the way out, by pid, whatever the test did to the driver."""
-    with (cwd / "driver.log").open("w") as log:
+    with (cwd / log_name).open("w") as log:
         proc = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True, env=_env(),
                                 start_new_session=True)
     seen: set[_Proc] = set()
@@ -472,6 +473,42 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_candidates(tmp_path
     assert m["n_completed"] + m["n_failed"] + m["n_pruned"] == 5 == m["n_optuna_trials"]
     assert m["n_ray_trials"] == 5 - len(recorded)  # Ray Tune ran only the missing ones
     assert (tmp_path / "out" / "ray" / "killed").is_dir() and (tmp_path / "out" / "ray" / "killed-resume1").is_dir()
+
+
+def _title(p: _Proc) -> str:
+    try:
+        return Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0].decode().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_a_killed_drivers_ray_processes_are_gone_before_its_resume_records_anything(tmp_path: Path) -> None:
+    """The local Ray cluster a driver started ends with it, SIGKILL included: Ray's agents
+    (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``), which Ray itself leaves running for about
+    a minute after their raylet died, are gone before a resume started at once records a candidate."""
+    args, db = _cli(tmp_path, "reaped", "search.n_trials=3", "accuracy=naswot"), tmp_path / "mlflow.db"
+    with _driver(args, tmp_path) as (proc, seen):
+        _wait_for_candidates(db, 1, proc, seen, timeout=240)
+        seen |= _descendants(proc.pid)
+        agents = {_title(p) for p in seen if _title(p).startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent"))}
+        assert agents == {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}, sorted(map(_title, seen))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        recorded = _candidates_recorded(db)
+        with _driver([*args, "resume=true"], tmp_path, "resume.log") as (resume, _):
+            deadline = time.monotonic() + 240
+            while _candidates_recorded(db) <= recorded:
+                assert resume.poll() is None, (tmp_path / "resume.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "the resume recorded nothing"
+                time.sleep(0.2)
+            left = sorted(f"{p.pid} {_title(p)}" for p in _alive(seen))
+            assert not left, f"the killed driver's processes still run: {left}"
+            assert resume.wait(timeout=300) == 0, (tmp_path / "resume.log").read_text()[-3000:]
+    parents, children = _runs(db)
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert len({c.data.params["arch"] for c in children if c.data.tags["status"] != "KILLED"}) == 3
 
 
 @pytest.mark.slow
