@@ -285,11 +285,11 @@ def _typed(dcfg: DictConfig, kind: type[T]) -> T:
 
 
 def _run_or_exit(fn: Callable[[], Any]) -> Any:
-    """Call ``fn``; a user error prints one line and exits with status 2."""
+    """Call ``fn``; a user error prints one line (with the notes added to it on its way up) and exits with status 2."""
     try:
         return fn()
     except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
+        print("error: " + "; ".join([str(err), *getattr(err, "__notes__", [])]), file=sys.stderr)
         sys.exit(2)
 
 
@@ -330,7 +330,8 @@ def search_main() -> None:
     """``python -m nas.search +space=mobile target_ms=50``: convert the config and run the search.
 
     Exit status: 0 when the search finished, 2 on a user error (bad config, unreachable
-    service), 130 when it was interrupted (Ctrl-C; what finished is recorded).
+    service) or a write the record refused (a full disk; what was recorded is kept and
+    ``resume=true`` continues), 130 when it was interrupted (Ctrl-C; what finished is recorded).
     """
     exit_with_help_if_asked(sys.argv[1:], "nas.search", SearchConfig, CONF_DIR, "config")
     check_user_yaml(sys.argv[1:])

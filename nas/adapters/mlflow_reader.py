@@ -31,8 +31,9 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
+from sqlalchemy.exc import DBAPIError
 
-from nas.core.errors import CorruptStoreError, NotRecordedError, TrackingError
+from nas.core.errors import CorruptStoreError, NotRecordedError, StoreFullError, TrackingError
 from nas.core.paths import default_tracking_uri
 from nas.core.record import KILLED, Candidate, SearchRecord
 
@@ -86,9 +87,41 @@ def check_sqlite_store(path: Path) -> None:
 
 
 def quiet_mlflow() -> None:
-    """"Creating initial MLflow database tables..." and the like are not the user's business."""
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    """"Creating initial MLflow database tables..." and the like are not the user's business.
+
+    Nor is the traceback MLflow logs for each failed database write ("SQLAlchemy database
+    error..."): MLflow raises that error too, and :func:`mlflow_errors` says it in one line,
+    naming the write.
+    """
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def _database_error(err: BaseException) -> BaseException | None:
+    """The database driver's own exception behind an MLflow error (SQLAlchemy keeps it as ``orig``)."""
+    cause = err.__cause__
+    while cause is not None:
+        if isinstance(cause, DBAPIError) and isinstance(cause.orig, BaseException):
+            return cause.orig
+        cause = cause.__cause__
+    return None
+
+
+def tracking_error(action: str, err: MlflowException) -> TrackingError:
+    """The :class:`TrackingError` of ``action`` failing with ``err``, in one line.
+
+    Where a database refused the write, the line gives the database's own message (and SQLite's
+    error name), not SQLAlchemy's statement and parameters; a full SQLite store (``SQLITE_FULL``,
+    read from the error, not its text) is a :class:`StoreFullError`.
+    """
+    db = _database_error(err)
+    if db is None:
+        return TrackingError(f"{action}: {err.message}")
+    name = getattr(db, "sqlite_errorname", None)
+    problem = f"{db} ({name})" if name else str(db).strip().splitlines()[0]
+    code = getattr(db, "sqlite_errorcode", None)
+    full = isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_FULL  # the primary code of an extended one
+    return (StoreFullError if full else TrackingError)(f"{action}: {problem}")
 
 
 @contextmanager
@@ -97,7 +130,7 @@ def mlflow_errors(what: Callable[[], str]) -> Iterator[None]:
     try:
         yield
     except MlflowException as err:
-        raise TrackingError(f"{what()}: {err.message}") from None
+        raise tracking_error(what(), err) from None
 
 
 @dataclass(frozen=True)

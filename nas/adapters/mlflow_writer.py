@@ -10,13 +10,15 @@ and predictor runs. Each method takes the run it writes to; every MLflow failure
 A search's writes all happen in its driver process (Ray Tune callbacks run there), so the store
 never has concurrent writers from one search. Child runs are created already finished, so none
 is ever left RUNNING; the parent is always ended with a status (``FINISHED``, ``FAILED`` or
-``KILLED``), except when the driver itself is killed (SIGKILL, a lost machine): resuming the
-search (:meth:`StoreWriter.resume_search`) reopens its parent run, marks a child run the
-driver was writing when it died ``KILLED``, and hands back the finished candidates.
+``KILLED``), except when the driver itself is killed (SIGKILL, a lost machine) or the store
+refuses even that write (a full disk): resuming the search (:meth:`StoreWriter.resume_search`)
+reopens its parent run, marks a child run the driver was writing when it stopped ``KILLED``, and
+hands back the finished candidates. Every MLflow failure, with SQLite's own message, is one line.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import math
@@ -48,10 +50,11 @@ from nas.adapters.mlflow_reader import (
     mlflow_errors,
     quiet_mlflow,
     sqlite_path,
+    tracking_error,
 )
-from nas.core.errors import TrackingError
+from nas.core.errors import StoreFullError, TrackingError
 from nas.core.paths import project_home, unwritable
-from nas.core.record import KILLED, Candidate, SearchRecord, figure
+from nas.core.record import KILLED, STOP_REASON_TAG, Candidate, SearchRecord, figure
 
 _MAX_PARAMS, _MAX_TAGS, _MAX_METRICS = 100, 100, 1000
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -316,6 +319,8 @@ class StoreWriter:
         stale = 0
         with mlflow_errors(lambda: f"cannot resume the search in {self.uri}"):
             self.client.update_run(parent.run_id, status="RUNNING")
+            if STOP_REASON_TAG in parent.tags:  # what stopped the last run no longer holds
+                self.client.delete_tag(parent.run_id, STOP_REASON_TAG)
             self._log(parent.run_id, tags=tags)
             for run in sorted(self.reader().candidate_runs(parent.run_id), key=lambda r: r.start_time):
                 if run.status == "RUNNING":
@@ -396,8 +401,11 @@ class StoreWriter:
         for p in paths:
             try:
                 self.client.log_artifact(run_id, str(p), artifact_path=artifact_path)
-            except (MlflowException, OSError) as err:
-                raise TrackingError(f"cannot log {p.name} on run {run_id}: {err}") from None
+            except MlflowException as err:
+                raise tracking_error(f"cannot log {p.name} on run {run_id}", err) from None
+            except OSError as err:
+                kind = StoreFullError if err.errno == errno.ENOSPC else TrackingError
+                raise kind(f"cannot log {p.name} on run {run_id}: {err.strerror or err}") from None
 
     def end_run(self, run_id: str, status: str) -> None:
         """End a run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``)."""

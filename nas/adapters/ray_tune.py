@@ -6,7 +6,11 @@
   Client addresses (``ray://``) are refused: under Ray Client, Ray Tune runs its driver loop on
   the head node, so the callbacks that write the MLflow record would run there and not here.
   Ray's own console output is silenced (no progress tables, no dashboard, no usage stats);
-  warnings from trials still reach the console.
+  warnings from trials still reach the console. A local cluster ends with the driver even when
+  the driver is killed (SIGKILL): Ray's head processes share its fate, and an
+  :class:`~nas.core.workers.OrphanReaper` ends the agents its raylet started, which Ray leaves
+  running for about a minute (they try to report the raylet's death to the dead cluster's GCS,
+  with a fixed 60 s timeout, before they exit).
 * :func:`check_latency_on_trial_node` builds the latency backend once where trials run, with a
   trial's resources (the driver's machine may lack the trials' GPU).
 * :class:`ArchSearcher` is the bookkeeping between Ray Tune's trial ids and a
@@ -32,7 +36,11 @@ write there could run code as the user. The driver deletes that pickle as soon a
 reports the failure and tells Ray Tune there is none (:func:`_forget_pickled_error`); the
 error's text (``error.txt``) stays. An unexpected exception (a bug) is not retried: the trial
 reports it as ``CRASHED``, a stopper ends the experiment and the driver raises with the
-traceback.
+traceback; so does a trial failure Ray Tune would retry that is not a process death. A record the
+caller cannot write (``on_record`` raises, e.g. a full store) is not the trial's failure: the
+callback keeps the error, the same stopper ends the experiment at once, and :func:`run_trials`
+raises it when ``Tuner.fit`` returns (raised inside a Ray Tune hook, Ray Tune would take it for
+the trial's failure and run the trial again).
 
 Ctrl-C: Ray Tune stops the experiment on SIGINT; a handler installed in front of Ray Tune's own
 (:class:`_RecordCallback` at the experiment's start) sets the outcome's ``interrupted`` flag, so
@@ -63,6 +71,7 @@ from nas.core.config import LatencyConfig, RayConfig, SearchAlgConfig
 from nas.core.errors import ClusterError
 from nas.core.record import COMPLETED, CRASHED, RUNNING, Candidate, candidate_from_reports
 from nas.core.sampling import Outcome, Sampler
+from nas.core.workers import OrphanReaper, children
 from nas.trial.evaluate import TrialContext, evaluate_candidate, latency_estimator
 from nas.trial.rungs import RUNG_STEP, milestone
 from search_spaces import SearchSpace
@@ -102,6 +111,13 @@ _NOISY_LOGGERS = (
     "ray._private.authentication.authentication_token_setup",  # "token authentication is enabled" on every start
     "ray.tune.analysis.experiment_analysis",  # "failed to fetch metrics": per-trial files are off on purpose
 )
+_STATE_LOGGERS = (
+    # Ray Tune's snapshot of the experiment, copied to its folder under the search's output folder.
+    # A search resumes from its MLflow record, never from this snapshot, so a failed copy (a full
+    # disk) loses nothing; the driver's own writes to that disk fail too and say so in one line.
+    "ray.tune.execution.experiment_state",
+    "ray.train._internal.syncer",
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +138,8 @@ class Cluster:
         joined_here: whether :func:`connect` joined an existing cluster (and :func:`disconnect`
             leaves it, which stops nothing on the cluster).
         nodes: alive nodes in the cluster.
+        reaper: for a cluster started here (on Linux), the watcher that ends its processes if this
+            process is killed (SIGKILL) before it could stop them.
     """
 
     address: str
@@ -130,6 +148,7 @@ class Cluster:
     started_here: bool
     joined_here: bool = False
     nodes: int = 1
+    reaper: OrphanReaper | None = field(default=None, compare=False, repr=False)
 
 
 def _check_address(address: str, source: str = "ray.address") -> None:
@@ -246,7 +265,10 @@ def connect(cfg: RayConfig) -> Cluster:
     """
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    for name in _STATE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     started = joined = False
+    reaper = None
     target, source = _target(cfg)
     if target is not None:
         _check_address(target, source)  # even when Ray is up already: a wrong address is the user's mistake
@@ -272,17 +294,24 @@ def connect(cfg: RayConfig) -> Cluster:
                 "without authentication, so anyone who reaches this machine can run code as you while it "
                 "runs; unset RAY_AUTH_MODE to keep Ray's token (docs/cluster.md, 'Token authentication')"
             )
+        before = children(os.getpid())
         ray.init(address="local", num_cpus=cfg.num_cpus, logging_level=logging.WARNING, include_dashboard=False)
         address, started = "local", True
+        # Ray's head processes die with this process; the agents its raylet starts linger for a
+        # minute after a SIGKILL of it (see nas.core.workers): a watcher ends them then.
+        head = children(os.getpid()) - before
+        reaper = OrphanReaper(head) if head else None
     res = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), started, joined, nodes)
+    return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), started, joined, nodes, reaper)
 
 
 def disconnect(cluster: Cluster) -> None:
     """Stop the cluster if :func:`connect` started it; leave it if :func:`connect` joined it."""
     if (cluster.started_here or cluster.joined_here) and ray.is_initialized():
         ray.shutdown()
+    if cluster.reaper is not None:
+        cluster.reaper.stop()
 
 
 def check_latency_on_trial_node(
@@ -467,6 +496,7 @@ class _RecordCallback(tune.Callback):
         self._start: dict[str, float] = {}
         self._retries: dict[str, int] = {}
         self.crashes: list[str] = []
+        self.record_error: Exception | None = None
         self.n_records = 0
         self.n_retries = 0
         self.interrupted = False
@@ -505,12 +535,19 @@ class _RecordCallback(tune.Callback):
         # The process died and Ray Tune starts the trial again from the beginning: what the lost
         # attempt reported is discarded, so the record holds one attempt.
         _forget_pickled_error(trial)
+        exception = _failure_in_hand()
+        if not process_died(exception):
+            # Not a death (an exception in Ray's wrapper or in a driver-side hook): a bug, which a
+            # retry would only repeat. The stopper ends the experiment and the driver raises it.
+            self.crashes.append(f"trial {trial.trial_id} ({trial.config.get('arch')}):\n"
+                                f"{_error_text(trial, exception)}")
+            return
         self._results.pop(trial.trial_id, None)
         n = self._retries[trial.trial_id] = self._retries.get(trial.trial_id, 0) + 1
         self.n_retries += 1
         log.warning(
             "trial %s (%s): its process died (%s); starting it again (retry %d of %d)", trial.trial_id,
-            trial.config.get("arch"), _first_sentence(_last_line(_error_text(trial, _failure_in_hand()))), n,
+            trial.config.get("arch"), _first_sentence(_last_line(_error_text(trial, exception))), n,
             self._max_retries,
         )
 
@@ -543,14 +580,25 @@ class _RecordCallback(tune.Callback):
         results = self._results.pop(trial.trial_id, [])
         start = self._start.pop(trial.trial_id, time.time())
         decisions = self._searcher.sampler.decisions(arch) if arch else {}
-        self.n_records += 1
         cand = candidate_from_reports(trial.trial_id, arch, results, decisions, start, time.time(), error, error_type)
         cand.metrics["retries"] = float(self._retries.pop(trial.trial_id, 0))
-        self._on_record(cand)
+        if self.record_error is not None:  # the record cannot be written: nothing more is tried
+            return
+        try:
+            self._on_record(cand)
+        except Exception as err:  # raised by run_trials once Ray Tune has stopped (see below)
+            # Raised here, inside a Ray Tune hook, it would be taken for the trial's own failure
+            # ("Error stopping trial"), its traceback printed and the trial run again as if its
+            # process had died. Kept instead: the stopper ends the experiment at once, and
+            # run_trials raises it as it was (a TrackingError says in one line what failed).
+            self.record_error = err
+            return
+        self.n_records += 1
 
 
 class _CrashStopper(tune.Stopper):
-    """Ends the experiment once a trial has crashed (a bug: the driver raises after recording)."""
+    """Ends the experiment once a trial has crashed (a bug: the driver raises after recording) or
+    the record of a trial could not be written (the driver raises that error)."""
 
     def __init__(self, callback: _RecordCallback) -> None:
         self._callback = callback
@@ -559,7 +607,7 @@ class _CrashStopper(tune.Stopper):
         return False
 
     def stop_all(self) -> bool:
-        return bool(self._callback.crashes)
+        return bool(self._callback.crashes) or self._callback.record_error is not None
 
 
 def _last_line(text: str) -> str:
@@ -748,6 +796,8 @@ def run_trials(
     finally:
         _restore_sigint(sigint)  # Ray Tune leaves its own handler (and so ours) installed
     wall = time.perf_counter() - t0
+    if callback.record_error is not None:
+        raise callback.record_error
     return TuneOutcome(
         experiment_path=str(Path(grid.experiment_path)), finished_trials=callback.n_records,
         crashes=callback.crashes, exhausted=sampler.exhausted, interrupted=callback.interrupted,

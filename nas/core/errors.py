@@ -58,6 +58,15 @@ class NotRecordedError(TrackingError):
     """The MLflow store, or the experiment in it, does not exist (nothing has been recorded there yet)."""
 
 
+class StoreFullError(TrackingError):
+    """The MLflow store cannot grow: the disk holding it (or the database's own size limit) is full.
+
+    SQLite refused the write as a whole (``SQLITE_FULL``), or an artifact could not be copied
+    (``ENOSPC``): what the store held before is intact, and a search stopped by it resumes
+    (``resume=true``) once there is space.
+    """
+
+
 class CorruptStoreError(TrackingError):
     """The MLflow store's SQLite file is damaged (truncated, overwritten, not a database); nothing was written to it."""
 

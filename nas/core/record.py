@@ -44,6 +44,10 @@ FINAL_PASS_TAG = "latency_final_pass"
 """Tag (``true``) of a candidate whose latency figures come from the driver's final latency pass
 (:mod:`nas.driver.final_pass`); the in-search figures are then ``latency_in_search_*``."""
 
+STOP_REASON_TAG = "stop_reason"
+"""Tag of a search's parent run that a failed write stopped (a full store, an unwritable output
+folder): the error, in one line. Resuming the search removes it."""
+
 PLACEMENT_TAGS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
 _REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "latency_precision", "latency_target_stat",
                 "latency_scenario", "accuracy_estimator",

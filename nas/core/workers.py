@@ -5,16 +5,33 @@ A pool's workers (``concurrent.futures.ProcessPoolExecutor``) outlive a parent t
 training, holding cores and memory no one will read. :func:`die_with_parent`, a pool's
 ``initializer``, asks Linux to send the worker SIGTERM when its parent dies; elsewhere it does
 nothing (the workers then end when they next talk to the dead parent).
+
+Processes that others start cannot be asked that way. A local Ray cluster's head processes share
+its driver's fate (Ray starts them with a parent-death signal), but the agents its raylet starts
+(``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) only notice that the raylet is gone after a
+couple of seconds, and then spend a minute trying to tell the cluster's (dead) GCS before they
+exit. :class:`OrphanReaper` is a small watcher process (standard library only, in its own
+session so that a terminal's signals pass it by) that notes the processes under given roots
+while their starter lives, and kills those still running once it has died (SIGKILL included).
+Linux only (it reads ``/proc``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import os
 import signal
+import subprocess
 import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+_SCAN_PERIOD_S = 1.0
+_POLL_S = 0.2
 
 
 def die_with_parent(*_: object) -> None:
@@ -23,3 +40,102 @@ def die_with_parent(*_: object) -> None:
         return
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """A live process's parent and start time (``/proc/<pid>/stat``); None when gone or a zombie.
+
+    The start time tells a process from a later one that was given the same pid.
+    """
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else (int(fields[1]), fields[19])
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every live process: pid -> (parent pid, start time)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+            out[int(entry.name)] = st
+    return out
+
+
+def children(pid: int) -> set[int]:
+    """The live processes whose parent is ``pid`` (Linux; empty elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return set()
+    return {p for p, (parent, _) in _processes().items() if parent == pid}
+
+
+def _under(roots: Iterable[int]) -> dict[int, str]:
+    """``roots`` and every process below them, now: pid -> start time."""
+    procs = _processes()
+    found = {p for p in roots if p in procs}
+    frontier = set(found)
+    while frontier:
+        frontier = {p for p, (parent, _) in procs.items() if parent in frontier} - found
+        found |= frontier
+    return {p: procs[p][1] for p in found}
+
+
+def reap_when_orphaned(parent: int, roots: set[int]) -> None:
+    """Note the processes under ``roots`` while ``parent`` (this process's parent) lives; once it
+    has died, SIGKILL those still running (each the same process as noted, by its start time)."""
+    noted = _under(roots)
+    print("noted", flush=True)  # the starter waits for this line: what runs now is noted
+    sys.stdout.close()
+    next_scan = time.monotonic() + _SCAN_PERIOD_S
+    while os.getppid() == parent:
+        if time.monotonic() >= next_scan:
+            # Processes noted before stay noted while they run: an agent whose raylet died is no
+            # longer under any root, but it is still the cluster's.
+            noted = {p: s for p, s in noted.items() if (st := _stat(p)) is not None and st[1] == s}
+            noted.update(_under(roots | set(noted)))
+            next_scan = time.monotonic() + _SCAN_PERIOD_S
+        time.sleep(_POLL_S)
+    for pid, started in noted.items():
+        st = _stat(pid)
+        if st is not None and st[1] == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+class OrphanReaper:
+    """A watcher that kills the processes under ``roots`` (and the roots) once this process has died.
+
+    Args:
+        roots: the pids of processes this process started (e.g. a local Ray cluster's head
+            processes); the processes under them are noted before this returns, and what they
+            start later, every second.
+    """
+
+    def __init__(self, roots: Iterable[int]) -> None:
+        # Run as a file with the standard library only (-I -S): no site-packages to load, and it
+        # finds nothing of the project's environment to depend on.
+        args = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), str(os.getpid()), *map(str, sorted(roots))]
+        self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, start_new_session=True)
+        assert self._proc.stdout is not None
+        with self._proc.stdout:  # once it has noted the roots' processes, as they are now
+            self._proc.stdout.readline()
+
+    @property
+    def pid(self) -> int:
+        """The watcher's pid."""
+        return self._proc.pid
+
+    def stop(self) -> None:
+        """Stop watching (the processes ended the ordinary way): nothing is killed."""
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+if __name__ == "__main__":
+    reap_when_orphaned(int(sys.argv[1]), {int(a) for a in sys.argv[2:]})

@@ -3,7 +3,11 @@
 Everything a user can get wrong is checked before the first trial: values and ranges, the
 search space, the dataset path, the latency backend, the MLflow store, the Ray cluster. Then
 the parent MLflow run is opened, the trials run on Ray Tune, each finished trial is recorded
-as it finishes, and the parent run is closed with a status whatever happens.
+as it finishes, and the parent run is closed with a status whatever happens. A write the
+record (or the search's folder) refuses, e.g. on a full disk, stops the search at once: the
+parent run is ended FAILED with the error as its tag ``stop_reason``, or stays RUNNING when the
+store refuses that too, and the error (a :class:`~nas.core.errors.TrackingError`, with a note
+saying which and how to resume) is raised.
 
 **Resuming** (``resume=true name=<name>``, :mod:`nas.driver.resume`) re-drives the search from
 its MLflow record: the parent run is reopened (a child run the killed driver left RUNNING is
@@ -42,12 +46,13 @@ from nas.adapters.mlflow_reader import StoreReader, sqlite_path
 from nas.adapters.mlflow_writer import StoreWriter, check_reachable
 from nas.adapters.optuna_sampler import ArchSampler
 from nas.core.config import SearchConfig, check_top_rung, validate
-from nas.core.errors import ConfigError, NotRecordedError, SearchError
+from nas.core.errors import ConfigError, NASError, NotRecordedError, SearchError, StoreFullError, TrackingError
 from nas.core.evolution import EvolutionSampler
 from nas.core.paths import default_tracking_uri, project_home, unwritable
 from nas.core.record import (
     FINAL_PASS_TAG,
     LEADERBOARD_COLUMNS,
+    STOP_REASON_TAG,
     Candidate,
     SearchRecord,
     best_of,
@@ -460,15 +465,31 @@ def _search(
     if run.previous is not None:  # before the bar, which it would otherwise run into
         print(f"Resuming search {name}: {resumed} of {cfg.search.n_trials} candidates recorded"
               + (f", {stale} half-written record(s) marked KILLED" if stale else "")
-              + f"; the sampler's history rebuilt from them; {max(0, cfg.search.n_trials - resumed)} to run.",
+              + f"; the sampler's history rebuilt from them; {max(0, cfg.search.n_trials - resumed)} to run."
+              + (f" Its last run stopped on: {run.previous.tags[STOP_REASON_TAG]}"
+                 if STOP_REASON_TAG in run.previous.tags else ""),
               flush=True)
     progress = Progress(cfg.search.n_trials, enabled=cfg.progress)
     for cand in candidates:
         progress.update(cand, earlier=True)
 
+    hint = run.resume_command or f"run the same search again with resume=true name={name}"
+    failed_write: list[NASError] = []  # the record (or the search's folder) took no more: nothing more is written
+
+    def stop(err: NASError) -> None:
+        if not failed_write:
+            failed_write.append(err)
+            _stop_after_failed_write(writer, parent, err, len(candidates), cfg.search.n_trials, hint)
+
     def on_record(cand: Candidate) -> None:
         t0 = time.perf_counter()
-        cand.run_id = writer.log_candidate(parent, cand, name)
+        try:
+            cand.run_id = writer.log_candidate(parent, cand, name)
+        except TrackingError as err:
+            # The parent is ended at once, before Ray Tune's writes to its state folder (often on
+            # the same disk) take what space is left; Ray Tune is then stopped (run_trials raises it).
+            stop(err)
+            raise
         timings["mlflow_seconds"] += time.perf_counter() - t0
         candidates.append(cand)
         progress.update(cand)
@@ -505,26 +526,36 @@ def _search(
         run_status = "KILLED" if outcome.interrupted else ("FAILED" if outcome.crashes else "FINISHED")
     except KeyboardInterrupt:
         run_status = "KILLED"
-        hint = run.resume_command or f"run the same search again with resume=true name={name}"
         print(f"\nInterrupted; what ended is recorded and the parent run is KILLED. To resume it: {hint}",
               file=sys.stderr, flush=True)
         raise
+    except TrackingError as err:  # a candidate's record (or a revised one) could not be written
+        stop(err)
+        raise
     finally:
-        # Whatever happened, record what finished and close the parent run with a status.
-        try:
-            progress.close()
-            t0 = time.perf_counter()
-            rows = [leaderboard_row(r) for r in rank(candidates, include_unfinished=True)]
-            files = _write_artifacts(output_dir, cfg, space, name, candidates, rows)
-            writer.log_artifacts(parent, files.values())
-            writer.log_table(parent, rows, "leaderboard_table.json")
-            best = best_of(candidates)
-            timings["artifacts_seconds"] = time.perf_counter() - t0
-            summary = _summary(candidates, sampler, best, timings, t_start, cast(float, cfg.target_ms))
-            summary.update(ray_counts, n_optuna_trials=sum(sampler.counts().values()))
-            summary.update(final.metrics())
-            writer.log_summary(parent, summary, {"best_arch_id": best.arch_id, "best_arch": best.arch} if best else {})
-        finally:
+        # Whatever else happened, record what finished and close the parent run with a status.
+        progress.close()
+        if not failed_write:
+            try:
+                t0 = time.perf_counter()
+                rows = [leaderboard_row(r) for r in rank(candidates, include_unfinished=True)]
+                try:
+                    files = _write_artifacts(output_dir, cfg, space, name, candidates, rows)
+                except OSError as err:
+                    raise SearchError(f"cannot write the search's files in {output_dir}: {err.strerror or err}"
+                                      ) from None
+                writer.log_artifacts(parent, files.values())
+                writer.log_table(parent, rows, "leaderboard_table.json")
+                best = best_of(candidates)
+                timings["artifacts_seconds"] = time.perf_counter() - t0
+                summary = _summary(candidates, sampler, best, timings, t_start, cast(float, cfg.target_ms))
+                summary.update(ray_counts, n_optuna_trials=sum(sampler.counts().values()))
+                summary.update(final.metrics())
+                writer.log_summary(parent, summary,
+                                   {"best_arch_id": best.arch_id, "best_arch": best.arch} if best else {})
+            except (TrackingError, SearchError) as err:  # not ended FINISHED: its summary is missing
+                stop(err)
+                raise
             writer.end_run(parent, run_status)
 
     result = SearchResult(
@@ -542,6 +573,30 @@ def _search(
             + "\n".join(outcome.crashes)
         )
     return result
+
+
+def _stop_after_failed_write(
+    writer: StoreWriter, parent: str, err: NASError, recorded: int, n_trials: int, hint: str
+) -> None:
+    """After a write failed, end the parent run FAILED with the error as its tag ``stop_reason``, as
+    far as the store allows, and add to ``err`` (a note: the command prints it on the same line)
+    what became of the search and how to continue it.
+
+    Nothing else is written: on a full disk, every write would fail the same way.
+    """
+    try:
+        writer.end_run(parent, "FAILED")
+    except TrackingError:
+        ending = "its parent run stays RUNNING (the store refused that write too)"
+    else:
+        try:
+            writer.log_tags(parent, {STOP_REASON_TAG: str(err)})
+            ending = f"its parent run is FAILED (tag {STOP_REASON_TAG})"
+        except TrackingError:
+            ending = "its parent run is FAILED"
+    then = "free space on the store's disk, then" if isinstance(err, StoreFullError) else "once that write can succeed,"
+    err.add_note(f"the search stopped with {recorded} of {n_trials} candidates recorded (intact) and {ending}; "
+                 f"{then} continue it with: {hint}")
 
 
 def _summary(

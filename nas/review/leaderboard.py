@@ -25,7 +25,15 @@ from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import LatencyConfig, LeaderboardConfig, validate_leaderboard
 from nas.core.errors import LeaderboardError
 from nas.core.paths import project_home
-from nas.core.record import LEADERBOARD_COLUMNS, Candidate, Ranked, SearchRecord, leaderboard_row, rank
+from nas.core.record import (
+    LEADERBOARD_COLUMNS,
+    STOP_REASON_TAG,
+    Candidate,
+    Ranked,
+    SearchRecord,
+    leaderboard_row,
+    rank,
+)
 from nas.core.table import accuracy_label, format_table
 from nas.review.plot import plot_pareto
 from nas.trial.evaluate import latency_estimator
@@ -106,6 +114,16 @@ class LeaderboardResult:
     notes: list[str] = field(default_factory=list)
 
 
+def unfinished_note(record: SearchRecord) -> str:
+    """What the parent run's status says about a search that did not finish, and how it goes on."""
+    resume = f"`python -m nas.search` with its settings and name={record.name} resume=true continues it"
+    if record.status == "RUNNING":
+        return (f"search {record.name!r} is RUNNING: still running, or its driver stopped without ending it (killed, "
+                f"or the store refused the write that ends it); {resume}")
+    reason = record.tags.get(STOP_REASON_TAG)
+    return f"search {record.name!r} is {record.status}" + (f": {reason}" if reason else "") + f"; {resume}"
+
+
 def run_leaderboard(cfg: LeaderboardConfig) -> LeaderboardResult:
     """Rank a search's candidates, render them, and save and log the Pareto plot.
 
@@ -134,6 +152,8 @@ def run_leaderboard(cfg: LeaderboardConfig) -> LeaderboardResult:
         + ("" if cfg.failed or done == len(candidates)
            else f", {len(candidates) - done} failed or pruned (failed=true)")
     )
+    if record.status != "FINISHED":
+        result.notes.append(unfinished_note(record))
     if cfg.plot and not any(c.completed and math.isfinite(c.latency_p50) for c in candidates):
         result.notes.append("no Pareto plot: no candidate of this search completed")
     elif cfg.plot:

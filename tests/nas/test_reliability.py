@@ -16,7 +16,9 @@ import json
 import math
 import os
 import pickle
+import re
 import shlex
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -33,11 +35,20 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, SearchConfig, TrainConfig
+from nas.core.config import (
+    AccuracyConfig,
+    DataConfig,
+    LatencyConfig,
+    LeaderboardConfig,
+    SearchConfig,
+    TrackingConfig,
+    TrainConfig,
+)
 from nas.core.errors import SearchError
 from nas.core.record import COMPLETED, FAILED, RUNNING
 from nas.data import Dataset, load_dataset
 from nas.driver import run_search
+from nas.review.leaderboard import run_leaderboard
 from nas.trial.evaluate import TrialContext, evaluate_candidate
 from nas.trial.faults import ENV_VAR, FaultPlan
 from search_spaces import load_space
@@ -363,10 +374,11 @@ def _env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _driver(args: list[str], cwd: Path) -> Iterator[tuple[subprocess.Popen[str], set[_Proc]]]:
+def _driver(args: list[str], cwd: Path, log_name: str = "driver.log"
+            ) -> Iterator[tuple[subprocess.Popen[str], set[_Proc]]]:
     """``args`` started in its own session (its own process group, as a shell job); every process
     it started is killed on the way out, by pid, whatever the test did to the driver."""
-    with (cwd / "driver.log").open("w") as log:
+    with (cwd / log_name).open("w") as log:
         proc = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True, env=_env(),
                                 start_new_session=True)
     seen: set[_Proc] = set()
@@ -445,6 +457,42 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_candidates(tmp_path
     assert (tmp_path / "out" / "ray" / "killed").is_dir() and (tmp_path / "out" / "ray" / "killed-resume1").is_dir()
 
 
+def _title(p: _Proc) -> str:
+    try:
+        return Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0].decode().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_a_killed_drivers_ray_processes_are_gone_before_its_resume_records_anything(tmp_path: Path) -> None:
+    """The local Ray cluster a driver started ends with it, SIGKILL included: Ray's agents
+    (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``), which Ray itself leaves running for about
+    a minute after their raylet died, are gone before a resume started at once records a candidate."""
+    args, db = _cli(tmp_path, "reaped", "search.n_trials=3", "accuracy=naswot"), tmp_path / "mlflow.db"
+    with _driver(args, tmp_path) as (proc, seen):
+        _wait_for_candidates(db, 1, proc, seen, timeout=240)
+        seen |= _descendants(proc.pid)
+        agents = {_title(p) for p in seen if _title(p).startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent"))}
+        assert agents == {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}, sorted(map(_title, seen))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        recorded = _candidates_recorded(db)
+        with _driver([*args, "resume=true"], tmp_path, "resume.log") as (resume, _):
+            deadline = time.monotonic() + 240
+            while _candidates_recorded(db) <= recorded:
+                assert resume.poll() is None, (tmp_path / "resume.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "the resume recorded nothing"
+                time.sleep(0.2)
+            left = sorted(f"{p.pid} {_title(p)}" for p in _alive(seen))
+            assert not left, f"the killed driver's processes still run: {left}"
+            assert resume.wait(timeout=300) == 0, (tmp_path / "resume.log").read_text()[-3000:]
+    parents, children = _runs(db)
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert len({c.data.params["arch"] for c in children if c.data.tags["status"] != "KILLED"}) == 3
+
+
 @pytest.mark.slow
 @pytest.mark.ci
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
@@ -465,6 +513,110 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     assert [p.info.status for p in parents] == ["KILLED"]
     assert children and all(c.info.status in ("FINISHED", "FAILED") for c in children)
     assert parents[0].data.metrics["n_completed"] + parents[0].data.metrics["n_failed"] == len(children)
+
+
+# ---------------------------------------------------------------------- a full disk
+
+
+@contextlib.contextmanager
+def _small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``folder``: a real file system that fills up. Mounting needs
+    root or passwordless sudo; the test is skipped where neither can."""
+    folder.mkdir()
+    options = f"size={size},uid={os.getuid()},gid={os.getgid()}"
+    for prefix in ([], ["sudo", "-n"]):
+        if prefix and shutil.which("sudo") is None:
+            continue
+        if subprocess.run([*prefix, "mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+                          capture_output=True).returncode == 0:
+            break
+    else:
+        pytest.skip("mounting a small tmpfs needs root or passwordless sudo")
+    try:
+        yield folder
+    finally:
+        subprocess.run([*prefix, "umount", "-l", str(folder)], capture_output=True, check=False)
+
+
+def _fill(disk: Path, leave_kib: int) -> Path:
+    """A file that leaves ``leave_kib`` KiB free on ``disk``."""
+    st = os.statvfs(disk)
+    filler = disk / "filler"
+    filler.write_bytes(bytes(max(0, st.f_bavail * st.f_frsize - leave_kib * 1024)))
+    return filler
+
+
+def _search_rows(db: Path, name: str) -> list[str]:
+    """Every row the store holds for the runs of search ``name`` (parent and candidates), read-only."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+        ids = [r[0] for r in con.execute("SELECT run_uuid FROM tags WHERE key = 'latnas.search_name' AND value = ?",
+                                         (name,))]
+        marks = ",".join("?" * len(ids))
+        return sorted(repr((table, row)) for table in ("runs", "params", "tags", "metrics", "latest_metrics")
+                      for row in con.execute(f"SELECT * FROM {table} WHERE run_uuid IN ({marks})", ids))
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_a_full_store_stops_the_search_at_its_first_failed_write(tmp_path: Path) -> None:
+    """The MLflow store on a small tmpfs that fills up while a search writes it (the search's own
+    folder elsewhere): SQLite refuses a write with "database or disk is full"."""
+    with _small_disk(tmp_path / "disk", "4m") as disk:
+        db = disk / "mlflow.db"
+        common = (*CHEAP, "accuracy=naswot", "ray.num_cpus=2", f"tracking.uri=sqlite:///{db}")
+        before = subprocess.run([sys.executable, "-m", "nas.search", *common, f"output_dir={tmp_path / 'before'}",
+                                 "search.n_trials=2", "name=before"],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env())
+        assert before.returncode == 0, before.stderr[-3000:]
+        recorded_before = _search_rows(db, "before")
+        filler = _fill(disk, leave_kib=100)
+
+        args = [sys.executable, "-m", "nas.search", *common, f"output_dir={tmp_path / 'out'}", "search.n_trials=6",
+                "name=full"]
+        full = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env())
+        assert full.returncode == 2, full.stdout[-3000:] + full.stderr[-3000:]
+        # One line says what failed, what became of the search and how to go on; no traceback, no retry.
+        errors = [line for line in full.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and full.stderr.rstrip().endswith(errors[0]), full.stderr[-3000:]
+        line = errors[0]
+        assert "Traceback" not in full.stderr and "starting it again" not in full.stderr
+        assert "database or disk is full (SQLITE_FULL)" in line and "free space on the store's disk" in line
+        assert line.endswith(shlex.join(["python", "-m", "nas.search", *args[3:], "resume=true"]))
+        stopped = re.search(r"stopped with (\d+) of 6 candidates recorded \(intact\) and its parent run "
+                            r"(is FAILED|stays RUNNING)( \(tag stop_reason\))?", line)
+        assert stopped is not None, line
+        assert _search_rows(db, "before") == recorded_before  # what the store held is intact
+
+        filler.unlink()  # space again
+        parents, children = _runs(db)
+        parent = next(p for p in parents if p.info.run_name == "full")
+        # The store says what the line said: ended FAILED with the reason, or (the store refused
+        # that write too) still RUNNING; either way the leaderboard says so and how to resume.
+        assert parent.info.status == stopped[2].split()[-1]
+        if stopped[3]:
+            assert line.startswith(f"error: {parent.data.tags['stop_reason']}; the search stopped")
+        notes = run_leaderboard(LeaderboardConfig(search="full", plot=False, tracking=TrackingConfig(
+            uri=f"sqlite:///{db}"))).notes
+        assert any(n.startswith(f"search 'full' is {parent.info.status}") and "name=full resume=true" in n
+                   for n in notes), notes
+        mine = [c for c in children if c.data.tags["mlflow.parentRunId"] == parent.info.run_id]
+        recorded = {c.info.run_id: c.data.params["arch"] for c in mine if c.info.status != "RUNNING"}
+        assert len(recorded) == int(stopped[1]) < 6  # the search stopped at the failed write
+
+        resumed = subprocess.run([*args, "resume=true"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                                 env=_env())
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        assert f"Resuming search full: {len(recorded)} of 6 candidates recorded" in resumed.stdout
+        parents, children = _runs(db)
+        parent = next(p for p in parents if p.info.run_name == "full")
+        assert parent.info.status == "FINISHED" and "stop_reason" not in parent.data.tags
+        mine = [c for c in children if c.data.tags["mlflow.parentRunId"] == parent.info.run_id]
+        live = [c for c in mine if c.data.tags["status"] != "KILLED"]
+        assert len(live) == 6 == len({c.data.params["arch"] for c in live})
+        by_id = {c.info.run_id: c for c in mine}
+        for run_id, arch in recorded.items():  # recorded before the disk filled: kept, not replaced
+            assert by_id[run_id].data.params["arch"] == arch and by_id[run_id].data.tags["status"] != "KILLED"
+        assert _search_rows(db, "before") == recorded_before
 
 
 # ---------------------------------------------------------------------- the full suite

@@ -1,4 +1,5 @@
-"""A pool's workers end when the process that started them is killed (Linux)."""
+"""A pool's workers, and the processes an OrphanReaper watches, end when the process that started
+them is killed (Linux)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,21 @@ if __name__ == "__main__":
         time.sleep(120)
 """
 
+# A process that starts another, which outlives it unless someone ends it: as Ray's raylet starts
+# its agents. The parent watches the first with an OrphanReaper and prints both pids.
+REAPED = """
+import subprocess, sys, time
+from nas.core.workers import OrphanReaper
+
+root = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                         "print(subprocess.Popen(['sleep', '300']).pid, flush=True); time.sleep(300)"],
+                        stdout=subprocess.PIPE, text=True)
+grandchild = int(root.stdout.readline())
+OrphanReaper([root.pid])
+print(root.pid, grandchild, flush=True)
+time.sleep(300)
+"""
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -55,3 +71,25 @@ def test_a_killed_parent_leaves_no_worker_behind(tmp_path: Path) -> None:
     while _alive(worker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(worker), "the worker outlived its killed parent"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper reads Linux's /proc")
+def test_a_reaper_ends_the_processes_it_watches_once_their_starter_is_killed(tmp_path: Path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(REAPED)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                              start_new_session=True)
+    assert parent.stdout is not None
+    watched = [int(pid) for pid in parent.stdout.readline().split()]
+    try:
+        assert len(watched) == 2 and all(map(_alive, watched))
+        parent.send_signal(signal.SIGKILL)  # no clean-up of any kind
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while any(map(_alive, watched)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_alive, watched)), "a watched process outlived its killed starter"
+    finally:
+        for pid in filter(_alive, watched):
+            os.kill(pid, signal.SIGKILL)
