@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from benchmarks.common import ROOT, command_line, header, machine, record_path, write_record
-from benchmarks.references import MULTIPLIERS, scale_width
-from benchmarks.references_cifar10 import SCALE_ROUNDS, Paired, paired_ratios
+from benchmarks.references import scale_width
+from benchmarks.references_cifar10 import SCALE_ROUNDS, paired_ratios, scaled
 from latency_predictor.backends import make_estimator
 from latency_predictor.export import export_onnx
 from latency_predictor.timing import MeasureConfig
@@ -70,27 +70,6 @@ def _estimator() -> Any:
                           measure=MeasureConfig(min_runs=200, min_time_s=1.0, max_time_s=4.0))
 
 
-def widest_meeting(name: str, anchor: Arch, measure: Callable[[Arch], float],
-                   log: Callable[[str], None]) -> tuple[Arch, float, Paired, bool]:
-    """The widest 32x32-layout ``name`` no slower than ``anchor``; ``False`` when even x0.25 is slower."""
-    base = small_input_variant(reference(name))
-    best: tuple[Arch, float, Paired] | None = None
-    smallest: tuple[Arch, float, Paired] | None = None
-    for m in (0.25, *MULTIPLIERS):
-        arch = scale_width(base, m)
-        p = paired_ratios([arch], anchor, measure, SCALE_ROUNDS)[arch]
-        log(f"    {name} x{m:g}: {p.latency_ms:.3f} ms, {p.ratio:.3f}x the anchor "
-            f"(rounds {', '.join(f'{r:.2f}' for r in p.ratios)})")
-        smallest = smallest or (arch, m, p)
-        if not p.meets:
-            break
-        best = (arch, m, p)
-    if best is not None:
-        return (*best, True)
-    assert smallest is not None  # the loop ran at least once
-    return (*smallest, False)
-
-
 def step_widths(log: Callable[[str], None]) -> dict[str, Any]:
     """Targets (MobileNetV2 at :data:`TARGET_WIDTHS`) and every reference's width at each."""
     est = _estimator()
@@ -107,9 +86,9 @@ def step_widths(log: Callable[[str], None]) -> dict[str, Any]:
         log(f"  target {target_ms:.3f} ms: MobileNetV2 x{width:g} ({SCALE_ROUNDS} paired rounds); widths:")
         refs = []
         for name in sorted(REFERENCES):
-            arch, m, p, meets = widest_meeting(name, anchor, measure, log)
+            arch, m, p = scaled(name, anchor, measure, SCALE_ROUNDS, log)  # the smallest width when none meets
             refs.append({"name": name, "multiplier": m, "arch": arch.encode(), "arch_id": arch.arch_id,
-                         "ratio_at_choice": p.ratio, "latency_at_choice_ms": p.latency_ms, "meets": meets})
+                         "ratio_at_choice": p.ratio, "latency_at_choice_ms": p.latency_ms, "meets": p.meets})
         targets.append({"target_ms": target_ms, "anchor": f"mobilenetv2_100 x{width:g}",
                         "anchor_arch": anchor.encode(), "references": refs})
     return {"targets": targets, "machine": machine(),

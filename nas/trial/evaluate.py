@@ -363,15 +363,7 @@ def _evaluate(
 
     def on_epoch(e: EpochResult) -> None:
         last = e.epoch == ctx.train.epochs
-        accuracy, figures = e.accuracy, {}
-        if last and at_precision is not None:
-            # The reward weighs the deployed network: its accuracy at the precision its latency is for.
-            with guard():
-                accuracy = at_precision(model)
-            deadline.check(f"the end of the {ctx.latency.precision} evaluation")
-            figures = {"accuracy_fp32": e.accuracy, "accuracy_precision": ctx.latency.precision}
-        elif last:
-            figures = {"accuracy_precision": "fp32"}
+        accuracy, figures = _deployed_accuracy(e, last, model, ctx, at_precision, guard, deadline)
         train_seconds = time.perf_counter() - t0
         settled = final_latency(accuracy) if last else lat
         report({
@@ -382,6 +374,26 @@ def _evaluate(
 
     train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard,
                   step_check=lambda: deadline.check("a training step"))
+
+
+def _deployed_accuracy(
+    e: EpochResult, last: bool, model: torch.nn.Module, ctx: TrialContext,
+    at_precision: Callable[[torch.nn.Module], float] | None, guard: Callable[[], AbstractContextManager[Any]],
+    deadline: Deadline,
+) -> tuple[float, dict[str, Any]]:
+    """The accuracy an epoch's report carries, and which precision it is at.
+
+    At the end of a training the reward weighs the deployed network: its accuracy at the precision
+    its latency is for (``latency.precision``); the epochs before report the fp32 figure.
+    """
+    if not last:
+        return e.accuracy, {}
+    if at_precision is None:
+        return e.accuracy, {"accuracy_precision": "fp32"}
+    with guard():
+        accuracy = at_precision(model)
+    deadline.check(f"the end of the {ctx.latency.precision} evaluation")
+    return accuracy, {"accuracy_fp32": e.accuracy, "accuracy_precision": ctx.latency.precision}
 
 
 def _train_rungs(
@@ -440,15 +452,8 @@ def _train_rungs(
 
         def on_epoch(e: EpochResult, k: int = k, rung: RungConfig = rung, figures: dict[str, Any] = figures,
                      offset: int = offset) -> None:
-            accuracy, extra = e.accuracy, {}
             last = e.epoch == rung.epochs
-            if last and at_precision is not None:
-                with guard():
-                    accuracy = at_precision(model)
-                deadline.check(f"the end of the {ctx.latency.precision} evaluation")
-                extra = {"accuracy_fp32": e.accuracy, "accuracy_precision": ctx.latency.precision}
-            elif last:
-                extra = {"accuracy_precision": "fp32"}
+            accuracy, extra = _deployed_accuracy(e, last, model, ctx, at_precision, guard, deadline)
             settled = final_latency(accuracy) if last else latency_now()
             reward = scoring.score(accuracy, settled)
             row = {
