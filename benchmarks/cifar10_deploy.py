@@ -36,8 +36,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import ROOT, command_line, header, machine, record_path, write_record
-from benchmarks.references import scale_width
-from benchmarks.references_cifar10 import SCALE_ROUNDS, paired_ratios, scaled
+from benchmarks.references_cifar10 import SCALE_ROUNDS, TARGET_WIDTHS, anchor_targets, paired_ratios, scaled
 from latency_predictor.backends import make_estimator
 from latency_predictor.export import export_onnx
 from latency_predictor.timing import MeasureConfig
@@ -46,11 +45,9 @@ from nas.core.workers import die_with_parent
 from nas.data import load_dataset
 from nas.review.fuse import fuse_conv_bn
 from nas.trial.training import train_briefly
-from search_spaces import REFERENCES, Arch, build, reference
-from search_spaces.references import small_input_variant
+from search_spaces import REFERENCES, Arch, build
 
 SHAPE = (1, 3, 32, 32)
-TARGET_WIDTHS = (0.35, 0.5)
 BUDGET = {"train_images": 30000, "epochs": 10, "seeds": 3}
 """The deployment budget every network of the comparison is trained at."""
 QUICK_BUDGET = {"train_images": 300, "epochs": 1, "seeds": 1}
@@ -77,12 +74,9 @@ def step_widths(log: Callable[[str], None]) -> dict[str, Any]:
     def measure(arch: Arch) -> float:
         return float(est.measure(arch).latency_ms)
 
-    mnv2 = small_input_variant(reference("mobilenetv2_100"))
-    anchors = [scale_width(mnv2, w) for w in TARGET_WIDTHS]
-    start = paired_ratios(anchors, anchors[0], measure, SCALE_ROUNDS)
+    anchors, target_list = anchor_targets(measure)
     targets = []
-    for width, anchor in zip(TARGET_WIDTHS, anchors, strict=True):
-        target_ms = round(start[anchor].latency_ms + 0.0005, 3)  # rounded up: the anchor meets its own target
+    for width, anchor, target_ms in zip(TARGET_WIDTHS, anchors, target_list, strict=True):
         log(f"  target {target_ms:.3f} ms: MobileNetV2 x{width:g} ({SCALE_ROUNDS} paired rounds); widths:")
         refs = []
         for name in sorted(REFERENCES):

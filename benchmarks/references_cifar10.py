@@ -112,6 +112,16 @@ def paired_ratios(archs: list[Arch], anchor: Arch, measure: Callable[[Arch], flo
     return out
 
 
+def anchor_targets(measure: Callable[[Arch], float]) -> tuple[list[Arch], list[float]]:
+    """MobileNetV2 (32x32 layout) at each of :data:`TARGET_WIDTHS`, and its measured latency as a target."""
+    mnv2 = small_input_variant(reference("mobilenetv2_100"))
+    anchors = [scale_width(mnv2, w) for w in TARGET_WIDTHS]
+    # Rounded up, so that the network a target is taken from meets it (rounded down, MobileNetV2 at
+    # width 0.35 measured 0.5274 ms against a 0.527 ms target and entered that comparison at x0.25).
+    start = paired_ratios(anchors, anchors[0], measure, SCALE_ROUNDS)
+    return anchors, [math.ceil(start[a].latency_ms * 1000) / 1000 for a in anchors]
+
+
 def _estimator() -> Any:
     return make_estimator("onnxruntime", input_shape=SHAPE, num_classes=10, intra_op_threads=1,
                           measure=MeasureConfig(min_runs=200, min_time_s=1.0, max_time_s=4.0))
@@ -226,12 +236,7 @@ def run(archive: Path, quick: bool, workers: int = 2, log: Callable[[str], None]
     def measure(arch: Arch) -> float:
         return float(est.measure(arch).latency_ms)
 
-    mnv2 = small_input_variant(reference("mobilenetv2_100"))
-    anchors = [scale_width(mnv2, w) for w in TARGET_WIDTHS]
-    # Rounded up, so that the network a target is taken from meets it (rounded down, MobileNetV2 at
-    # width 0.35 measured 0.5274 ms against a 0.527 ms target and entered that comparison at x0.25).
-    start = paired_ratios(anchors, anchors[0], measure, SCALE_ROUNDS)
-    targets = [math.ceil(start[a].latency_ms * 1000) / 1000 for a in anchors]
+    anchors, targets = anchor_targets(measure)
     log(f"  targets: MobileNetV2 (32x32 layout) at width {TARGET_WIDTHS} measures {targets} ms "
         f"(medians of {SCALE_ROUNDS} rounds)")
     out_targets: list[dict[str, Any]] = []
