@@ -146,12 +146,37 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
     return done
 
 
-SEARCH = {"n_trials": 18, "reduction_factor": 3, "max_concurrent": 2,
+SEARCH = {"space": "mobile_cifar_hr", "sampler": "evolution", "population_size": 6, "tournament_size": 3,
+          "n_trials": 18, "reduction_factor": 3, "max_concurrent": 2,
           "rungs": [{"train_images": 2500, "epochs": 2}, {"train_images": 10000, "epochs": 3},
                     {"train_images": 30000, "epochs": 10}]}
-"""LatNAS's multi-fidelity search at each target: the last rung is the deployment budget."""
-QUICK_SEARCH = {"n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
+"""LatNAS's multi-fidelity search at each target: the last rung is the deployment budget. Regularised
+evolution starts from :data:`START` (then random members until the population is full) and mutates the
+fittest; ASHA promotes the best third of each rung."""
+QUICK_SEARCH = {"space": "mobile_cifar_hr", "sampler": "evolution", "population_size": 2, "tournament_size": 1,
+                "n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
                 "rungs": [{"train_images": 100, "epochs": 1}, {"train_images": 300, "epochs": 1}]}
+
+_MBV2_035 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e6_c8_s1-mb_k3_e6_c8_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-"
+             "mb_k3_e6_c16_s1-mb_k3_e6_c24_s2-mb_k3_e6_c24_s1-mb_k3_e6_c24_s1-mb_k3_e6_c24_s1-mb_k3_e6_c40_s1-"
+             "mb_k3_e6_c40_s1-mb_k3_e6_c56_s2-mb_k3_e6_c56_s1-mb_k3_e6_c56_s1-mb_k3_e6_c112_s1-head_c1280")
+_MBV2_05 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-"
+            "mb_k3_e6_c16_s1-mb_k3_e6_c32_s2-mb_k3_e6_c32_s1-mb_k3_e6_c32_s1-mb_k3_e6_c32_s1-mb_k3_e6_c48_s1-"
+            "mb_k3_e6_c48_s1-mb_k3_e6_c48_s1-mb_k3_e6_c80_s2-mb_k3_e6_c80_s1-mb_k3_e6_c80_s1-mb_k3_e6_c160_s1-head_c1280")
+_MNAS_035 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c16_s1-"
+             "mb_k5_e3_c16_s1-mb_k5_e3_c16_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c40_s1-"
+             "mb_k3_e6_c40_s1-mb_k5_e6_c64_s2-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k3_e6_c112_s1-head_c1280")
+_MNAS_035_LEAN = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c16_s1-mb_k5_e3_c16_s1-"
+                  "mb_k5_e3_c16_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c40_s1-mb_k3_e6_c40_s1-"
+                  "mb_k5_e6_c56_s2-mb_k5_e6_c56_s1-mb_k5_e6_c56_s1-mb_k3_e6_c112_s1-head_c1280")
+_MNAS_05 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c24_s1-"
+            "mb_k5_e3_c24_s1-mb_k5_e3_c24_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c48_s1-"
+            "mb_k3_e6_c48_s1-mb_k5_e6_c80_s2-mb_k5_e6_c80_s1-mb_k5_e6_c80_s1-mb_k5_e6_c80_s1-mb_k3_e6_c160_s1-head_c1280")
+START = {0.35: [_MBV2_035, _MNAS_035_LEAN, _MNAS_035], 0.5: [_MBV2_05, _MNAS_05, _MNAS_035]}
+"""The search's start at each target (by its anchor's width): the references' shapes in ``mobile_cifar_hr``
+(MobileNetV2 and MnasNet-B1 stage by stage, widths snapped to the space's, ReLU), near the target. Their
+paired latency ratios to the anchors, measured while training ran (load 3): at 0.235 ms 0.88, 0.96 and
+1.11; at 0.326 ms 0.96, 0.97 and 0.70."""
 
 
 def _rungs_override(rungs: list[dict[str, int]]) -> str:
@@ -159,9 +184,9 @@ def _rungs_override(rungs: list[dict[str, int]]) -> str:
     return f"search.rungs=[{items}]"
 
 
-def step_search(archive: Path, target_ms: float, size: dict[str, Any], state_dir: Path,
+def step_search(archive: Path, target_ms: float, start: list[str], size: dict[str, Any], state_dir: Path,
                 log: Callable[[str], None]) -> dict[str, Any]:
-    """LatNAS's multi-fidelity search of ``mobile_cifar`` at ``target_ms`` (resumed where a run of it stopped)."""
+    """LatNAS's multi-fidelity search at ``target_ms`` from ``start`` (resumed where a run of it stopped)."""
     from nas.cli import compose_search_config
     from nas.driver import run_search
 
@@ -171,9 +196,12 @@ def step_search(archive: Path, target_ms: float, size: dict[str, Any], state_dir
     resume = started.exists()
     started.parent.mkdir(parents=True, exist_ok=True)
     cfg = compose_search_config(
-        "+space=mobile_cifar", f"target_ms={target_ms}", "latency.input_shape=[1,3,32,32]", "data=cifar10_jpeg",
+        f"+space={size['space']}", f"target_ms={target_ms}", "latency.input_shape=[1,3,32,32]", "data=cifar10_jpeg",
         f"data.path={archive}", "data.max_train_samples=null", "data.max_val_samples=null",
-        "search.scheduler=asha", f"search.reduction_factor={size['reduction_factor']}",
+        "search.scheduler=asha", f"search.sampler={size['sampler']}",
+        f"search.population_size={size['population_size']}", f"search.tournament_size={size['tournament_size']}",
+        "search.start=[" + ",".join(f"'{a}'" for a in start) + "]",
+        f"search.reduction_factor={size['reduction_factor']}",
         f"search.n_trials={size['n_trials']}", f"search.max_concurrent={size['max_concurrent']}",
         _rungs_override(size["rungs"]), "train.device=cpu", f"tracking.uri=sqlite:///{store}",
         f"output_dir={state_dir / 'search' / name}", "progress=false", f"name={name}", f"resume={str(resume).lower()}",
@@ -339,8 +367,9 @@ def render(rec: dict[str, Any]) -> str:
     exports = ", ".join(f"`{c['export_folder']}`" for t in f["targets"] for c in t["candidates"])
     return f"""Searched against hand-designed networks at the budget a network is deployed with. Targets: the
 latencies of MobileNetV2 (32x32 layout) at widths 0.35 and 0.5 on this CPU (ONNX Runtime, 1 thread,
-1x3x32x32). LatNAS's multi-fidelity search of `mobile_cifar` ({search['n_trials']} candidates, rungs
-{rungs} images x epochs, ASHA reduction factor {search['reduction_factor']}) against MobileNetV2,
+1x3x32x32). LatNAS's multi-fidelity search of `{search.get('space', 'mobile_cifar')}` ({search['n_trials']} candidates,
+{search.get('sampler', 'tpe')} started from the references' shapes, rungs {rungs} images x epochs, ASHA reduction factor
+{search['reduction_factor']}) against MobileNetV2,
 MnasNet-B1 and EfficientNet-B0 width-scaled to each target. Every network trained from scratch with
 the same recipe at {b['train_images']:,} images x {b['epochs']} epochs, {b['seeds']} seeds, validated on
 the {f['val_images']:,} images carved from the training split (the JPEG copy of CIFAR-10: close to, not
@@ -400,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
             path = state_dir / f"search-{t['target_ms']:g}ms.json"
             found = json.loads(path.read_text()) if path.exists() else None
             if found is None:
-                found = step_search(args.cifar10, t["target_ms"], size, state_dir, log)
+                width = float(t["anchor"].rsplit("x", 1)[1])
+                found = step_search(args.cifar10, t["target_ms"], START[width], size, state_dir, log)
                 path.write_text(json.dumps(found, indent=2) + "\n")
             train_all([Arch.decode(found["arch"])], args.cifar10, budget, args.workers, state_dir, log)
     elif args.step == "report":

@@ -309,6 +309,9 @@ class SearchAlgConfig:
             deployment budget). ``train.epochs`` and ``data.max_train_samples`` then no longer
             size a trial: the rungs do (see :class:`RungConfig`, docs/fidelity.md). ``+rungs=cifar10_cpu``
             or ``+rungs=cifar10_gpu`` picks a set of rungs for CIFAR-10 (``conf/rungs/``).
+        start: architectures evaluated first, in order (canonical strings, members of the space),
+            for example known designs reshaped into the space; the sampler then learns from them as
+            history (TPE's model, evolution's first population) and never proposes them again.
     """
 
     sampler: str = one_of(SAMPLERS, "tpe")
@@ -327,6 +330,7 @@ class SearchAlgConfig:
     trial_timeout_s: float | None = None
     max_retries: int = 2
     rungs: list[RungConfig] = field(default_factory=list)
+    start: list[str] = field(default_factory=list)
 
 
 @dataclass

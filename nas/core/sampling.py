@@ -71,3 +71,61 @@ class Sampler(Protocol):
     def counts(self) -> dict[str, int]:
         """Trial states of the evaluated architectures (for the record's consistency check)."""
         ...
+
+
+class StartFirst:
+    """A :class:`Sampler` that proposes given architectures first (``search.start``), then ``inner``'s.
+
+    The start architectures are proposed in order, each once; one already evaluated (a resumed
+    search replays it) is skipped. When a start architecture's outcome comes back, ``inner`` learns
+    it as history (:meth:`Sampler.replay`), as if it had been evaluated by an earlier run: its model
+    (TPE) or population (evolution) starts from known designs, and it never proposes them again.
+
+    Args:
+        inner: the search algorithm that proposes everything after the start.
+        start: canonical architecture strings, members of the space (checked by the caller).
+    """
+
+    def __init__(self, inner: Sampler, start: list[str]) -> None:
+        self.inner = inner
+        self._queue = list(dict.fromkeys(start))
+        self._start = set(self._queue)
+        self._seen: set[str] = set()
+
+    @property
+    def duplicates(self) -> int:
+        """The inner sampler's repeated suggestions."""
+        return self.inner.duplicates
+
+    @property
+    def exhausted(self) -> bool:
+        """True once the start is used up and ``inner`` finds nothing new."""
+        return not self._queue and self.inner.exhausted
+
+    def ask(self) -> str | None:
+        """The next unevaluated start architecture, or ``inner``'s proposal once the start is used up."""
+        while self._queue:
+            arch = self._queue.pop(0)
+            if arch not in self._seen:
+                self._seen.add(arch)
+                return arch
+        return self.inner.ask()
+
+    def tell(self, arch: str, outcome: Outcome) -> None:
+        """Tell ``inner`` (a start architecture becomes its history)."""
+        self.inner.tell(arch, outcome)
+        if arch in self._start:
+            self.inner.replay(arch, outcome)
+
+    def replay(self, arch: str, outcome: Outcome) -> None:
+        """Add an architecture of an earlier run (a start architecture among them is not proposed again)."""
+        self._seen.add(arch)
+        self.inner.replay(arch, outcome)
+
+    def decisions(self, arch: str) -> dict[str, Any]:
+        """The active decisions that give ``arch``."""
+        return self.inner.decisions(arch)
+
+    def counts(self) -> dict[str, int]:
+        """The inner sampler's trial states (start architectures included once told)."""
+        return self.inner.counts()

@@ -63,7 +63,7 @@ from nas.core.record import (
     rank,
     target_shares,
 )
-from nas.core.sampling import Outcome, Sampler
+from nas.core.sampling import Outcome, Sampler, StartFirst
 from nas.core.table import accuracy_label, budget_used, format_best, format_table
 from nas.data import ProxyData, load_dataset
 from nas.driver.final_pass import FinalPass, run_final_pass
@@ -74,7 +74,7 @@ from nas.trial.faults import ENV_VAR as FAULTS_ENV_VAR
 from nas.trial.faults import FaultPlan
 from nas.trial.rungs import RungCheckpoints
 from nas.trial.subnet import check_supernet
-from search_spaces import SearchSpace
+from search_spaces import SearchSpace, SearchSpaceError, resolve_arch
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEMO_NOTE = (
@@ -298,6 +298,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     t_start = time.perf_counter()
     validate(cfg)
     space = SearchSpace.from_dict(cast(dict[str, Any], cfg.space), source=cfg.space_source)
+    start_archs(cfg.search.start, space)  # a start outside the space is refused before anything is created
     name = _search_name(cfg, space)
     uri = cfg.tracking.uri or default_tracking_uri()
     # Everything is checked before anything is created: a refused search leaves no folder, store or log.
@@ -380,13 +381,34 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
             shutil.rmtree(output_dir, ignore_errors=True)
 
 
+def start_archs(texts: list[str], space: SearchSpace) -> list[str]:
+    """``search.start`` as canonical strings of ``space``'s members (a reference name is resolved).
+
+    Raises:
+        ConfigError: an entry that is not an architecture, or not in the space (naming the decision).
+    """
+    out = []
+    for i, text in enumerate(texts):
+        try:
+            arch = space.validate(resolve_arch(str(text)))
+        except SearchSpaceError as err:
+            raise ConfigError(f"search.start[{i}]", f"{str(text)[:60]!r} cannot start a search of space "
+                              f"{space.name!r}: {err}") from None
+        out.append(arch.encode())
+    return out
+
+
 def make_sampler(cfg: SearchConfig, space: SearchSpace, name: str) -> Sampler:
-    """The search algorithm ``search.sampler`` names: regularised evolution, or an Optuna study."""
+    """The search algorithm ``search.sampler`` names (regularised evolution, or an Optuna study), proposing
+    ``search.start`` first when it is given."""
     s = cfg.search
+    inner: Sampler
     if s.sampler == "evolution":
-        return EvolutionSampler(space, s.population_size, s.tournament_size, s.seed, s.max_duplicates)
-    return ArchSampler(space, s.sampler, s.seed, s.n_startup_trials, s.population_size, s.max_duplicates,
-                       storage=s.storage, study_name=name)
+        inner = EvolutionSampler(space, s.population_size, s.tournament_size, s.seed, s.max_duplicates)
+    else:
+        inner = ArchSampler(space, s.sampler, s.seed, s.n_startup_trials, s.population_size, s.max_duplicates,
+                            storage=s.storage, study_name=name)
+    return StartFirst(inner, start_archs(s.start, space)) if s.start else inner
 
 
 def _recorded_search(uri: str, experiment: str, name: str) -> SearchRecord | None:

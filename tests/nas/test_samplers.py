@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 from mlflow import MlflowClient
@@ -185,6 +186,42 @@ def test_an_unpickled_sampler_keeps_its_history_and_its_running_architectures(na
     assert restored.counts() == {"COMPLETE": 1, "PRUNED": 1}
     later = [_ask(restored) for _ in range(5)]
     assert not {done, running} & set(later)
+
+
+def _start(name: str, space: SearchSpace, start: list[str]) -> Sampler:
+    search = SearchAlgConfig(sampler=name, n_startup_trials=3, population_size=4, tournament_size=2, start=start)
+    return make_sampler(SearchConfig(search=search), space, "contract")
+
+
+@each_sampler
+def test_the_start_is_proposed_first_in_order_then_learnt_and_never_proposed_again(name: str) -> None:
+    space = load_space("tiny")
+    known = [space.sample(np.random.default_rng(i)).encode() for i in (1, 2)]
+    s = _start(name, space, known)
+    assert [_ask(s), _ask(s)] == known
+    s.tell(known[0], _complete(0.9))
+    s.tell(known[1], Outcome("fail"))
+    assert s.counts() == {"COMPLETE": 1, "FAIL": 1}  # the sampler's history holds them
+    later = [_ask(s) for _ in range(8)]
+    assert len(set(later)) == 8 and not set(later) & set(known)
+
+
+@each_sampler
+def test_a_resumed_search_skips_the_start_it_already_evaluated(name: str) -> None:
+    space = load_space("tiny")
+    known = [space.sample(np.random.default_rng(i)).encode() for i in (1, 2)]
+    s = _start(name, space, known)
+    s.replay(known[0], _complete(0.9))  # recorded by the run that stopped
+    assert _ask(s) == known[1]
+    assert _ask(s) not in known
+
+
+def test_a_start_outside_the_space_is_refused_before_anything_is_created(tmp_path: Path) -> None:
+    outside = load_space("mobile").sample(np.random.default_rng(0)).encode()
+    cfg = stored_config(tmp_path, "+space=tiny", "target_ms=1.0", f"search.start=['{outside}']", "progress=false")
+    with pytest.raises(ConfigError, match=r"search\.start\[0\].*cannot start a search of space 'tiny'"):
+        run_search(cfg)
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------- the Optuna samplers (tpe, random, nsga2)
