@@ -89,7 +89,7 @@ def search(archive: Path, target_ms: float, size: dict[str, Any], tracking_uri: 
     name = f"deploy-{target_ms:g}ms"
     cfg = compose_search_config(
         "+space=mobile_cifar", f"target_ms={target_ms}", "latency.input_shape=[1,3,32,32]", "data=cifar10_jpeg",
-        f"data.path={archive}", f"search.n_trials={size['search_n']}", f"search.seed={seed}",
+        "~data_rungs", f"data.path={archive}", f"search.n_trials={size['search_n']}", f"search.seed={seed}",
         f"tracking.uri={tracking_uri}", f"output_dir={work / name}", "progress=false", f"name={name}",
         *size["search_overrides"],
     )
