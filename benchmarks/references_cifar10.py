@@ -140,7 +140,8 @@ def search(archive: Path, target_ms: float, n: int, workdir: Path, log: Callable
 
     cfg = compose_search_config(
         "+space=mobile_cifar", f"target_ms={target_ms}", "latency.input_shape=[1,3,32,32]", "data=cifar10_jpeg",
-        "~data_rungs", f"data.path={archive}", f"search.n_trials={n}", f"tracking.uri=sqlite:///{workdir / 'mlflow.db'}",
+        "~data_rungs", f"data.path={archive}", f"search.n_trials={n}",
+        f"tracking.uri=sqlite:///{workdir / 'mlflow.db'}",
         f"output_dir={workdir / f'search-{target_ms:g}'}", "progress=false", f"name=cifar10-{target_ms:g}ms",
     )
     result = run_search(cfg)
