@@ -134,7 +134,8 @@ def test_a_search_on_cifar10_jpeg_is_called_cifar10_jpeg(tmp_path: Path, capsys:
         for i in range(10):
             Image.fromarray(rng.integers(0, 255, (24, 24, 3), dtype=np.uint8)).save(folder / f"{i}.png")
     cfg = _config(tmp_path, "data=cifar10_jpeg", "~data_rungs", f"data.path={tmp_path / 'images'}",
-                  "data.resolution=16", f"data.cache_dir={tmp_path / 'cache'}", "search.n_trials=1", "train.epochs=1", "name=jpeg")
+                  "data.resolution=16", f"data.cache_dir={tmp_path / 'cache'}", "search.n_trials=1", "train.epochs=1",
+                  "name=jpeg")
     result = run_search(cfg)
     assert f"search jpeg: loading data (cifar10_jpeg, {tmp_path / 'images'})" in capsys.readouterr().err
     parent = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result.parent_run_id).data
