@@ -425,14 +425,16 @@ def main(argv: list[str] | None = None) -> int:
     elif args.step == "search":
         widths = _read_step(state_dir, "widths", "widths")
         size = QUICK_SEARCH if args.quick else SEARCH
-        for t in widths["targets"]:
+        winners = []
+        for t in widths["targets"]:  # both searches, then every winner's trainings (the pool kept full)
             path = state_dir / f"search-{t['target_ms']:g}ms.json"
             found = json.loads(path.read_text()) if path.exists() else None
             if found is None:
                 width = float(t["anchor"].rsplit("x", 1)[1])
                 found = step_search(args.cifar10, t["target_ms"], START[width], size, state_dir, log)
                 path.write_text(json.dumps(found, indent=2) + "\n")
-            train_all([Arch.decode(found["arch"])], args.cifar10, budget, args.workers, state_dir, log)
+            winners.append(Arch.decode(found["arch"]))
+        train_all(winners, args.cifar10, budget, args.workers, state_dir, log)
     elif args.step == "report":
         t0 = time.perf_counter()
         export_dir = EXPORT_DIR if not args.quick else state_dir / "exports"
