@@ -135,6 +135,28 @@ def run(archs: dict[str, Arch], rounds: int, shape: tuple[int, ...], measure: Me
     }
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, table
+    f, st = rec["figures"], rec["settings"]
+    rows = [[r["network"], _f(r["local_p50_ms"], 3), _f(r["agent_p50_ms"], 3), _f(r["p50_ratio"], 4),
+             f"{_f(r['transport_s']['median'] * 1e3, 1)} ms", f"{_f(r['local_wall_s'])} / {_f(r['agent_wall_s'])}"]
+            for r in f["rows"]]
+    shape = "x".join(map(str, st["input_shape"]))
+    return f"""The same networks timed here and through a measurement agent on 127.0.0.1
+(`python -m latency_predictor.agent`; ONNX Runtime on the CPU, one thread, {shape}), {st['rounds']} times each,
+alternating which goes first. The ratio is the p50 through the agent over the p50 here (median over the
+rounds); the transport is the client's wall time for a request minus the agent's own time for it (HTTP,
+JSON, the server); the wall times are a whole candidate (build, export, session, timing) here and through the agent.
+
+{table(['network', 'p50 here ms', 'p50 agent ms', 'ratio', 'transport', 'wall s here / agent'], rows)}
+
+p50 ratio, median over the networks: **{_f(f['p50_ratio_median'], 4)}** (range {_f(f['p50_ratio_range'][0], 4)} -
+{_f(f['p50_ratio_range'][1], 4)}; goal <= {f['goal_p50_ratio']}: {'met' if f['met'] else 'missed'}); transport
+{_f(f['transport_s_median'] * 1e3, 1)} ms per candidate; a candidate's wall time through the agent over here:
+{_f(f['wall_ratio_median'], 3)}."""
+
+
 def main() -> int:
     """Run the benchmark; returns 0 (a goal missed is reported, not turned into a failure)."""
     args = _parser().parse_args()

@@ -157,6 +157,29 @@ def summarise(rows: list[dict[str, Any]], alone_p50: float) -> dict[str, Any]:
     }
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, table
+    rows = [[cond, _f(x["p50_ms"]), f"{_f(x['p50_min_ms'])} - {_f(x['p50_max_ms'])}", _f(x["min_ms"]),
+             _f(x.get("ratio_to_alone")), f"{x['stable']}/{x['n']}", _f(x["cpu_per_wall"]), _f(x["slot_wait_s"]),
+             _f(x.get("search_cores"))]
+            for cond, x in rec["summary"].items()]
+    load = rec.get("search_load", {})
+    net = rec.get("arch_name", rec.get("arch"))
+    paired = rec.get("slot_over_no_slot_paired")
+    return f"""Does a measurement stay trustworthy while a search trains other candidates on the same machine? The
+same network (`{net}`, ONNX Runtime CPU, one thread, 1x3x224x224, one attempt of the protocol each) is
+measured {rec['rounds']} times alone; then, while a real search runs in another process
+({load.get('concurrent_trials', '?')} concurrent trials of the `{load.get('space', '?')}` space, one CPU
+each), in {rec['rounds']} rounds of two measurements in alternating order: with the measurement slot (as
+trials measure: it waits for the search's measurements and running training steps, and holds new steps
+back) and without it; then alone again. *Search cores* is how many cores the search's processes used
+while the measurement ran. Paired by round, the p50 with the slot was **{_f(paired)}x** the p50 without it.
+
+{table(['condition', 'median p50 ms', 'p50 range', 'min ms', 'x alone', 'stable', 'CPU share',
+        'slot wait s', 'search cores'], rows)}"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="mobilenetv2_100", help="reference name or architecture string")

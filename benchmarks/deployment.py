@@ -312,3 +312,71 @@ def run(archive: Path, quick: bool, log: Callable[[str], None] = print) -> dict[
         "summary": summary, "settings": {k: v for k, v in size.items()},
         "latency": "ONNX Runtime on the CPU, 1 intra-op thread, input 1x3x32x32",
     }
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    f = rec["figures"]
+    s = f["settings"]
+
+    def label(n: dict[str, Any]) -> str:
+        return n["name"] + (f" x{n['multiplier']:g}" if n.get("multiplier") else "")
+
+    rows = []
+    for n in f["networks"]:
+        for v in n["variants"]:
+            p50 = _f(v["p50_ms"], 3) + (" (unstable)" if v.get("stable") is False else "")
+            rows.append([label(n), v["variant"], v["precision"], p50, _f(v["p99_ms"], 3),
+                         f"{v['macs'] / 1e6:.1f}", f"{v['size_bytes'] / 1e3:.0f}", _pct(v["accuracy"]),
+                         _pct(v["agreement"]), _f(v["max_abs_diff"], 3), v["status"]])
+    int8 = []
+    for n in f["networks"]:
+        for source, v in n["int8"].items():
+            if v:
+                int8.append([label(n), source, f"{v['speedup']:.2f}x", f"{v['accuracy_loss_points']:+.2f}",
+                             "yes" if v["meets_speedup"] and v["meets_accuracy"] else "no"])
+    fr = f["front"]
+    front = [[x["variant"], _f(x["p50_ms"], 3), _pct(x["accuracy"]), "yes" if x["between"] else "no",
+              "yes" if x["dominated"] else "no", "yes" if x["on_front"] else "no"] for x in fr["pruned"]]
+    small = fr.get("next_smaller")
+    placed = (table(["variant", "p50", "accuracy", "between", "dominated", "on the front"], front) if front else
+              "No pruned variant of the searched network to place: " + (
+                  "none was timed." if small else "neither the search's front nor a second search at a lower "
+                                                  "target found a smaller network."))
+    ratios = " and ".join(f"{r:.0%}" for r in s["ratios"])
+    second = f["search"].get("second_search")
+    smaller_from = (f"the best of a second search at {_f(second['target_ms'], 3)} ms, since the first search's best "
+                    "was the fastest on its front" if second else "the candidate before it on its Pareto front")
+    anchors = (f"searched {_f(fr['searched']['p50_ms'], 3)} ms at {_pct(fr['searched']['accuracy'])}; next smaller "
+               + (f"{_f(small['p50_ms'], 3)} ms at {_pct(small['accuracy'])}" if small else "none found"))
+    return f"""What the steps after the search give on this CPU. LatNAS searched `mobile_cifar` on CIFAR-10
+({f['search']['candidates']} candidates, target {_f(f['target_ms'], 3)} ms: MobileNetV2 x0.5 in its 32x32 layout).
+Its best network, the next smaller one ({smaller_from}), and MobileNetV2 (32x32 layout) width-scaled to the
+searched network's latency were exported and trained ({s['train_samples']:,} training images, {s['epochs']}
+epoch(s)), then optimised with `python -m nas.optimize`: INT8 (ONNX Runtime static QDQ quantisation, per-channel
+weights, calibrated on {s['calibration']} training images) and, for the searched network and MobileNetV2,
+pruning {ratios} of the MACs away ({s['steps']} progressive step(s), {s['finetune_epochs']} fine-tuning epoch(s)
+each, with distillation), each pruned network in INT8 too.
+
+Accuracy, and top-1 agreement with the network's unpruned FP32 model, on {s['val']:,} validation images carved
+from the training split. Latency p50/p99 (ms): {f['latency']}; every model timed alternately in one process, each
+keeping its best of {s['rounds']} rounds. The check: a quantised variant agrees with the FP32 network it was made
+from on at least {s['min_agreement']:g} of the images, a pruned one with the network it was pruned from on at
+least {s['min_agreement_pruned']:g}; a variant that fails is not kept, so it has no latency here. A p50 marked
+unstable is from a measurement whose spread stayed above the protocol's threshold or that did not get the
+CPU it asked for (a busy machine).
+
+{table(["network", "variant", "precision", "p50", "p99", "MMACs", "size kB", "accuracy", "agreement",
+        "max diff", "check"], rows)}
+
+**INT8 against FP32** (goal: >= {f['goals']['int8_speedup']:g}x faster, <= {f['goals']['int8_max_loss_points']:g}
+point lost):
+
+{table(["network", "INT8 of", "speed-up", "accuracy lost (points)", "goal met"], int8)}
+
+**Pruning on the front** ({anchors}): a pruned variant of the searched network meets the goal when it is faster
+than the searched network, slower than the next smaller one and dominated by neither:
+**{"met" if fr["meets_goal"] else "not met"}**.
+
+{placed}"""

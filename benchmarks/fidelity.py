@@ -76,3 +76,37 @@ def run(archive: Path, quick: bool, workers: int = 2, log: Callable[[str], None]
     )
     record["computed_in_this_run"] = result.computed
     return record
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    f = rec["figures"]
+    ests = sorted(f["estimators"], key=lambda e: -f["estimators"][e]["kendall_tau"])
+    rows = []
+    for e in ests:
+        x = f["estimators"][e]
+        rows.append([e, f"{x['kendall_tau']:.3f}", f"{x['kendall_ci'][0]:.2f} to {x['kendall_ci'][1]:.2f}",
+                     f"{x['spearman']:.3f}", f"{x['spearman_ci'][0]:.2f} to {x['spearman_ci'][1]:.2f}",
+                     f"{x['top_overlap']:.0%} of {x['top_n']}", _f(x["seconds_per_candidate"], 2),
+                     f"{x['cost_share_of_reference']:.3f}"])
+    rows.append(["reference", "1", "-", "1", "-", "-", _f(f["reference_seconds_per_candidate"], 1), "1"])
+    ref = [a["reference"] for a in f["archs"]]
+    d = f["data"]
+    return f"""Does a cheap accuracy estimate rank architectures like real training does? {f['k']} architectures of
+`{f['space']}` (seeded; the smallest and largest by MACs, the rest spread over the MACs range), each
+trained as the **reference**: {f['reference']['train_samples']:,} CIFAR-10 training images for
+{f['reference']['epochs']} epochs with the `train` recipe, validated on {d['val']:,} images carved from the
+training split (the JPEG copy of CIFAR-10's training images; pixels differ slightly from the original
+release, so accuracies are close to, not identical with, published CIFAR-10 figures). Reference
+accuracies range {_pct(min(ref))} - {_pct(max(ref))}. The cheap estimators score the same networks:
+`train_<e>ep` trains {f['cheap_train_samples']:,} images for e epochs with the same recipe; the
+training-free scores look at one minibatch at initialisation; params and MACs are the trivial
+baselines. Kendall's tau and Spearman's rho against the reference, with 95% bootstrap intervals over
+the architectures; top-10% overlap; cost as median seconds per candidate (on this machine, all in one
+run) and as a share of the reference's.
+
+{table(["estimator", "Kendall tau", "95% CI", "Spearman", "95% CI", "top-10%", "s / candidate", "cost / reference"],
+       rows)}
+
+Reproduce the study itself (it resumes from its records): `{f.get('study_command', '')}`"""

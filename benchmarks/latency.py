@@ -116,6 +116,52 @@ def gpu(arch: str) -> dict[str, Any]:
     return {"arch": arch, "device_name": torch.cuda.get_device_name(0), "rows": rows}
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    r, o, a = rec["repeatability"], rec["overhead"], rec["agreement"]
+    procs = r["processes"]
+    rows = [[str(i + 1), _f(p["p50_ms"]), _f(p["min_ms"]), _pct(p["iqr_rel"]), _f(p["cpu_per_wall"]),
+             str(p["attempts"]), _f(p["stable"])] for i, p in enumerate(procs)]
+    rep = table(["process", "p50 ms", "min ms", "IQR/median", "CPU share", "attempts", "stable"], rows)
+    ov = table(["call", "build s", "ONNX export s", "session s", "measurement s", "setup / measurement"],
+               [["first in the process" if i == 0 else "next", _f(c["build_s"]), _f(c["export_s"]),
+                 _f(c["session_s"]), _f(c["measure_s"]), _f(c["setup_over_measure"])]
+                for i, c in enumerate(o["calls"])])
+    ag = table(["network", "ONNX Runtime p50 ms", "torch p50 ms", "torch / ONNX Runtime"],
+               [[x["arch"], _f(x["onnxruntime_p50_ms"]), _f(x["torch_p50_ms"]), _f(x["torch_over_onnxruntime"])]
+                for x in a["rows"]])
+    gpu = rec.get("gpu", {})
+    gpu_s = (f"**GPU**: skipped ({gpu['skipped']})." if "skipped" in gpu else
+             "**GPU** (torch CUDA eager against CUDA graphs):\n\n" + table(
+                 ["precision", "eager p50 ms", "graphs p50 ms", "eager / graphs"],
+                 [[x["precision"], _f(x["eager_p50_ms"]), _f(x["graphs_p50_ms"]), _f(x["eager_over_graphs"])]
+                  for x in gpu.get("rows", [])]))
+    stable = r.get("max_over_min_p50_stable_only")
+    return f"""The measurement protocol's own quality: the same network (`{r['arch']}`, {r['input_shape']}, ONNX Runtime
+CPU, one thread) measured by `python -m latency_predictor.measure` in {len(procs)} fresh processes one after
+the other; what preparing a measurement costs against the measurement itself; and how ONNX Runtime and
+eager PyTorch disagree on the same networks. On a shared machine, processes that did not get the CPU
+(CPU share under 0.9) are flagged unstable and repeated; read the figures with the load in mind.
+
+**Repeatability**: max/min of p50 over all processes **{_f(r['max_over_min_p50'], 3)}**; over the
+{r['stable_processes']} stable ones {_f(stable, 3)}; max/min of the fastest run (min) {_f(r['max_over_min_min'], 3)}.
+
+{rep}
+
+**Overhead** ({o['arch']}, in one process):
+
+{ov}
+
+**Agreement** (both one thread, same network). They should not be expected to agree: ONNX Runtime folds
+BatchNorm, fuses activations and runs blocked-layout kernels; eager PyTorch runs every module. Compare
+candidates on one backend, the one you deploy with.
+
+{ag}
+
+{gpu_s}"""
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--arch", default="mobilenetv2_100", help="network of the repeatability/overhead/GPU sections")

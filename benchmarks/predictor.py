@@ -101,6 +101,33 @@ def throughput(predictor_path: Path, expected: PredictorTarget, n: int, seed: in
     }
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    rep, s, tp = rec["report"], rec["splits"], rec["throughput"]
+    rows = [[name, _f(m["rmse_ms"]), _pct(m["mape"]), _pct(m["within_5"]), _pct(m["within_10"]),
+             _f(m["spearman"], 3), _pct(m["max_rel_error"])] for name, m in rep["models"].items()]
+    noise = rep.get("noise", {})
+    col = rec.get("collection", {})
+    met = rec.get("met", {})
+    targets = ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in met.items())
+    return f"""The learned latency predictor (a sum of per-unit costs) against two baselines (latency proportional
+to MACs; a per-block lookup table), trained on {rep['n_train']} and tested on {rep['n_test']} held-out
+`{rec['settings']['space']}` architectures measured with ONNX Runtime on the CPU (1 thread,
+1x3x224x224; {_f(col.get('archs'))} architectures, {_f(col.get('records'))} measurements). The noise ceiling is
+the +-10% share a perfect predictor would reach given the measurement noise.
+
+{table(['model', 'RMSE ms', 'MAPE', 'within 5%', 'within 10%', 'Spearman', 'max error'], rows)}
+
+Noise ceiling (+-10%): {_pct(noise.get('ceiling_10'))} ({noise.get('basis', '')}). Over {s['n']} random
+80/20 splits: +-10% mean {_pct(s['within_10_mean'])} (min {_pct(s['within_10_min'])}), Spearman mean
+{_f(s['spearman_mean'], 3)} (min {_f(s['spearman_min'], 3)}).
+
+**Throughput**: {_f(tp['first_call_per_s'], 0)} predictions/s on a batch of {_f(tp['n'])} (first call, empty
+caches), {_f(tp['second_call_per_s'], 0)}/s the second time; one `measure()` call {_f(tp['single_measure_ms'], 3)} ms.
+Targets (+-10% >= 95%, Spearman >= 0.95, >= 10,000 predictions/s): {targets}."""
+
+
 def main() -> int:
     """Run the benchmark; returns 0 (targets missed are reported, not turned into a failure)."""
     args = _parser().parse_args()

@@ -113,6 +113,43 @@ def figures_of(study: dict[str, Any], runs: dict[int, np.ndarray], estimates: di
     }
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, table
+    f = rec["figures"]
+    seeds, others = f["seeds"], f["seeds"][1:]
+    pairs = table(["references", "Kendall tau", "95% CI", "Spearman", "median difference", "largest"],
+                  [[f"seed {p['seeds'][0]} vs seed {p['seeds'][1]}", f"**{p['kendall_tau']:.3f}**",
+                    f"{p['kendall_ci'][0]:.2f} to {p['kendall_ci'][1]:.2f}", _f(p["spearman"], 3),
+                    f"{p['abs_diff_points']['median']:.1f} points", f"{p['abs_diff_points']['max']:.1f} points"]
+                   for p in f["pairs"]])
+    rest = ""
+    if f.get("one_vs_rest"):
+        rest = "\n\nEach reference against the mean of the others (an estimator far less noisy than one training, " \
+               "and costing several): " + "; ".join(
+                   f"seed {s} **{v['kendall_tau']:.3f}** ({v['kendall_ci'][0]:.2f} to {v['kendall_ci'][1]:.2f})"
+                   for s, v in f["one_vs_rest"].items()) + "."
+    ceiling = "" if f.get("noise_ceiling") is None else (
+        f"\n\nNoise ceiling: an error-free estimator is expected to reach tau **{f['noise_ceiling']:.3f}** against one "
+        f"reference, given that the references agree at {f['mean_tau_between']:.3f} on average "
+        "(`nas.studies.stats.noise_ceiling`: each run the truth plus independent Gaussian noise; a model, not a "
+        "measurement).")
+    rows = [[f"**{e}**" if e == "supernet" else e, *(_f(v[f"vs_seed{s}"]["kendall_tau"], 3) for s in seeds),
+             _f(v["vs_mean"]["kendall_tau"], 3),
+             f"{v['vs_mean']['kendall_ci'][0]:.2f} to {v['vs_mean']['kendall_ci'][1]:.2f}"]
+            for e, v in sorted(f["estimators"].items(), key=lambda kv: -kv[1]["vs_mean"]["kendall_tau"])]
+    return f"""The proxy-fidelity study's reference ({f['reference']['train_samples']:,} images x
+{f['reference']['epochs']} epochs per architecture, seed 0) trained again for its {f['k']} architectures with
+seed{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} (another initialisation, other training
+images, another order):
+
+{pairs}{rest}{ceiling}
+
+Each estimator's tau against each reference and against their mean:
+
+{table(["estimator", *(f"tau vs seed {s}" for s in seeds), "tau vs mean", "95% CI (mean)"], rows)}"""
+
+
 def main() -> int:
     """Run (or continue) the further references; write the record."""
     args = _parser().parse_args()

@@ -156,3 +156,43 @@ def run(seeds: int, epochs: int, search_n: int, quick: bool, log: Callable[[str]
         "latency": "ONNX Runtime CPU, 1 intra-op thread, 1x3x224x224, p50 measured in this run",
         "multipliers": list(MULTIPLIERS),
     }
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.references_cifar10 import render_figures
+    from benchmarks.render import _f, _pct, comparison_lines, table
+    f = rec["figures"]
+    matched = "\n".join(f"- {line}" for line in comparison_lines(f["targets"]))
+    if f.get("dataset") == "cifar10":
+        return render_figures(f, matched)
+    rows = []
+    for t in f["targets"]:
+        for c in t["candidates"]:
+            acc = c["accuracy"]
+            rows.append([f"{t['target_ms']:g}", c["name"], _f(c["latency_ms"]), _f(c.get("params_m"), 2),
+                         f"{_pct(acc['median'])} ({_pct(acc['min'])} - {_pct(acc['max'])})"])
+    over = [f"at {t['target_ms']:g} ms the searched network measured {c['latency_ms']:.2f} ms" for t in f["targets"]
+            for c in t["candidates"] if c["name"] == "searched" and c["latency_ms"] > t["target_ms"]]
+    if over:
+        matched += ("\n\nThe searched networks missed their targets when measured here (" + "; ".join(over)
+                    + "): none of the candidates measured met the target under this run's load, so the fastest "
+                    "measured is shown, and the latencies are not exactly matched.")
+    weak = [c["name"] for t in f["targets"] for c in t["candidates"] if c["accuracy"]["median"] < 0.5]
+    if weak:
+        matched += (f"\n\nWith {f['epochs']} epoch(s), {', '.join(sorted(set(weak)))} stayed under 50% accuracy: "
+                    "deep, narrow networks barely start to learn in so short a budget (same optimiser and learning "
+                    "rate for every network), so this compares what each network learns in a very short budget, "
+                    "not what it can reach.")
+    return f"""Does the search find networks that beat hand-designed ones at the same latency? At two latency targets on
+this machine's ONNX Runtime CPU (1 thread, 1x3x224x224, measured), the best network of a small search
+({f['search']}) against the reference networks width-scaled (channels x multiplier, rounded to 8) to the
+largest multiplier that meets the target. All trained with the same budget on the same proxy data
+({f['training']}), {f['seeds']} training seeds; accuracy median (min - max).
+
+{table(['target ms', 'network', 'latency ms', 'params M', 'accuracy'], rows)}
+
+{matched}
+
+Digits is a weak proxy for ranking (one test image is 0.28 points, and seed-to-seed spread is about
+as large as the differences between architectures); treat small differences as ties."""

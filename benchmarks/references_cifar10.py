@@ -308,3 +308,52 @@ def run(archive: Path, quick: bool, workers: int = 2, log: Callable[[str], None]
                    "of the run, each measuring a network and then its target's anchor back to back",
         "training": dataclasses.asdict(TrainConfig(epochs=size["epochs"], device="cpu")),
     }
+
+
+def render_figures(f: dict[str, Any], matched: str) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    s = f["targets"][0]["candidates"][0]["search"]
+    st = s["settings"]
+    exports = sorted({c["export_folder"] for t in f["targets"] for c in t["candidates"] if c.get("export_folder")})
+    widths = " and ".join(f"{w:g}" for w in f["target_widths"])
+    rows = [[f"{t['target_ms']:g}", c["name"], _f(c["latency_ms"], 3), _f(c["latency_ratio"], 2),
+             "yes" if c["meets_target"] else "no", _f(c.get("params_m"), 2),
+             f"{_pct(c['accuracy']['median'])} ({_pct(c['accuracy']['min'])} - {_pct(c['accuracy']['max'])})"]
+            for t in f["targets"] for c in t["candidates"]]
+    header = ["target ms", "network", "latency ms", "x anchor", "meets", "params M", "accuracy"]
+    missed = [f"{c['name']} at {t['target_ms']:g} ms ({c['latency_ratio']:.2f}x"
+              + (", even at the smallest width tried" if c["multiplier"] == 0.25 else "") + ")"
+              for t in f["targets"] for c in t["candidates"] if not c["meets_target"]]
+    how = f"""Each target's *anchor* is the MobileNetV2 that set it. This host's speed moves between levels about 2x
+apart within seconds, so no network is judged by one absolute figure: each is measured back to back
+with its anchor, and *x anchor* is the median over the rounds of its p50 over the anchor's ({f['rounds']}
+rounds at the end of the run; the widths were chosen the same way at the start, {f['scale_rounds']}
+rounds each). A network meets its target when it is no slower than the anchor (x anchor <= 1).
+{"Slower than the anchor at the end: " + "; ".join(missed) + "." if missed else "Every network met its target."}"""
+    budget = (f"These are short-budget accuracies ({f['train_samples']:,} images x {f['epochs']} epochs): "
+              "they compare what each network learns in that budget, not what it reaches with full training.")
+    return f"""The same question on real images. At two latency targets on this machine's ONNX Runtime CPU (1 thread,
+CIFAR's deployment shape 1x3x32x32, every network measured in this run), chosen as the measured
+latencies of MobileNetV2 in its 32x32 layout at widths {widths}: LatNAS's own search of
+`mobile_cifar` ({f['search_n']} candidates, its CIFAR-10 defaults: {st['accuracy']} estimate,
+{st['train.epochs']} epochs on {st['data.max_train_samples']} images, {st['sampler']} sampler)
+against MobileNetV2, EfficientNet-B0 and MnasNet-B1 in their 32x32 layouts (the first two stride-2
+stages run at stride 1), each width-scaled to the widest multiplier that meets the target. Every
+network trained with the same recipe and budget ({f['train_samples']:,} CIFAR-10 training images,
+{f['epochs']} epochs), {f['seeds']} seeds, validated on {f['val_images']:,} images carved from the
+training split; accuracy median (min - max). The JPEG copy of CIFAR-10 differs slightly from the
+original release: accuracies are close to, not identical with, published figures. Latency: {f['latency']}.
+
+{table(header, rows)}
+
+{how}
+
+{matched}
+
+{budget}
+
+The trained networks (seed 0) are committed as `model.onnx` (Conv+BN fused, checked against
+PyTorch) with `arch.json` (architecture, preprocessing, classes, accuracy, latency) in
+{', '.join(f'`{e}`' for e in exports) or 'no folder (quick mode)'}: evaluate and time them on the
+real CIFAR-10 test split."""

@@ -239,6 +239,48 @@ def check(store: Store, plan: FaultPlan, n_trials: int, timeout_s: float, phases
     return {"figures": figures, "checks": checks, "wrong": wrong}
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    st, f, checks = rec["settings"], rec["figures"], rec["checks"]
+    how = {"SIGKILL": "driver SIGKILLed", "SIGINT": "Ctrl-C (SIGINT to its process group)", "none": "ran to the end"}
+    starts = ["`python -m nas.search ...`", "the same with `resume=true`", "the resume command it printed"]
+    phases = [[str(i + 1), starts[i] if i < len(starts) else "-", how.get(ph["signal"], ph["signal"]),
+               str(ph["exit"]), _f(ph["seconds"], 0), str(ph["recorded"]), str(ph["processes_left"])]
+              for i, ph in enumerate(rec["phases"])]
+    failed = ", ".join(f"{k} {v}" for k, v in f["failed_by_type"].items()) or "none"
+    figures = [
+        ["architectures evaluated", str(f["trials"])], ["completed", str(f["completed"])],
+        ["failed, with their reason", f"{f['failed']} ({failed})"],
+        ["made to fail by the fault plan", str(f["bad_by_plan"])],
+        ["trial processes killed / retried", f"{f['trial_processes_killed']} / {f['retried']}"],
+        ["recorded candidates lost", str(f["lost"])], ["architectures recorded twice", str(f["duplicates"])],
+        ["half-written runs marked KILLED", str(f["stale_runs_marked_killed"])],
+        ["Optuna trials (evaluated architectures)", _f(f["optuna_trials"], 0)],
+        ["Ray Tune trials of each run that closed its record",
+         " / ".join(_f(x, 0) for x in f["ray_trials_per_phase_closed"])],
+    ]
+    bad = [k for k, ok in checks.items() if not ok]
+    verdict = (f"All {len(checks)} checks passed" if not bad else f"FAILED checks: {', '.join(bad)}")
+    verdict += ": " + ", ".join(k.replace("_", " ") for k in checks) + "."
+    return f"""Does a search survive failing candidates, dying trial processes and a killed driver, and lose nothing?
+One search of {st['n_trials']} architectures of the tiny space (digits, one epoch, ONNX Runtime at 1x3x32x32, two
+trials at a time, `search.max_retries=1`, `search.trial_timeout_s={_f(st['trial_timeout_s'], 0)}`) with
+`LATNAS_FAULTS={st['faults']}`: about {_pct(st.get('bad_rate'))} of the architectures fail (export, engine
+build, measurement, out of memory, NaN training, a stall past the time limit, in equal shares) and
+{_pct(st.get('kill_rate'))} have their trial process killed with SIGKILL once. The driver is SIGKILLed at a
+third of the trials and resumed, then interrupted with Ctrl-C at two thirds and resumed again with the command
+it printed. The record is then checked against the fault plan.
+
+{table(['run', 'started as', 'ended', 'exit', 'seconds', 'candidates recorded', 'processes left'], phases)}
+
+{table(['figure', 'value'], figures)}
+
+{verdict} After the SIGKILL, the processes left are Ray's that the dead driver could not stop (the script ends
+them); after Ctrl-C the search stops its own. After the Ctrl-C, Ray Tune's count includes the trials it stopped
+unfinished, which are not recorded and run again on resume."""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-trials", type=int, default=24, help="architectures to evaluate (default 24)")

@@ -125,3 +125,40 @@ def run(budgets: Sequence[int], seeds: int, samplers: Sequence[str] = SAMPLERS,
         "distinct_archs_scored": len(evaluator.cache),
         "seconds_per_scored_arch": evaluator.seconds["naswot"] / max(1, evaluator.seconds["calls"]),
     }
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, table
+    f = rec["figures"]
+    names = list(next(iter(f["results"].values())))
+    rows = []
+    for b, row in f["results"].items():
+        for n in names:
+            e = row[n]
+            br = e["best_reward"]
+            vs = e.get("vs_random")
+            rows.append([b, n, _f(br["median"]), f"{_f(br['q25'])} - {_f(br['q75'])}",
+                         f"{_f(br['min'])} - {_f(br['max'])}",
+                         f"{vs['wins']}/{vs['ties']}/{vs['losses']}" if vs else "-"])
+    top = str(max(f["budgets"]))
+    ranked = sorted(names, key=lambda n: -f["results"][top][n]["best_reward"]["median"])
+    beats = [f"{n} {f['results'][top][n]['vs_random']['wins']}/{f['seeds']}" for n in ranked
+             if "vs_random" in f["results"][top][n]]
+    verdict = (f"At {top} evaluations, by median best reward: {' > '.join(ranked)}; seeds on which each beats "
+               f"random search: {', '.join(beats)}.")
+    return f"""Which search algorithm finds the best reward for the same number of evaluated architectures? On the
+`mobile` space, with {f['latency']} and, as the cheap accuracy estimate, the {f['accuracy_estimate']}. The
+reward is {f['reward']} at target_ms = **{_f(f['target_ms'])}**, the {f['target_rule']}, so about half the
+space meets it. Budgets {', '.join(map(str, f['budgets']))} distinct architectures, {f['seeds']} seeds each
+(budgets are prefixes of one run); "vs random" counts seeds where the sampler's best is higher / equal /
+lower than random search's with the same seed. TPE starts with {f['settings']['tpe_startup_trials']} random
+trials and NSGA-II's first generation ({f['settings']['nsga2_population']}) is random too: with the same seed
+they draw what random search draws, hence ties at small budgets. Rewards are NASWOT scores (about 300 for
+this batch), so differences of a few units are real but small.
+
+{table(['budget', 'sampler', 'median best reward', 'IQR', 'range', 'vs random (W/T/L)'], rows)}
+
+{verdict}
+
+{f['distinct_archs_scored']} distinct architectures scored, {_f(f['seconds_per_scored_arch'], 2)} s each."""

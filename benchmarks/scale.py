@@ -99,3 +99,29 @@ def run(n_trials: int, epochs: int, log: Callable[[str], None] = print) -> dict[
         f"{proj['candidates_per_hour']:,.0f} candidates/h (bound by the {proj['bound']})")
     return {"space": "tiny", "epochs": epochs, "runs": rows, "speedup_2_over_1": speedup, "projection": proj,
             "trial": "build, ONNX Runtime CPU measurement (1 thread, 1x3x224x224), brief SGD training on digits"}
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, table
+    f = rec["figures"]
+    p = f["projection"]
+    rows = [[str(r["workers"]), f"{r['n_completed']}/{r['n_trials']}", _f(r["tune_seconds"], 0),
+             _f(r["startup_seconds"], 0), _f(r["mean_trial_seconds"], 1), _f(r["candidates_per_hour"], 0)]
+            for r in f["runs"]]
+    assumptions = "\n".join(f"- {a}" for a in p["assumptions"])
+    return f"""Search throughput on this machine: two real searches (`{f['space']}` space, Ray Tune + Optuna TPE, MLflow
+in a temporary store; a trial: {f['trial']}, {f['epochs']} epoch(s)) with one and two trials at a time.
+Candidates per hour count completed candidates over `Tuner.fit` time; start-up is paid once per search.
+
+{table(['workers', 'completed', 'trials s', 'start-up s', 'mean trial s', 'candidates/h'], rows)}
+
+Two workers against one: **{_f(f['speedup_2_over_1'])}x** (on two cores the second worker competes with
+the driver, Ray's own processes and anything else running).
+
+**Projection** to {p['nodes']} nodes x {p['gpus_per_node']} GPUs ({p['workers']} workers) from the one-worker
+per-trial costs: {_f(p['per_worker_candidates_per_hour'], 0)} candidates/h per worker, driver limit
+{_f(p['driver_limit_candidates_per_hour'], 0)}/h, so **{_f(p['candidates_per_hour'], 0)} candidates/h** (bound by
+the {p['bound']}). Assumptions:
+
+{assumptions}"""

@@ -53,3 +53,24 @@ def run(n: int, seed: int = 7, log: Callable[[str], None] = print) -> dict[str, 
         f"(median {np.median(per_arch) * 1e3:.0f} ms each), together {rate:.2f}/s; "
         f"1,000 candidates {'take' if n >= 1000 else 'would take'} {total * 1000 / n:.0f} s")
     return figures
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, table
+    f = rec["figures"]
+    w = "measured" if f["wall_1000_measured"] else f"projected from {f['n']} candidates"
+    per = {k: _f(f["naswot_seconds_per_arch"][k], 3) for k in ("median", "q25", "q75")}
+    return f"""How fast a search can screen candidates without training or measuring: predicted latency (the learned
+predictor, one batch) plus the NASWOT score (build the network, one forward pass), over {f['n']} uniformly
+sampled `mobile` architectures on one CPU thread.
+
+{table(['part', 'candidates per second'], [
+        ['predicted latency only', _f(f['latency_only_per_s'], 0)],
+        ['NASWOT only', _f(f['naswot_per_s'])],
+        ['both (sampling included)', _f(f['combined_per_s'])],
+    ])}
+
+NASWOT per network: median {per['median']} s (IQR {per['q25']} - {per['q75']} s).
+**1,000 candidates: {_f(f['wall_seconds_1000'], 0)} s** ({w}); the
+latency prediction is a negligible part, building each network and its forward pass are the cost."""

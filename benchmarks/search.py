@@ -104,6 +104,36 @@ def bench_overhead(workdir: Path, n_trials: int, epochs: int) -> dict[str, Any]:
     }
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    o = rec["overhead"]
+    ov = table(["figure", "value"], [
+        ["overhead per trial", f"{_f(o['overhead_per_trial_seconds'])} s"],
+        ["of which MLflow logging (driver callback)", f"{_f(o['of_which_mlflow_logging_seconds'], 3)} s"],
+        ["of which artifacts", f"{_f(o['of_which_artifacts_seconds'], 3)} s"],
+        ["share of the measured trial", _pct(o["share_of_measured_trial"])],
+        ["share of a 10 s trial", f"{_pct(o['share_of_10s_trial'])} (target <= {_pct(o['target_share'])})"],
+    ])
+    trial_s = _f(o["mean_trial_seconds"], 1)
+    text = f"""**Framework overhead per trial**: a real search of {o['n_trials']} trials of {trial_s} s
+each ({o['setup']}). Overhead is `Tuner.fit` wall time minus the trials' own time (measured inside each
+trial), plus writing and logging the artifacts, per trial: Ray's scheduling, worker start-up (amortised),
+the sampler, result transport and MLflow logging all count. `reuse_actors=True` and no per-trial result
+files keep it low.
+
+{ov}"""
+    q = rec.get("quickstart")
+    if q:
+        text += f"""
+
+**Quickstart**, `{q['command']}` exactly as written, in a fresh folder (new MLflow store):
+**{_f(q['wall_seconds'], 0)} s** wall (limit 10 minutes), of which {_f(q['startup_seconds'], 0)} s start-up and
+{_f(q['tune_seconds'], 0)} s of trials; {q['n_completed']} candidates completed, {q['n_failed']} failed; best reward
+{_f(q['best_reward'], 3)} at {_f(q['best_latency_ms'], 1)} ms p50."""
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-quickstart", action="store_true", help="only measure the overhead")

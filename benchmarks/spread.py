@@ -137,6 +137,45 @@ def summarise(per_search: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     return figures
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    f, st = rec["figures"], rec["settings"]
+    n = st["searches"]
+    alone = "standalone" in f  # records from before the floor was measured have no standalone round
+    kinds = ("in_search", "final", "standalone") if alone else ("in_search", "final")
+    rows = [[r["arch_id"], *(cell for k in kinds for cell in (" / ".join(_f(v, 2) for v in r[k]),
+                                                             _f(r[f"{k}_spread"], 3)))] for r in f["archs"]]
+    labels = {"in_search": "in the search (the trial's own measurement)",
+              "final": "final latency pass (what the leaderboard shows)",
+              "standalone": "measured alone after each search (the host's floor)"}
+    summary = table(["figures", "median spread", "largest spread", f"within {f['goal']}x"], [
+        [labels[k], _f(f[k]["median_spread"], 3), _f(f[k]["max_spread"], 3), _pct(f[k]["within_goal"])]
+        for k in kinds])
+    heads = {"in_search": "in-search p50 ms", "final": "final p50 ms", "standalone": "alone p50 ms"}
+    io = f["in_search_over_final"]
+    floor = "" if not alone else f"""
+The floor: right after each search, a fresh process with nothing else running measured the same
+architectures with the same backend and protocol (as `python -m latency_predictor.measure` does). Its
+spread is the host's own drift over the same minutes, which no measurement inside a search can go under:
+{'within' if f['floor_met'] else 'not within'} {f['goal']}x for every architecture."""
+    return f"""The quickstart (`python -m nas.search +space=mobile target_ms=50`: digits, ONNX Runtime on the CPU,
+one thread, 1x3x224x224, two trials at a time) run {n} times, one after another, each in a fresh process and
+project home, with the random sampler and seed {st['seed']} so that every search evaluates the same
+{st['trials']} architectures, and the final latency pass measuring all of them again. For each architecture,
+its p50 (ms) in search 1 / 2 / ..., and the spread across the searches (largest / smallest): as its trial
+measured it, with the other trial training beside it, and as the final pass measured it, with nothing else
+running.
+
+{table(['arch_id', *(h for k in kinds for h in (heads[k], 'spread'))], rows)}
+
+{summary}
+
+Goal: the leaderboard's figures repeat across searches within {f['goal']}x for every architecture:
+{'met' if f['met'] else 'missed'}. Within a search, in-search p50 over final p50: median {_f(io['median'], 3)},
+range {_f(io['min'], 3)} - {_f(io['max'], 3)}.{floor}"""
+
+
 def main() -> int:
     """Run the benchmark; returns 0 (a goal missed is reported, not turned into a failure)."""
     args = _parser().parse_args()

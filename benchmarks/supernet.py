@@ -338,3 +338,67 @@ def run(archive: Path, quick: bool, epochs: int | None = None, fidelity_dir: Pat
                 "python -m nas.supernet +space=mobile_cifar data=cifar10_jpeg data.path=CIFAR10_ARCHIVE "
                 f"data.max_train_samples={size['train_samples']} data.max_val_samples={size['val']} "
                 f"train.epochs={sn['epochs']} train.device=cpu")}
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    f = rec["figures"]
+    sn, fid, cost, search = f["supernet"], f["fidelity"], f["cost"], f["search"]
+    plan = sn["plan"]
+    chosen = (f"{sn['epochs']} epoch{'s' if sn['epochs'] != 1 else ''}, chosen from {plan['epochs_from']}"
+              + (f" ({plan['seconds_per_step']:.2f} s per step)" if "seconds_per_step" in plan else ""))
+    hist = table(["epoch", "loss (largest)", "loss (others)", "largest subnet", "smallest subnet", "s"],
+                 [[str(int(h["epoch"])), _f(h["loss_largest"], 3), _f(h["loss_others"], 3),
+                   _pct(h.get("accuracy_largest")), _pct(h.get("accuracy_smallest")), _f(h["seconds"], 0)]
+                  for h in sn["history"]])
+    ests = sorted(fid["estimators"], key=lambda e: -fid["estimators"][e]["kendall_tau"])
+    rows = []
+    for e in ests:
+        x = fid["estimators"][e]
+        name = f"**{e}**" if e == "supernet" else e
+        rows.append([name, f"{x['kendall_tau']:.3f}", f"{x['kendall_ci'][0]:.2f} to {x['kendall_ci'][1]:.2f}",
+                     f"{x['spearman']:.3f}", f"{x['top_overlap']:.0%} of {x['top_n']}",
+                     _f(x["seconds_per_candidate"], 2)])
+    s = cost["seconds"]
+    paths = []
+    for label, p in search["paths"].items():
+        paths.append([label, p["search"]["arch_id"], _f(p["final"]["latency_ms"], 3),
+                      _pct(p["search"]["proxy_accuracy"]), _pct(p["final"]["init_accuracy"]),
+                      _pct(p["final"]["accuracy"]), _f(p["supernet_seconds"] / 60, 1),
+                      _f(p["search"]["search_seconds"] / 60, 1), _f(p["final"]["train_seconds"] / 60, 1),
+                      _f(p["total_seconds"] / 60, 1)])
+    goal = "meets" if cost["meets_goal"] else "misses"
+    return f"""A supernet of `mobile_cifar` (`python -m nas.supernet`: each step the largest network of each
+block type, the smallest and two random subnets, in-place distillation, the `train` recipe) trained on
+{sn['train_images']:,} CIFAR-10 training images for {chosen}, in **{sn['train_seconds'] / 60:.1f} minutes**
+(budget {plan['budget_minutes']} minutes). Its validation images are those of the proxy-fidelity study and
+were never trained on.
+
+{hist}
+
+**Fidelity.** The proxy-fidelity study's {fid['k']} architectures and reference accuracies (`{fid.get('source', '')}`),
+with the supernet's estimate (each subnet extracted, BatchNorm recalibrated on {cost['bn_batches']} x
+{cost['batch_size']} training images, validated) next to the study's other estimators: Kendall's tau with its
+95% bootstrap interval, Spearman's rho, top-10% overlap, seconds per candidate (the supernet's training is not
+in that figure: it is paid once, above).
+
+{table(["estimator", "Kendall tau", "95% CI", "Spearman", "top-10%", "s / candidate"], rows)}
+
+**Cost per candidate** on one core (one torch thread): median **{s['median']:.2f} s** (quartiles
+{s['q25']:.2f} - {s['q75']:.2f} s, max {s['max']:.2f} s) for extraction, recalibration and validation on
+{cost['val_images']:,} images; it {goal} the 2 s goal. A 1,000-candidate search then costs about
+{s['median'] * 1000 / 60:.0f} core-minutes of accuracy estimates besides the latency measurements.
+
+**Search.** LatNAS at {search['target_ms']:g} ms (MobileNetV2, 32x32 layout, width 0.5, measured here), once
+with `accuracy=supernet` and once with brief training ({search['brief_training']['data.max_train_samples']:,}
+images x {search['brief_training']['train.epochs']} epochs per candidate), {search['candidates_per_search']}
+candidates each; each best network then trained {search['final_epochs']} epochs on
+{search['final_train_images']:,} images by `nas.export` (from the supernet's weights, `init=supernet`, or
+from scratch). Compute is wall time on this machine's two cores; a path through the supernet search carries
+the supernet's training.
+
+{table(["path", "best", "latency ms", "search's estimate", "after recalibration", "final accuracy",
+        "supernet min", "search min", "training min", "total min"], paths)}
+
+Reproduce the supernet alone: `{f.get('supernet_command', '')}`"""

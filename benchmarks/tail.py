@@ -223,6 +223,70 @@ def p99_search(target_ms: float, trials: int, remeasure: int, workdir: Path,
             "remeasured": checks, "met": met, "all_met": all(met)}
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _ci, _f, _pct, table
+    f, st = rec["figures"], rec["settings"]
+    pr = f["percentiles"]
+    rows = [[r["network"], b, _f(r[b]["p50"], 3), _ci(r[b]["ci95_p50"]), _f(r[b]["p99"], 3), _ci(r[b]["ci95_p99"]),
+             _f(r[b]["p99_over_p50"], 2), _f(r[b]["n"])] for r in pr["rows"] for b in ("onnxruntime", "torch")]
+    ratios = "; ".join(f"{b}: median {_f(v['median'], 2)} (range {_f(v['min'], 2)} - {_f(v['max'], 2)})"
+                       for b, v in pr["p99_over_p50"].items())
+    pre = f.get("preprocessing")
+    pre_head = "\n\n**The input pipeline** (`latency.preprocessing`, same protocol, one thread):\n\n"
+    pre_text = "" if not pre else pre_head + table(
+        ["pipeline", "p50", "95% CI", "p99", "95% CI", "runs"],
+        [[r["pipeline"], _f(r["p50"], 3), _ci(r["ci95_p50"]), _f(r["p99"], 3), _ci(r["ci95_p99"]), _f(r["n"])]
+         for r in pre["rows"]])
+    th = f["throughput"]
+    ts = th.get("stat", "p99")
+    bounds = [f"{b:g}" for b in th["bounds_ms"]]
+    trows = []
+    for r in th["rows"]:
+        per = r["per_batch"]
+        cells = [f"{_f(per[str(b)][ts], 2)}" for b in th["batches"]]
+        best = [f"{p['batch'] or 'none'}: {_f(p['throughput_per_s'], 0)}/s" for p in (r["bounds"][k] for k in bounds)]
+        trows.append([r["network"], *cells, *best])
+    pred = f["predictor"]
+    prow = [[stat, _f(pred[stat]["n_train"]), _f(pred[stat]["n_test"]), _pct(pred[stat]["additive"]["mape"]),
+             _pct(pred[stat]["additive"]["within_10"]), _f(pred[stat]["additive"]["kendall"], 3),
+             _pct(pred[stat]["macs"]["within_10"]), _pct(pred[stat]["noise_ceiling_10"])] for stat in ("p50", "p99")]
+    pheader = ['statistic', 'trained on', 'held out', 'MAPE', 'within 10%', 'Kendall', 'MACs within 10%',
+               'noise ceiling 10%']
+    s = f["search"]
+    checks = ", ".join(_f(c["p99"], 3) for c in s["remeasured"])
+    proto = st["protocol"]
+    return f"""What a deployment states its target in: the tail, batches, throughput within a bound. ONNX Runtime and
+PyTorch eager on this machine's CPU, one thread, at CIFAR-10's shape 1x3x32x32; every measurement times at least
+{_f(proto['min_runs'])} runs (the p99 protocol, `latency.target_stat=p99`), so about 10 runs lie beyond each p99.
+Networks: the hand-designed references in their 32x32 layouts and the winner of the p99 search below
+(with the CIFAR-10 comparison's searched networks when that benchmark has run). Confidence intervals are
+95%, distribution-free (order statistics of the timed runs).
+
+**p50 and p99 at batch 1** (ms):
+
+{table(['network', 'backend', 'p50', '95% CI', 'p99', '95% CI', 'p99 / p50', 'runs'], rows)}
+
+p99 / p50 per backend: {ratios}.{pre_text}
+
+**Throughput within a {ts} bound** (ONNX Runtime; each batch timed with the {ts} protocol): the {ts} (ms) of
+each batch, and for each bound the batch with the most images per second whose {ts} stays within it
+(`latency.scenario=server`):
+
+{table(['network', *[f'b{b} {ts}' for b in th['batches']], *[f'best within {b} ms' for b in bounds]], trows)}
+
+**The predictor on p99 vs p50**: {_f(pred['n'])} architectures of `{pred['space']}` measured once with the p99
+protocol ({_f(pred['collect_s'], 0)} s); a predictor trained on each statistic, same split:
+
+{table(pheader, prow)}
+
+**A search at a p99 target** of {_f(s['target_ms'], 3)} ms (the p99 of MobileNetV2 x0.5, ONNX Runtime, measured first):
+{s['trials']} trials on `mobile_cifar` at 32x32 (the quickstart's data and recipe) with `latency.target_stat=p99`.
+Winner {s['winner_id']}: p99 {_f(s['search_p99'], 3)} ms in the search{' (final pass)' if s['final_pass'] else ''};
+measured again here in {len(s['remeasured'])} fresh sessions: {checks} ms, {sum(s['met'])} of {len(s['met'])}
+within the target."""
+
+
 def main() -> int:
     """Run the four parts; returns 0 (a target missed is reported, not turned into a failure)."""
     args = _parser().parse_args()

@@ -232,6 +232,60 @@ def record(module: str, settings: dict[str, Any], load_before: float, t0: float,
     }
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    st, goal, devices = rec["settings"], rec["goal"], rec["devices"]
+    dev = table(["device", "what", "usable architectures"],
+                [[k, d["label"], _f(d["usable_archs"])] for k, d in devices.items()])
+
+    def cell(m: dict[str, float]) -> str:
+        return f"{_pct(m['within_10'])} / {_f(m['spearman'], 3)}"
+
+    header = ["source -> target", f"full ({st['n_full']})", "source as is"]
+    for n in st["shots"]:
+        header += [f"adapted, n={n}", f"adapted, random {n}", f"scratch, random {n}"]
+    rows = []
+    for p in rec["pairs"]:
+        row = [f"{p['source']} -> {p['target']}", cell(p["full"]), cell(p["source_as_is"])]
+        for n in st["shots"]:
+            v = p["by_n"][str(n)]
+            row += [cell(v["adapted_informative"]), cell(v["adapted_random"]), cell(v["scratch_random"])]
+        rows.append(row)
+    met = [p for p in rec["pairs"] if p.get("goal_met")]
+    gn = str(goal["n"])
+    parts = ""
+    if all("scales_only_informative" in p["by_n"].get(gn, {}) for p in rec["pairs"]):
+        prow = [[f"{p['source']} -> {p['target']}"]
+                + [cell(p["by_n"][gn][k]) for k in ("adapted_informative", "scales_only_informative",
+                                                     "adapted_random", "scales_only_random")]
+                + ["met" if p.get("goal_met") else "not met"] for p in rec["pairs"]]
+        parts = f"""
+
+At n = {gn}, what the per-feature refinement adds to the group scales, for the chosen and for random
+architectures:
+
+{table(['source -> target', 'adapted', 'scales only', 'adapted, random', 'scales only, random', 'goal'], prow)}"""
+    return f"""A predictor for a device from n measurements there, adapted from another device's predictor
+(`python -m latency_predictor.train --adapt-from`: per-group scales and the device's overheads refitted,
+then each operator's cost refined, `latency_predictor/transfer.py`), against a predictor fitted from
+scratch on the same n and the full predictor fitted on {st['n_full']} measurements of the target.
+"Devices" with different latency profiles stand in for real ones:
+
+{dev}
+
+Each cell is the share of {st['n_test']} held-out `{st['space']}` architectures predicted within +-10%, then the
+Spearman rank correlation, averaged over {st['splits']} random held-out splits. "adapted, n" measures the n
+architectures `collect --adapt-from` chooses (most informative first: the most typical, then, in turn,
+those that cover the rest and those that tell the scales apart); "random n": n chosen at random
+({st['reps']} draws per split); "source as is": the source device's predictor unchanged.
+
+{table(header, rows)}
+
+Goal at n = {goal['n']} (adapted): Spearman >= {goal['spearman']} and +-10% >= {_pct(goal['within_10'])}: met by
+{len(met)} of {len(rec['pairs'])} pairs.{parts}"""
+
+
 def main() -> int:
     """Run the benchmark; returns 0 (goals missed are reported, not turned into a failure)."""
     args = _parser().parse_args()

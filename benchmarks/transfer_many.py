@@ -102,6 +102,48 @@ def evaluate(datasets: dict[str, Dataset], shots: list[int], n_full: int, n_test
     return pairs
 
 
+def render(rec: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a record of this benchmark."""
+    from benchmarks.render import _f, _pct, table
+    st, goal = rec["settings"], rec["goal"]
+
+    def cell(m: dict[str, float]) -> str:
+        return f"{_pct(m['within_10'])} / {_f(m['spearman'], 3)}"
+
+    gn = str(goal["n"])
+    header = ["first -> target"]
+    for n in st["shots"]:
+        header += [f"first alone, n={n}", f"mix, n={n}"]
+    header += [f"weights at n={gn}", "goal"]
+    rows = []
+    for p in rec["pairs"]:
+        row = [f"{p['first']} -> {p['target']}"]
+        for n in st["shots"]:
+            row += [cell(p["by_n"][str(n)]["first"]), cell(p["by_n"][str(n)]["mix"])]
+        w = p["by_n"].get(gn, {}).get("weights", {})
+        row += [", ".join(f"{k} {v:.2f}" for k, v in sorted(w.items(), key=lambda kv: -kv[1])),
+                "-" if p.get("goal_met") is None else "met" if p["goal_met"] else "not met"]
+        rows.append(row)
+    means = []
+    for n in st["shots"]:
+        a = [p["by_n"][str(n)]["first"]["within_10"] for p in rec["pairs"]]
+        b = [p["by_n"][str(n)]["mix"]["within_10"] for p in rec["pairs"]]
+        means.append(f"n = {n}: {_pct(sum(a) / len(a))} alone, {_pct(sum(b) / len(b))} mixed")
+    met = [p for p in rec["pairs"] if p.get("goal_met")]
+    return f"""The same devices, splits and held-out architectures as the section above, with every other device's
+predictor as a source: `python -m latency_predictor.train --adapt-from FIRST OTHER ...` adapts each with the
+same n measurements of the target (those `collect --adapt-from FIRST` chooses) and mixes them, weighted so
+that the mix's leave-one-out error is least. "first alone" is FIRST adapted by itself with the same n (the
+section above's "adapted"). Each cell: +-10% share / Spearman on {st['n_test']} held-out architectures, averaged
+over {st['splits']} splits; the weights are averaged over the splits.
+
+{table(header, rows)}
+
+Mean +-10% share over the {len(rec['pairs'])} rows: {'; '.join(means)}.
+Goal at n = {gn} (the mix): Spearman >= {goal['spearman']} and +-10% >= {_pct(goal['within_10'])}: met by
+{len(met)} of {len(rec['pairs'])}."""
+
+
 def main() -> int:
     """Run the benchmark; returns 0 (goals missed are reported, not turned into a failure)."""
     args = _parser().parse_args()
