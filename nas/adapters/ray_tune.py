@@ -294,13 +294,17 @@ def connect(cfg: RayConfig) -> Cluster:
                 "without authentication, so anyone who reaches this machine can run code as you while it "
                 "runs; unset RAY_AUTH_MODE to keep Ray's token (docs/cluster.md, 'Token authentication')"
             )
-        before = children(os.getpid())
-        ray.init(address="local", num_cpus=cfg.num_cpus, logging_level=logging.WARNING, include_dashboard=False)
-        address, started = "local", True
         # Ray's head processes die with this process; the agents its raylet starts linger for a
-        # minute after a SIGKILL of it (see nas.core.workers): a watcher ends them then.
-        head = children(os.getpid()) - before
-        reaper = OrphanReaper(head) if head else None
+        # minute after a SIGKILL of it (see nas.core.workers): a watcher ends them then. It starts
+        # first and adopts the processes ray.init starts, so a kill while Ray starts is covered too.
+        reaper = OrphanReaper((), adopt_except=children(os.getpid()))
+        try:
+            ray.init(address="local", num_cpus=cfg.num_cpus, logging_level=logging.WARNING,
+                     include_dashboard=False)
+        except BaseException:
+            reaper.stop()
+            raise
+        address, started = "local", True
     res = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
     return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), started, joined, nodes, reaper)

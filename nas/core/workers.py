@@ -81,21 +81,33 @@ def _under(roots: Iterable[int]) -> dict[int, str]:
     return {p: procs[p][1] for p in found}
 
 
-def reap_when_orphaned(parent: int, roots: set[int]) -> None:
+def reap_when_orphaned(parent: int, roots: set[int], adopt_except: set[int] | None = None) -> None:
     """Note the processes under ``roots`` while ``parent`` (this process's parent) lives; once it
-    has died, SIGKILL those still running (each the same process as noted, by its start time)."""
+    has died, SIGKILL those still running (each the same process as noted, by its start time).
+
+    With ``adopt_except``, every child ``parent`` starts later (any child not in that set, this
+    watcher aside) becomes a root too, from the scan after it appears.
+    """
+    me = os.getpid()
+
+    def adopted() -> set[int]:
+        return children(parent) - adopt_except - {me} if adopt_except is not None else set()
+
+    roots = roots | adopted()
     noted = _under(roots)
     print("noted", flush=True)  # the starter waits for this line: what runs now is noted
     sys.stdout.close()
     next_scan = time.monotonic() + _SCAN_PERIOD_S
     while os.getppid() == parent:
         if time.monotonic() >= next_scan:
+            roots |= adopted()
             # Processes noted before stay noted while they run: an agent whose raylet died is no
             # longer under any root, but it is still the cluster's.
             noted = {p: s for p, s in noted.items() if (st := _stat(p)) is not None and st[1] == s}
             noted.update(_under(roots | set(noted)))
             next_scan = time.monotonic() + _SCAN_PERIOD_S
         time.sleep(_POLL_S)
+    noted.pop(me, None)
     for pid, started in noted.items():
         st = _stat(pid)
         if st is not None and st[1] == started:
@@ -110,12 +122,17 @@ class OrphanReaper:
         roots: the pids of processes this process started (e.g. a local Ray cluster's head
             processes); the processes under them are noted before this returns, and what they
             start later, every second.
+        adopt_except: when given, every child this process starts from now on (any child not in
+            this set) is a root as well, noted within a second of its start: a watcher started
+            before a cluster is, whose processes are then covered while it starts up.
     """
 
-    def __init__(self, roots: Iterable[int]) -> None:
+    def __init__(self, roots: Iterable[int], adopt_except: Iterable[int] | None = None) -> None:
         # Run as a file with the standard library only (-I -S): no site-packages to load, and it
         # finds nothing of the project's environment to depend on.
         args = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), str(os.getpid()), *map(str, sorted(roots))]
+        if adopt_except is not None:
+            args += ["--adopt-except", *map(str, sorted(adopt_except))]
         self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, start_new_session=True)
         assert self._proc.stdout is not None
@@ -138,4 +155,6 @@ class OrphanReaper:
 
 
 if __name__ == "__main__":
-    reap_when_orphaned(int(sys.argv[1]), {int(a) for a in sys.argv[2:]})
+    _given, _, _except = " ".join(sys.argv[2:]).partition("--adopt-except")
+    reap_when_orphaned(int(sys.argv[1]), {int(a) for a in _given.split()},
+                       {int(a) for a in _except.split()} if _ else None)

@@ -47,6 +47,24 @@ time.sleep(300)
 """
 
 
+# The same, with the watcher started before the process it is to end (as a search starts it before
+# ray.init): the children its starter starts later are adopted.
+ADOPTED = """
+import subprocess, sys, time
+from nas.core.workers import OrphanReaper, children
+import os
+
+OrphanReaper((), adopt_except=children(os.getpid()))
+root = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                         "print(subprocess.Popen(['sleep', '300']).pid, flush=True); time.sleep(300)"],
+                        stdout=subprocess.PIPE, text=True)
+grandchild = int(root.stdout.readline())
+time.sleep(2.5)  # the watcher scans every second
+print(root.pid, grandchild, flush=True)
+time.sleep(300)
+"""
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -74,9 +92,10 @@ def test_a_killed_parent_leaves_no_worker_behind(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper reads Linux's /proc")
-def test_a_reaper_ends_the_processes_it_watches_once_their_starter_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("program", [REAPED, ADOPTED], ids=["roots", "adopted"])
+def test_a_reaper_ends_the_processes_it_watches_once_their_starter_is_killed(tmp_path: Path, program: str) -> None:
     script = tmp_path / "parent.py"
-    script.write_text(REAPED)
+    script.write_text(program)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
                               start_new_session=True)
