@@ -40,10 +40,10 @@ import numpy as np
 
 from benchmarks.common import spread, write_record
 from latency_predictor.agent.client import RemoteEstimator
-from latency_predictor.backends import make_estimator
-from latency_predictor.environment import base_environment, package_version
-from latency_predictor.export import parse_shape
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.environment import base_environment, package_version
+from latency_predictor.measurement.export import parse_shape
+from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import REFERENCES, Arch, load_space, resolve_arch
 
 GOAL_P50_RATIO = 1.02

@@ -37,9 +37,9 @@ import torch
 
 from benchmarks.common import ROOT, command_line, header, machine, record_path, write_record
 from benchmarks.references_cifar10 import SCALE_ROUNDS, TARGET_WIDTHS, anchor_targets, paired_ratios, scaled
-from latency_predictor.backends import make_estimator
-from latency_predictor.export import export_onnx
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.export import export_onnx
+from latency_predictor.measurement.timing import MeasureConfig
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import die_with_parent
 from nas.data import load_dataset

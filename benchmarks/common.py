@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from latency_predictor.environment import cpu_model, package_version, usable_cpus
+from latency_predictor.measurement.environment import cpu_model, package_version, usable_cpus
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository this benchmark suite belongs to (its records and BENCHMARKS.md are written there)."""

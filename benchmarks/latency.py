@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from benchmarks.common import write_record
-from latency_predictor.backends import make_estimator
-from latency_predictor.environment import base_environment, package_version
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.environment import base_environment, package_version
 from search_spaces import REFERENCES, resolve_arch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_record
-from latency_predictor.environment import cpu_model, package_version, usable_cpus
+from latency_predictor.measurement.environment import cpu_model, package_version, usable_cpus
 from nas.trial.faults import ENV_VAR, FaultPlan
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_record
-from latency_predictor.environment import base_environment, package_version
+from latency_predictor.measurement.environment import base_environment, package_version
 
 GOAL = 1.10
 ROOT = Path(__file__).resolve().parents[1]

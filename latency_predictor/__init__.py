@@ -14,9 +14,9 @@ from latency_predictor.errors import (
     MeasurementError,
     PredictorMismatchError,
 )
-from latency_predictor.protocol import LatencyEstimator, LatencyResult, LatencyStats
-from latency_predictor.slot import SlotTicket, measurement_slot
-from latency_predictor.timing import MeasureConfig, Measurement, measure_latency
+from latency_predictor.measurement.protocol import LatencyEstimator, LatencyResult, LatencyStats
+from latency_predictor.measurement.slot import SlotTicket, measurement_slot
+from latency_predictor.measurement.timing import MeasureConfig, Measurement, measure_latency
 
 __all__ = [
     "BackendUnavailableError", "ConfigError", "EngineBuildError", "ExportError", "LatencyError",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from latency_predictor.errors import ConfigError
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.timing import MeasureConfig
 
 
 def key_value_args(argv: Sequence[str], flags: Sequence[str] = ()) -> list[str]:
@@ -44,7 +44,7 @@ PROTOCOL_ARGS: tuple[str, ...] = ("warmup_runs", "warmup_s", "min_runs", "min_ti
 
 def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--warmup-runs``, ``--warmup-s``, ``--min-runs``, ``--min-time-s``, ``--max-time-s``,
-    defaulting to :class:`~latency_predictor.timing.MeasureConfig`'s values."""
+    defaulting to :class:`~latency_predictor.measurement.timing.MeasureConfig`'s values."""
     d = MeasureConfig()
     for name in PROTOCOL_ARGS:
         default = getattr(d, name)

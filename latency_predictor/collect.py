@@ -30,7 +30,7 @@ run, up to ``retries`` times. ``repeats`` architectures are measured a second ti
 session, so the training report can estimate the session-to-session noise.
 
 For a predictor of the tail (``train --statistic p99``), ``--statistic p99`` times each network
-with the runs a p99 needs (:func:`~latency_predictor.statistic.protocol_for`: ``min_runs``
+with the runs a p99 needs (:func:`~latency_predictor.measurement.statistic.protocol_for`: ``min_runs``
 raised to 1,000, the per-attempt time cap lifted), and :func:`collect` refuses, before it is
 stored, a measurement with fewer runs (an agent with its own protocol, say). Such a dataset
 serves a p50 predictor too.
@@ -50,16 +50,16 @@ import numpy as np
 from tqdm import tqdm
 
 from latency_predictor.agent.wire import TOKEN_ENV
-from latency_predictor.backends import BACKENDS, DEFAULT_BACKEND, make_estimator
 from latency_predictor.cliargs import add_protocol_arguments, key_value_args, protocol_from_args
 from latency_predictor.configure import make_remote_estimator
 from latency_predictor.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.errors import ConfigError, LatencyError
-from latency_predictor.export import DEFAULT_INPUT_SHAPE, parse_shape
 from latency_predictor.features import FeatureExtractor
+from latency_predictor.measurement.backends import BACKENDS, DEFAULT_BACKEND, make_estimator
+from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, parse_shape
+from latency_predictor.measurement.protocol import LatencyEstimator
+from latency_predictor.measurement.statistic import TARGET_STATS, check_runs, check_stat, protocol_for
 from latency_predictor.predictor import PredictorEstimator, read_predictor
-from latency_predictor.protocol import LatencyEstimator
-from latency_predictor.statistic import TARGET_STATS, check_runs, check_stat, protocol_for
 from latency_predictor.target import PredictorTarget
 from latency_predictor.transfer import informative_order
 from search_spaces import Arch, SearchSpace, SearchSpaceError, load_space
@@ -146,7 +146,7 @@ def collect(
 
     Args:
         space: the search space.
-        estimator: a measuring backend (:func:`latency_predictor.backends.make_estimator`).
+        estimator: a measuring backend (:func:`latency_predictor.measurement.backends.make_estimator`).
         out: the dataset folder (created if missing; an existing one must match the setting).
         n: new architectures to measure in this run.
         seed: seed of the coverage stream (keep it to resume the same stream).
@@ -159,8 +159,8 @@ def collect(
             informative first, instead of the coverage stream.
         pool: candidates (from the coverage stream) the informative ones are chosen from.
         statistic: the statistic the dataset is for: every measurement must have the timed runs
-            it needs (:data:`~latency_predictor.statistic.MIN_RUNS`; make ``estimator`` with
-            :func:`~latency_predictor.statistic.protocol_for`).
+            it needs (:data:`~latency_predictor.measurement.statistic.MIN_RUNS`; make ``estimator`` with
+            :func:`~latency_predictor.measurement.statistic.protocol_for`).
 
     Raises:
         ConfigError: negative counts, an unknown ``statistic``.

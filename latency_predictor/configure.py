@@ -17,7 +17,7 @@ option mappings into a :class:`~latency_predictor.LatencyEstimator`:
   backend's device fingerprint must equal the predictor's: confirmations from another device
   would corrupt the dataset. Confirmations are timed with the search's protocol
   (``latency.measure``, overridden by ``measure_options.measure``) raised to the runs the
-  statistic needs (:func:`~latency_predictor.statistic.protocol_for`), so that they measure the
+  statistic needs (:func:`~latency_predictor.measurement.statistic.protocol_for`), so that they measure the
   statistic the predictor predicts.
 * ``remote``: every candidate is measured on another device by measurement agents
   (:class:`~latency_predictor.agent.client.RemoteEstimator`, :class:`RemoteOptions`), with the
@@ -34,12 +34,12 @@ from typing import Any, cast
 
 from latency_predictor.agent.client import RemoteEstimator, read_token
 from latency_predictor.agent.wire import TOKEN_ENV
-from latency_predictor.backends import make_estimator
 from latency_predictor.errors import ConfigError, PredictorMismatchError
 from latency_predictor.hybrid import HybridEstimator, current_predictor_path
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.protocol import LatencyEstimator
+from latency_predictor.measurement.statistic import check_stat, protocol_for
 from latency_predictor.predictor import PredictorEstimator, check_statistic, read_predictor
-from latency_predictor.protocol import LatencyEstimator
-from latency_predictor.statistic import check_stat, protocol_for
 from latency_predictor.target import DeviceFingerprint, PredictorTarget, space_digest
 from search_spaces import SearchSpace
 
@@ -67,7 +67,7 @@ def make_latency_estimator(
         target_ms: the latency target (hybrid mode confirms candidates near it).
         precision: the deployment precision (``latency.precision``): what a measuring backend
             (local or through agents) runs at, and what a predictor must have been trained at.
-        target_stat: the statistic the target bounds (:mod:`latency_predictor.statistic`): a
+        target_stat: the statistic the target bounds (:mod:`latency_predictor.measurement.statistic`): a
             measuring protocol gets the timed runs it needs; a predictor must predict it
             (``python -m latency_predictor.train --statistic``).
 
@@ -178,7 +178,7 @@ def make_predictor_estimator(
         precision: the deployment precision the predictor must have been trained at.
         measure: the protocol settings hybrid mode's confirmations are timed with.
         target_stat: the statistic the predictor must predict; hybrid confirmations are timed
-            with enough runs for it (:func:`~latency_predictor.statistic.protocol_for`).
+            with enough runs for it (:func:`~latency_predictor.measurement.statistic.protocol_for`).
 
     Raises:
         ConfigError: bad options, an unknown ``target_stat``.
@@ -225,7 +225,7 @@ def predictor_measuring_backend(
     For figures that sit beside a predictor's (reference networks outside the predictor's space,
     for example): the backend is ``latency.options.measure_backend`` with its ``measure_options``,
     and this machine must be the device the predictor was trained for. The protocol ``measure``
-    gets the timed runs ``target_stat`` needs (:func:`~latency_predictor.statistic.protocol_for`).
+    gets the timed runs ``target_stat`` needs (:func:`~latency_predictor.measurement.statistic.protocol_for`).
 
     Raises:
         ConfigError: bad options.

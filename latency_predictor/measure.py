@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from latency_predictor.backends import BACKENDS, DEFAULT_BACKEND, MeasuredBackend, make_estimator
-from latency_predictor.breakdown import Breakdown
 from latency_predictor.cliargs import add_protocol_arguments, protocol_from_args
 from latency_predictor.errors import ConfigError, LatencyError
-from latency_predictor.export import DEFAULT_INPUT_SHAPE, parse_shape
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import BACKENDS, DEFAULT_BACKEND, MeasuredBackend, make_estimator
+from latency_predictor.measurement.breakdown import Breakdown
+from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, parse_shape
+from latency_predictor.measurement.protocol import LatencyResult
+from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import Arch, SearchSpaceError, load_space, resolve_arch
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latency_predictor.errors import ConfigError, PredictorMismatchError
-from latency_predictor.protocol import LatencyEstimator, LatencyResult
+from latency_predictor.measurement.protocol import LatencyEstimator, LatencyResult
 from search_spaces import SearchSpace
 
 IGNORED_ENVIRONMENT_KEYS: frozenset[str] = frozenset({"python", "os", "numpy", "cpus_usable", "cpus_total"})
@@ -73,7 +73,7 @@ class DeviceFingerprint:
 
         Raises:
             ConfigError: ``estimator`` does not expose ``device``, ``precision`` and ``environment()``
-                (a measuring backend of :mod:`latency_predictor.backends` does).
+                (a measuring backend of :mod:`latency_predictor.measurement.backends` does).
         """
         env = getattr(estimator, "environment", None)
         device = getattr(estimator, "device", None)

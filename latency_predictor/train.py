@@ -11,7 +11,7 @@ Usage::
 ``--statistic`` (default ``p50``) is the statistic the predictor learns and predicts: each
 architecture's latency is the median of its records' p50, or of their p99 for a predictor of the
 tail (a search with ``latency.target_stat=p99`` takes only a p99 predictor). A p99 needs about
-1,000 timed runs per record (:data:`~latency_predictor.statistic.MIN_RUNS`): records with fewer
+1,000 timed runs per record (:data:`~latency_predictor.measurement.statistic.MIN_RUNS`): records with fewer
 are not used, the report counts the architectures left out that way, and such a dataset is
 collected with ``python -m latency_predictor.collect ... --statistic p99``. The predictor file
 records the statistic (a file without one is a p50 predictor).
@@ -72,10 +72,10 @@ from latency_predictor.cliargs import key_value_args
 from latency_predictor.dataset import Dataset, LatencyTable, within_rel_se
 from latency_predictor.errors import ConfigError, DatasetError, LatencyError
 from latency_predictor.features import FeatureExtractor
+from latency_predictor.measurement.statistic import MIN_RUNS, TARGET_STATS, check_stat
 from latency_predictor.metrics import AccuracyMetrics, accuracy_metrics, noise_ceiling, repeat_rel_sigma
 from latency_predictor.models import AdditiveModel, LatencyModel, LookupTableBaseline, MacsBaseline
 from latency_predictor.predictor import PredictorEstimator, read_predictor
-from latency_predictor.statistic import MIN_RUNS, TARGET_STATS, check_stat
 from latency_predictor.transfer import TransferReport, adapt_predictor
 from search_spaces import Arch, arch_id_of
 
@@ -110,7 +110,7 @@ class TrainReport:
         excluded_disturbed: architectures left out because all their records were disturbed.
         statistic: the statistic the predictor learns (``p50``, ``p90``, ``p95``, ``p99``).
         excluded_few_runs: architectures left out because no record of theirs has the timed runs
-            ``statistic`` needs (:data:`~latency_predictor.statistic.MIN_RUNS`).
+            ``statistic`` needs (:data:`~latency_predictor.measurement.statistic.MIN_RUNS`).
         models: accuracy of the predictor (``additive``) and the baselines (``macs``, ``lookup_table``).
         noise: the noise estimate and ceilings (see the module docstring).
         lut_coverage: share of held-out blocks whose exact lookup-table entry was seen in training.

@@ -84,10 +84,10 @@ from scipy.optimize import lsq_linear
 from latency_predictor.dataset import Dataset, LatencyTable
 from latency_predictor.errors import ConfigError, DatasetError, PredictorMismatchError
 from latency_predictor.features import FEATURE_NAMES, FeatureExtractor
+from latency_predictor.measurement.statistic import MIN_RUNS, check_stat
 from latency_predictor.metrics import accuracy_metrics
 from latency_predictor.models import AdditiveModel, MacsBaseline
 from latency_predictor.predictor import PredictorEstimator
-from latency_predictor.statistic import MIN_RUNS, check_stat
 from latency_predictor.target import PredictorTarget
 from search_spaces import Arch, arch_id_of
 

@@ -40,9 +40,9 @@ import torch
 from torch import nn
 
 from latency_predictor import LatencyError, LatencyResult
-from latency_predictor.backends import DEFAULT_BACKEND, MeasuredBackend, TensorRTBackend, make_estimator
-from latency_predictor.export import export_onnx, validate_input_shape
-from latency_predictor.quantize import CalibrationData, QuantizeSettings
+from latency_predictor.measurement.backends import DEFAULT_BACKEND, MeasuredBackend, TensorRTBackend, make_estimator
+from latency_predictor.measurement.export import export_onnx, validate_input_shape
+from latency_predictor.measurement.quantize import CalibrationData, QuantizeSettings
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import DataConfig, OptimizeConfig, validate_optimize
 from nas.core.errors import ConfigError, OptimizeError

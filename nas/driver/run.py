@@ -38,9 +38,9 @@ import torch
 import yaml
 
 from latency_predictor import ConfigError as LatencyConfigError
-from latency_predictor.environment import cpu_model, package_version
-from latency_predictor.protocol import LatencyStats
-from latency_predictor.statistic import MIN_RUNS
+from latency_predictor.measurement.environment import cpu_model, package_version
+from latency_predictor.measurement.protocol import LatencyStats
+from latency_predictor.measurement.statistic import MIN_RUNS
 from nas.adapters import ray_tune
 from nas.adapters.mlflow_reader import StoreReader, sqlite_path
 from nas.adapters.mlflow_writer import StoreWriter, check_reachable

@@ -40,10 +40,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from latency_predictor import LatencyError, LatencyResult
-from latency_predictor.backends import DEFAULT_BACKEND, make_estimator
-from latency_predictor.backends.ort_backend import ORT_ERRORS, OnnxRuntimeBackend
-from latency_predictor.backends.tensorrt_backend import CalibrationData, TensorRTBackend
-from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx, sample_input, validate_input_shape
+from latency_predictor.measurement.backends import DEFAULT_BACKEND, make_estimator
+from latency_predictor.measurement.backends.ort_backend import ORT_ERRORS, OnnxRuntimeBackend
+from latency_predictor.measurement.backends.tensorrt_backend import CalibrationData, TensorRTBackend
+from latency_predictor.measurement.export import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    export_onnx,
+    sample_input,
+    validate_input_shape,
+)
 from nas.adapters.mlflow_reader import RUN_ID_RE, StoreReader
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import CheckConfig, DataConfig, ExportConfig, validate_export

@@ -15,7 +15,6 @@ import requests
 
 from latency_predictor import ConfigError
 from latency_predictor.agent.client import AgentClient, RemoteEstimator
-from latency_predictor.backends import make_estimator
 from latency_predictor.collect import collect
 from latency_predictor.configure import make_latency_estimator
 from latency_predictor.dataset import Dataset
@@ -24,7 +23,8 @@ from latency_predictor.errors import (
     AgentUnavailableError,
     InvalidModelError,
 )
-from latency_predictor.export import build_eval_net, export_onnx
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.export import build_eval_net, export_onnx
 from latency_predictor.target import DeviceFingerprint
 from search_spaces import Arch, load_space
 from tests.latency_predictor.agents import TOKEN, Agent, free_port, running_agents

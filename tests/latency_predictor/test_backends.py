@@ -17,9 +17,15 @@ import pytest
 import torch
 
 from latency_predictor import BackendUnavailableError, ConfigError, LatencyEstimator, LatencyResult
-from latency_predictor.backends import BACKENDS, OnnxRuntimeBackend, TorchBackend, backend_options, make_estimator
-from latency_predictor.backends.ort_backend import PROVIDERS
-from latency_predictor.export import build_eval_net, sample_input
+from latency_predictor.measurement.backends import (
+    BACKENDS,
+    OnnxRuntimeBackend,
+    TorchBackend,
+    backend_options,
+    make_estimator,
+)
+from latency_predictor.measurement.backends.ort_backend import PROVIDERS
+from latency_predictor.measurement.export import build_eval_net, sample_input
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE
 

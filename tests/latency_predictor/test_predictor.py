@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from latency_predictor import LatencyEstimator, MeasurementError, PredictorMismatchError
-from latency_predictor.backends import make_estimator
 from latency_predictor.cliargs import key_value_args
 from latency_predictor.collect import _parser as collect_parser
 from latency_predictor.collect import backend_options, collect, coverage_plan
@@ -27,6 +26,8 @@ from latency_predictor.configure import make_latency_estimator
 from latency_predictor.dataset import RECORDS_FILE, Dataset, dataset_tracking_record
 from latency_predictor.errors import ConfigError, DatasetError, PredictorFileError
 from latency_predictor.hybrid import POINTER_FILE, HybridEstimator, add_measurements, refit, select_for_measurement
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.statistic import MIN_RUNS, protocol_for, stat_value
 from latency_predictor.metrics import accuracy_metrics
 from latency_predictor.predictor import (
     PredictorEstimator,
@@ -35,7 +36,6 @@ from latency_predictor.predictor import (
     predictor_tracking_record,
     read_predictor,
 )
-from latency_predictor.statistic import MIN_RUNS, protocol_for, stat_value
 from latency_predictor.target import DeviceFingerprint, PredictorTarget
 from latency_predictor.train import fit_additive, train_predictor, usable_table
 from latency_predictor.train import main as train_main

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from latency_predictor import ConfigError, PredictorMismatchError
-from latency_predictor.backends import make_estimator
 from latency_predictor.collect import collect
 from latency_predictor.dataset import Dataset
 from latency_predictor.errors import DatasetError
 from latency_predictor.features import FEATURE_NAMES, FeatureExtractor
+from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.metrics import accuracy_metrics
 from latency_predictor.models import AdditiveModel
 from latency_predictor.predictor import expected_target, load_predictor, read_predictor

@@ -5,8 +5,8 @@ and what its environment is; :class:`MeasuredBackend` does the rest in the same 
 
 1. build the network of the architecture (inference mode);
 2. prepare it at the deployment shape, and at each extra throughput batch size;
-3. run the protocol (:func:`latency_predictor.timing.measure_latency`) on each prepared shape
-   while holding the device's measurement slot (:mod:`latency_predictor.slot`);
+3. run the protocol (:func:`latency_predictor.measurement.timing.measure_latency`) on each prepared shape
+   while holding the device's measurement slot (:mod:`latency_predictor.measurement.slot`);
 4. return a :class:`LatencyResult` with stats, stability, throughput, environment and the
    time each stage took (``extra``: ``build_s``, ``export_s``, ``session_s``, ``measure_s``,
    ``slot_wait_s``, ``slot_key``: the physical device whose slot was held, ``slot_held_for``)
@@ -32,12 +32,19 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from latency_predictor.environment import base_environment
 from latency_predictor.errors import ConfigError, MeasurementError
-from latency_predictor.export import build_eval_net, validate_input_shape
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.slot import SlotTicket, measurement_slot
-from latency_predictor.timing import MeasureConfig, Measurement, RunOnce, TimeOnce, measure_latency, throughput_per_s
+from latency_predictor.measurement.environment import base_environment
+from latency_predictor.measurement.export import build_eval_net, validate_input_shape
+from latency_predictor.measurement.protocol import LatencyResult
+from latency_predictor.measurement.slot import SlotTicket, measurement_slot
+from latency_predictor.measurement.timing import (
+    MeasureConfig,
+    Measurement,
+    RunOnce,
+    TimeOnce,
+    measure_latency,
+    throughput_per_s,
+)
 from search_spaces import Arch
 
 

@@ -8,7 +8,7 @@
   ``cuda_graphs=True`` captures the forward pass once in a CUDA graph on that device and times its
   replay, which removes the per-kernel launch cost that eager mode pays; the placed network and its
   static input are kept with the prepared run, because the graph reads their memory
-  (:mod:`latency_predictor.backends.gpu`).
+  (:mod:`latency_predictor.measurement.backends.gpu`).
 * Precision: ``fp32``; ``bf16`` (CPU or CUDA, weights and input cast); ``fp16`` (CUDA only).
 """
 
@@ -23,14 +23,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from latency_predictor.backends import gpu
-from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
-from latency_predictor.breakdown import Breakdown, make_breakdown, torch_block_times
-from latency_predictor.environment import cpu_model
 from latency_predictor.errors import BackendUnavailableError, ConfigError, MeasurementError
-from latency_predictor.export import DEFAULT_INPUT_SHAPE, sample_input
-from latency_predictor.slot import normalise_device
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import gpu
+from latency_predictor.measurement.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
+from latency_predictor.measurement.breakdown import Breakdown, make_breakdown, torch_block_times
+from latency_predictor.measurement.environment import cpu_model
+from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, sample_input
+from latency_predictor.measurement.slot import normalise_device
+from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import Arch
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

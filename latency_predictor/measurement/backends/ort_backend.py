@@ -27,7 +27,7 @@ work in it is wrong, so on a GPU provider this backend
 
 Precision (:data:`PRECISIONS`): ``fp32`` everywhere; ``int8`` on the CPU provider, where the
 exported network is quantised statically (QDQ format, per-channel weights, calibrated on
-``calibration_samples`` images: :mod:`latency_predictor.quantize`) before its session is made,
+``calibration_samples`` images: :mod:`latency_predictor.measurement.quantize`) before its session is made,
 and the graph ONNX Runtime optimised is read back to check that every convolution and matrix
 product runs in int8 (any left in float is an error, not an "int8" figure of a float network);
 ``fp16`` with the ``tensorrt`` provider (its FP16 mode).
@@ -58,11 +58,17 @@ except ImportError as _missing:  # neither build installed: say which extra brin
         "from a checkout: bash scripts/install.sh [--gpu]"
     ) from _missing
 
-from latency_predictor.backends.base import MeasuredBackend, Prepared, cache_root, check_choice, check_positive_int
-from latency_predictor.breakdown import Breakdown, parse_ort_profile
-from latency_predictor.environment import cpu_model, package_version, usable_cpus
 from latency_predictor.errors import BackendUnavailableError, ConfigError, InvalidModelError, MeasurementError
-from latency_predictor.export import (
+from latency_predictor.measurement.backends.base import (
+    MeasuredBackend,
+    Prepared,
+    cache_root,
+    check_choice,
+    check_positive_int,
+)
+from latency_predictor.measurement.breakdown import Breakdown, parse_ort_profile
+from latency_predictor.measurement.environment import cpu_model, package_version, usable_cpus
+from latency_predictor.measurement.export import (
     DEFAULT_INPUT_SHAPE,
     DEFAULT_OPSET,
     INPUT_NAME,
@@ -70,8 +76,8 @@ from latency_predictor.export import (
     export_onnx,
     sample_input,
 )
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.quantize import (
+from latency_predictor.measurement.protocol import LatencyResult
+from latency_predictor.measurement.quantize import (
     CalibrationData,
     GraphPrecision,
     QuantizeSettings,
@@ -80,7 +86,7 @@ from latency_predictor.quantize import (
     quantize_qdq,
     random_calibration_data,
 )
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import Arch
 
 PROVIDERS: dict[str, str] = {
@@ -394,7 +400,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
         """A session of ``model`` (:meth:`create_session`) whose optimised graph computes in :attr:`precision`.
 
         On the CPU provider the graph ONNX Runtime optimised for the session is written to a temporary
-        file and read back (:func:`~latency_predictor.quantize.precision_of_graph`): int8 requested and
+        file and read back (:func:`~latency_predictor.measurement.quantize.precision_of_graph`): int8 requested and
         any convolution or matrix product left in float, or fp32 requested of a quantised model, is an
         error. Returns the session and what the graph computes in (None on GPU providers, whose graph
         the TensorRT or CUDA provider compiles).

@@ -41,13 +41,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from latency_predictor.backends import gpu
-from latency_predictor.backends.base import MeasuredBackend, Prepared, cache_root, check_choice, check_positive_int
 from latency_predictor.errors import BackendUnavailableError, ConfigError, EngineBuildError, MeasurementError
-from latency_predictor.export import DEFAULT_INPUT_SHAPE, DEFAULT_OPSET, export_onnx, sample_input
-from latency_predictor.quantize import CalibrationData, random_calibration_data
-from latency_predictor.slot import normalise_device
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import gpu
+from latency_predictor.measurement.backends.base import (
+    MeasuredBackend,
+    Prepared,
+    cache_root,
+    check_choice,
+    check_positive_int,
+)
+from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, DEFAULT_OPSET, export_onnx, sample_input
+from latency_predictor.measurement.quantize import CalibrationData, random_calibration_data
+from latency_predictor.measurement.slot import normalise_device
+from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import Arch
 
 PRECISIONS = ("fp32", "fp16", "int8")

@@ -2,7 +2,7 @@
 
 Build one from plain config values::
 
-    from latency_predictor.backends import make_estimator
+    from latency_predictor.measurement.backends import make_estimator
     est = make_estimator("onnxruntime", input_shape=(1, 3, 224, 224), intra_op_threads=1,
                          measure={"min_runs": 100, "min_time_s": 1.0})
     result = est.measure(arch)          # a LatencyResult; result.latency_ms is the p50
@@ -16,11 +16,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from latency_predictor.backends.base import MeasuredBackend, Prepared
-from latency_predictor.backends.ort_backend import OnnxRuntimeBackend
-from latency_predictor.backends.tensorrt_backend import TensorRTBackend
-from latency_predictor.backends.torch_backend import TorchBackend
 from latency_predictor.errors import ConfigError
+from latency_predictor.measurement.backends.base import MeasuredBackend, Prepared
+from latency_predictor.measurement.backends.ort_backend import OnnxRuntimeBackend
+from latency_predictor.measurement.backends.tensorrt_backend import TensorRTBackend
+from latency_predictor.measurement.backends.torch_backend import TorchBackend
 
 BACKENDS: dict[str, type[MeasuredBackend]] = {
     OnnxRuntimeBackend.name: OnnxRuntimeBackend,
