@@ -33,12 +33,12 @@ import numpy as np
 
 from benchmarks.common import write_record
 from latency_predictor.collect import collect, default_out
-from latency_predictor.dataset import Dataset
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.environment import base_environment, package_version
 from latency_predictor.measurement.timing import MeasureConfig
-from latency_predictor.predictor import load_predictor
-from latency_predictor.target import PredictorTarget
+from latency_predictor.prediction.dataset import Dataset
+from latency_predictor.prediction.predictor import load_predictor
+from latency_predictor.prediction.target import PredictorTarget
 from latency_predictor.train import train_predictor
 from search_spaces import load_space
 

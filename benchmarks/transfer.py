@@ -45,15 +45,15 @@ import numpy as np
 
 from benchmarks.common import write_record
 from latency_predictor.collect import collect, default_out
-from latency_predictor.dataset import Dataset, LatencyTable
-from latency_predictor.features import FeatureExtractor
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.environment import base_environment, package_version
 from latency_predictor.measurement.timing import MeasureConfig
-from latency_predictor.metrics import accuracy_metrics
-from latency_predictor.models import AdditiveModel
-from latency_predictor.target import PredictorTarget
-from latency_predictor.transfer import COARSE, adapt_model, informative_order, unadapted
+from latency_predictor.prediction.dataset import Dataset, LatencyTable
+from latency_predictor.prediction.features import FeatureExtractor
+from latency_predictor.prediction.metrics import accuracy_metrics
+from latency_predictor.prediction.models import AdditiveModel
+from latency_predictor.prediction.target import PredictorTarget
+from latency_predictor.prediction.transfer import COARSE, adapt_model, informative_order, unadapted
 from search_spaces import Arch, load_space
 
 GOAL = {"n": 20, "spearman": 0.95, "within_10": 0.90}

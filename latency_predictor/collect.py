@@ -20,12 +20,12 @@ value with every other decision random, one is a single mutation of an earlier a
 For a new device, with ``adapt_from`` (``--adapt-from PREDICTOR``, another device's predictor),
 the ``n`` architectures are instead those most informative for adapting that predictor
 (:func:`informative_plan`), measured most informative first; ``train --adapt-from`` then fits
-the new device's predictor from them (:mod:`latency_predictor.transfer`).
+the new device's predictor from them (:mod:`latency_predictor.prediction.transfer`).
 
 Resumable: the dataset folder keeps every measurement; a re-run adds ``n`` architectures that
 are not in it yet (the same seed replays the same stream, skipping what was measured) and
 measures none twice. A measurement disturbed by other work on the machine (see
-:mod:`latency_predictor.dataset`) is kept and the architecture measured again at the end of the
+:mod:`latency_predictor.prediction.dataset`) is kept and the architecture measured again at the end of the
 run, up to ``retries`` times. ``repeats`` architectures are measured a second time in a new
 session, so the training report can estimate the session-to-session noise.
 
@@ -52,16 +52,16 @@ from tqdm import tqdm
 from latency_predictor.agent.wire import TOKEN_ENV
 from latency_predictor.cliargs import add_protocol_arguments, key_value_args, protocol_from_args
 from latency_predictor.configure import make_remote_estimator
-from latency_predictor.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.errors import ConfigError, LatencyError
-from latency_predictor.features import FeatureExtractor
 from latency_predictor.measurement.backends import BACKENDS, DEFAULT_BACKEND, make_estimator
 from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, parse_shape
 from latency_predictor.measurement.protocol import LatencyEstimator
 from latency_predictor.measurement.statistic import TARGET_STATS, check_runs, check_stat, protocol_for
-from latency_predictor.predictor import PredictorEstimator, read_predictor
-from latency_predictor.target import PredictorTarget
-from latency_predictor.transfer import informative_order
+from latency_predictor.prediction.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
+from latency_predictor.prediction.features import FeatureExtractor
+from latency_predictor.prediction.predictor import PredictorEstimator, read_predictor
+from latency_predictor.prediction.target import PredictorTarget
+from latency_predictor.prediction.transfer import informative_order
 from search_spaces import Arch, SearchSpace, SearchSpaceError, load_space
 
 AXES: tuple[str, ...] = ("depth", "out_chs", "kernel_size", "exp_ratio", "se_ratio", "block_type")
@@ -243,7 +243,7 @@ def informative_plan(
 ) -> list[tuple[Arch, str]]:
     """The ``n`` architectures most informative for adapting ``source`` to a new device, best first.
 
-    They are chosen (:func:`latency_predictor.transfer.informative_order`) from the first ``pool``
+    They are chosen (:func:`latency_predictor.prediction.transfer.informative_order`) from the first ``pool``
     architectures of the coverage stream not yet measured, given those already measured (``known``).
 
     Raises:

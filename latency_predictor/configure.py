@@ -12,7 +12,7 @@ option mappings into a :class:`~latency_predictor.LatencyEstimator`:
   refused before the first trial with the differences named. This is the mode for searching
   anywhere (a cluster of GPUs) for a device elsewhere (one CPU, a Jetson): collect and train on
   the target, search with the file.
-* ``predictor`` with ``hybrid=true``: :class:`~latency_predictor.hybrid.HybridEstimator`, which
+* ``predictor`` with ``hybrid=true``: :class:`~latency_predictor.prediction.hybrid.HybridEstimator`, which
   confirms the candidates that matter by real measurement on this machine. The measuring
   backend's device fingerprint must equal the predictor's: confirmations from another device
   would corrupt the dataset. Confirmations are timed with the search's protocol
@@ -35,12 +35,13 @@ from typing import Any, cast
 from latency_predictor.agent.client import RemoteEstimator, read_token
 from latency_predictor.agent.wire import TOKEN_ENV
 from latency_predictor.errors import ConfigError, PredictorMismatchError
-from latency_predictor.hybrid import HybridEstimator, current_predictor_path
 from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
 from latency_predictor.measurement.protocol import LatencyEstimator
 from latency_predictor.measurement.statistic import check_stat, protocol_for
-from latency_predictor.predictor import PredictorEstimator, check_statistic, read_predictor
-from latency_predictor.target import DeviceFingerprint, PredictorTarget, space_digest
+from latency_predictor.prediction.hybrid import HybridEstimator, current_predictor_path
+from latency_predictor.prediction.predictor import PredictorEstimator, check_statistic, read_predictor
+from latency_predictor.prediction.target import PredictorTarget, space_digest
 from search_spaces import SearchSpace
 
 

@@ -17,7 +17,7 @@ collected with ``python -m latency_predictor.collect ... --statistic p99``. The 
 records the statistic (a file without one is a p50 predictor).
 
 With ``--adapt-from``, the predictor of another device is adapted to the device of ``--data``
-with the first ``--shots`` architectures measured there (:mod:`latency_predictor.transfer`), and
+with the first ``--shots`` architectures measured there (:mod:`latency_predictor.prediction.transfer`), and
 the report compares it, on the held-out architectures (the rest of ``--data``, or ``--test-data``),
 with a predictor fitted from scratch on the same measurements and, given ``--full``, with one
 trained on many measurements of the new device. Given several predictors (of several other
@@ -40,7 +40,7 @@ noise is estimated as
 
 * ``within_i``: the within-run part, ``sqrt(pi/2) * cv / sqrt(runs)`` per record (the standard
   error of a median of normal runs; for a higher percentile, from its 95% interval:
-  :func:`latency_predictor.dataset.within_rel_se`), divided by ``sqrt(k_i)``;
+  :func:`latency_predictor.prediction.dataset.within_rel_se`), divided by ``sqrt(k_i)``;
 * ``sigma_between``: what varies from one measurement session to the next (a new session,
   another moment of the machine's load), which no single record's spread shows. It is estimated
   from architectures measured more than once (``collect --repeats``): the log-ratio ``d`` of two
@@ -51,7 +51,7 @@ noise is estimated as
 
 A perfect predictor's relative error on ``y_i`` is then about ``N(0, sigma_i)``, so its chance
 of landing within 10% is ``erf(0.1 / (sigma_i sqrt 2))``; the ceiling is the mean over the
-held-out architectures (:func:`latency_predictor.metrics.noise_ceiling`).
+held-out architectures (:func:`latency_predictor.prediction.metrics.noise_ceiling`).
 """
 
 from __future__ import annotations
@@ -69,14 +69,14 @@ from typing import Any
 import numpy as np
 
 from latency_predictor.cliargs import key_value_args
-from latency_predictor.dataset import Dataset, LatencyTable, within_rel_se
 from latency_predictor.errors import ConfigError, DatasetError, LatencyError
-from latency_predictor.features import FeatureExtractor
 from latency_predictor.measurement.statistic import MIN_RUNS, TARGET_STATS, check_stat
-from latency_predictor.metrics import AccuracyMetrics, accuracy_metrics, noise_ceiling, repeat_rel_sigma
-from latency_predictor.models import AdditiveModel, LatencyModel, LookupTableBaseline, MacsBaseline
-from latency_predictor.predictor import PredictorEstimator, read_predictor
-from latency_predictor.transfer import TransferReport, adapt_predictor
+from latency_predictor.prediction.dataset import Dataset, LatencyTable, within_rel_se
+from latency_predictor.prediction.features import FeatureExtractor
+from latency_predictor.prediction.metrics import AccuracyMetrics, accuracy_metrics, noise_ceiling, repeat_rel_sigma
+from latency_predictor.prediction.models import AdditiveModel, LatencyModel, LookupTableBaseline, MacsBaseline
+from latency_predictor.prediction.predictor import PredictorEstimator, read_predictor
+from latency_predictor.prediction.transfer import TransferReport, adapt_predictor
 from search_spaces import Arch, arch_id_of
 
 MIN_ARCHS = 10

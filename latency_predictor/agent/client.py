@@ -51,8 +51,8 @@ from latency_predictor.errors import (
     LatencyError,
     MeasurementError,
 )
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
 from latency_predictor.measurement.protocol import LatencyResult
-from latency_predictor.target import DeviceFingerprint
 from search_spaces import Arch
 
 log = logging.getLogger(__name__)

@@ -99,7 +99,7 @@ class _Backends:
 
 
 def _describe(est: Any) -> dict[str, Any]:
-    from latency_predictor.target import DeviceFingerprint
+    from latency_predictor.measurement.fingerprint import DeviceFingerprint
 
     return {
         "backend": est.name, "device": est.device, "precision": est.precision, "environment": est.environment(),

@@ -366,7 +366,7 @@ def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
     higher accuracy, fastest first."""
     # Imported here: the hybrid predictor's module loads torch and ONNX, which reading the record
     # types (a command's --help, its config checks) does not need.
-    from latency_predictor.hybrid import pareto_front as _front_indices
+    from latency_predictor.prediction.hybrid import pareto_front as _front_indices
 
     done = [c for c in top_rung(candidates)
             if math.isfinite(c.latency_objective) and math.isfinite(c.accuracy)]

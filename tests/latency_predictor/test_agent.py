@@ -17,7 +17,6 @@ from latency_predictor import ConfigError
 from latency_predictor.agent.client import AgentClient, RemoteEstimator
 from latency_predictor.collect import collect
 from latency_predictor.configure import make_latency_estimator
-from latency_predictor.dataset import Dataset
 from latency_predictor.errors import (
     AgentRefusedError,
     AgentUnavailableError,
@@ -25,7 +24,8 @@ from latency_predictor.errors import (
 )
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import build_eval_net, export_onnx
-from latency_predictor.target import DeviceFingerprint
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
+from latency_predictor.prediction.dataset import Dataset
 from search_spaces import Arch, load_space
 from tests.latency_predictor.agents import TOKEN, Agent, free_port, running_agents
 from tests.latency_predictor.conftest import TINY, TINY_SHAPE

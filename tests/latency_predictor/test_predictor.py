@@ -23,20 +23,27 @@ from latency_predictor.collect import _parser as collect_parser
 from latency_predictor.collect import backend_options, collect, coverage_plan
 from latency_predictor.collect import main as collect_main
 from latency_predictor.configure import make_latency_estimator
-from latency_predictor.dataset import RECORDS_FILE, Dataset, dataset_tracking_record
 from latency_predictor.errors import ConfigError, DatasetError, PredictorFileError
-from latency_predictor.hybrid import POINTER_FILE, HybridEstimator, add_measurements, refit, select_for_measurement
 from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
 from latency_predictor.measurement.statistic import MIN_RUNS, protocol_for, stat_value
-from latency_predictor.metrics import accuracy_metrics
-from latency_predictor.predictor import (
+from latency_predictor.prediction.dataset import RECORDS_FILE, Dataset, dataset_tracking_record
+from latency_predictor.prediction.hybrid import (
+    POINTER_FILE,
+    HybridEstimator,
+    add_measurements,
+    refit,
+    select_for_measurement,
+)
+from latency_predictor.prediction.metrics import accuracy_metrics
+from latency_predictor.prediction.predictor import (
     PredictorEstimator,
     expected_target,
     load_predictor,
     predictor_tracking_record,
     read_predictor,
 )
-from latency_predictor.target import DeviceFingerprint, PredictorTarget
+from latency_predictor.prediction.target import PredictorTarget
 from latency_predictor.train import fit_additive, train_predictor, usable_table
 from latency_predictor.train import main as train_main
 from search_spaces import Arch, SearchSpace, arch_id_of, load_space

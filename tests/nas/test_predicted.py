@@ -14,9 +14,9 @@ from mlflow import MlflowClient
 from latency_predictor import ConfigError, PredictorMismatchError
 from latency_predictor.collect import collect
 from latency_predictor.configure import make_predictor_estimator, predictor_measuring_backend
-from latency_predictor.dataset import Dataset
-from latency_predictor.hybrid import POINTER_FILE, HybridEstimator
 from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.prediction.dataset import Dataset
+from latency_predictor.prediction.hybrid import POINTER_FILE, HybridEstimator
 from latency_predictor.train import train_predictor
 from nas.adapters.mlflow_reader import StoreReader, reference_latencies
 from nas.core.config import LeaderboardConfig, TrackingConfig

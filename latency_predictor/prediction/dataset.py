@@ -44,11 +44,12 @@ from typing import Any
 import numpy as np
 
 from latency_predictor.errors import DatasetError, MeasurementError
-from latency_predictor.features import FEATURE_VERSION
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
 from latency_predictor.measurement.protocol import LatencyResult
 from latency_predictor.measurement.statistic import MIN_RUNS, check_stat, stat_value
-from latency_predictor.metrics import median_rel_se
-from latency_predictor.target import DeviceFingerprint, PredictorTarget
+from latency_predictor.prediction.features import FEATURE_VERSION
+from latency_predictor.prediction.metrics import median_rel_se
+from latency_predictor.prediction.target import PredictorTarget
 from search_spaces import arch_id_of
 
 DATASET_FORMAT = "latnas.latency_dataset"
@@ -89,7 +90,7 @@ def disturbance(result: LatencyResult, min_cpu_share: float = DEFAULT_MIN_CPU_SH
 def within_rel_se(result: LatencyResult, statistic: str = "p50") -> float:
     """Relative standard error of ``result``'s ``statistic`` from its within-run spread.
 
-    The p50's is ``sqrt(pi/2) * cv / sqrt(runs)`` (:func:`~latency_predictor.metrics.median_rel_se`).
+    The p50's is ``sqrt(pi/2) * cv / sqrt(runs)`` (:func:`~latency_predictor.prediction.metrics.median_rel_se`).
     A higher percentile's comes from its distribution-free 95% interval (``stats.ci95``: half its
     width over 1.96), or, for a record without one, from the normal approximation
     ``sqrt(q (1 - q) / runs) / phi(z_q) * cv``.

@@ -18,7 +18,7 @@ system every trial node sees).
 
 A predictor of the tail is confirmed in its own statistic: the measuring backend is made
 (:func:`~latency_predictor.configure.make_predictor_estimator`) with the timed runs the
-predictor's :attr:`~latency_predictor.predictor.PredictorEstimator.statistic` needs
+predictor's :attr:`~latency_predictor.prediction.predictor.PredictorEstimator.statistic` needs
 (:func:`~latency_predictor.measurement.statistic.protocol_for`), a confirmation with fewer runs is refused
 before it reaches the dataset, and a refit predicts the same statistic.
 
@@ -47,12 +47,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from latency_predictor.dataset import DEFAULT_MIN_CPU_SHARE, Dataset, Record
 from latency_predictor.errors import ConfigError
-from latency_predictor.features import FeatureExtractor
 from latency_predictor.measurement.protocol import LatencyResult
 from latency_predictor.measurement.statistic import check_runs
-from latency_predictor.predictor import PredictorEstimator, read_predictor
+from latency_predictor.prediction.dataset import DEFAULT_MIN_CPU_SHARE, Dataset, Record
+from latency_predictor.prediction.features import FeatureExtractor
+from latency_predictor.prediction.predictor import PredictorEstimator, read_predictor
 from latency_predictor.train import fit_predictor
 from search_spaces import Arch
 

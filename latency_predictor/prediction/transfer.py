@@ -1,6 +1,6 @@
 """A predictor for a new device from a few measurements: adapt another device's predictor.
 
-The predictor (:class:`~latency_predictor.models.AdditiveModel`) is a sum of non-negative
+The predictor (:class:`~latency_predictor.prediction.models.AdditiveModel`) is a sum of non-negative
 per-operator costs, ``intercept + sum_j w_j x_j``. Moving to another device keeps the *structure*
 (which operators cost what relative to each other within a family) and changes the *scales*: more
 threads speed up dense convolutions more than depthwise ones and not the per-call overhead at
@@ -81,14 +81,14 @@ from typing import Any
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from latency_predictor.dataset import Dataset, LatencyTable
 from latency_predictor.errors import ConfigError, DatasetError, PredictorMismatchError
-from latency_predictor.features import FEATURE_NAMES, FeatureExtractor
 from latency_predictor.measurement.statistic import MIN_RUNS, check_stat
-from latency_predictor.metrics import accuracy_metrics
-from latency_predictor.models import AdditiveModel, MacsBaseline
-from latency_predictor.predictor import PredictorEstimator
-from latency_predictor.target import PredictorTarget
+from latency_predictor.prediction.dataset import Dataset, LatencyTable
+from latency_predictor.prediction.features import FEATURE_NAMES, FeatureExtractor
+from latency_predictor.prediction.metrics import accuracy_metrics
+from latency_predictor.prediction.models import AdditiveModel, MacsBaseline
+from latency_predictor.prediction.predictor import PredictorEstimator
+from latency_predictor.prediction.target import PredictorTarget
 from search_spaces import Arch, arch_id_of
 
 _DENSE = ("stem", "pw_expand", "pw_project", "conv_k3", "conv_k5", "conv_k7", "conv_kx", "shortcut", "head",
