@@ -51,8 +51,8 @@ from tqdm import tqdm
 
 from latency_predictor.agent.wire import TOKEN_ENV
 from latency_predictor.cliargs import add_protocol_arguments, key_value_args, protocol_from_args
-from latency_predictor.configure import make_remote_estimator
 from latency_predictor.errors import ConfigError, LatencyError
+from latency_predictor.estimators import make_remote_estimator
 from latency_predictor.measurement.backends import BACKENDS, DEFAULT_BACKEND, make_estimator
 from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, parse_shape
 from latency_predictor.measurement.protocol import LatencyEstimator

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
-from latency_predictor.configure import predictor_measuring_backend
+from latency_predictor.estimators import predictor_measuring_backend
 from latency_predictor.measurement.protocol import LatencyStats
 from latency_predictor.measurement.statistic import check_runs
 from nas.core.config import SearchConfig

@@ -36,7 +36,7 @@ from typing import Any, cast
 import torch
 
 from latency_predictor import LatencyEstimator, LatencyResult
-from latency_predictor.configure import make_latency_estimator
+from latency_predictor.estimators import make_latency_estimator
 from latency_predictor.measurement.preprocess import Preprocessing, add_preprocessing, measure_preprocessing
 from latency_predictor.measurement.protocol import LatencyStats
 from latency_predictor.measurement.scenario import check_scenario

@@ -16,7 +16,7 @@ import requests
 from latency_predictor import ConfigError
 from latency_predictor.agent.client import AgentClient, RemoteEstimator
 from latency_predictor.collect import collect
-from latency_predictor.configure import make_latency_estimator
+from latency_predictor.estimators import make_latency_estimator
 from latency_predictor.errors import (
     AgentRefusedError,
     AgentUnavailableError,

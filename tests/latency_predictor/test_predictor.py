@@ -22,7 +22,7 @@ from latency_predictor.cliargs import key_value_args
 from latency_predictor.collect import _parser as collect_parser
 from latency_predictor.collect import backend_options, collect, coverage_plan
 from latency_predictor.collect import main as collect_main
-from latency_predictor.configure import make_latency_estimator
+from latency_predictor.estimators import make_latency_estimator
 from latency_predictor.errors import ConfigError, DatasetError, PredictorFileError
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.fingerprint import DeviceFingerprint

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 
 from latency_predictor import ConfigError, PredictorMismatchError
 from latency_predictor.collect import collect
-from latency_predictor.configure import make_predictor_estimator, predictor_measuring_backend
+from latency_predictor.estimators import make_predictor_estimator, predictor_measuring_backend
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.prediction.dataset import Dataset
 from latency_predictor.prediction.hybrid import POINTER_FILE, HybridEstimator
