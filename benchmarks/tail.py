@@ -166,9 +166,9 @@ def throughput(nets: list[tuple[str, Any]], log: Callable[[str], None]) -> dict[
 
 def predictors(n: int, workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """Part 3: one dataset measured with the p99 protocol; p50 and p99 predictors on the same split."""
-    from latency_predictor.collect import collect
+    from latency_predictor.prediction.collection import collect
     from latency_predictor.prediction.dataset import Dataset
-    from latency_predictor.train import train_predictor
+    from latency_predictor.prediction.training import train_predictor
     from search_spaces import load_space
 
     space = load_space("mobile_cifar")

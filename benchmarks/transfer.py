@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_record
-from latency_predictor.collect import collect, default_out
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.environment import base_environment, package_version
 from latency_predictor.measurement.timing import MeasureConfig
+from latency_predictor.prediction.collection import collect, default_out
 from latency_predictor.prediction.dataset import Dataset, LatencyTable
 from latency_predictor.prediction.features import FeatureExtractor
 from latency_predictor.prediction.metrics import accuracy_metrics

@@ -53,7 +53,7 @@ from latency_predictor.pareto import pareto_front
 from latency_predictor.prediction.dataset import DEFAULT_MIN_CPU_SHARE, Dataset, Record
 from latency_predictor.prediction.features import FeatureExtractor
 from latency_predictor.prediction.predictor import PredictorEstimator, read_predictor
-from latency_predictor.train import fit_predictor
+from latency_predictor.prediction.training import fit_predictor
 from search_spaces import Arch
 
 POINTER_FILE = "current_predictor"

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from latency_predictor import ConfigError, MeasurementError
-from latency_predictor.estimators import make_latency_estimator
 from latency_predictor.errors import InvalidModelError
+from latency_predictor.estimators import make_latency_estimator
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import export_onnx
 from latency_predictor.measurement.quantize import GraphPrecision, check_graph_precision, quantize_qdq

@@ -19,14 +19,16 @@ import numpy as np
 import pytest
 
 from latency_predictor import ConfigError, PredictorMismatchError
-from latency_predictor.collect import collect
+from latency_predictor.cli import train_main
 from latency_predictor.errors import DatasetError
 from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.prediction.collection import collect
 from latency_predictor.prediction.dataset import Dataset
 from latency_predictor.prediction.features import FEATURE_NAMES, FeatureExtractor
 from latency_predictor.prediction.metrics import accuracy_metrics
 from latency_predictor.prediction.models import AdditiveModel
 from latency_predictor.prediction.predictor import expected_target, load_predictor, read_predictor
+from latency_predictor.prediction.training import train_predictor
 from latency_predictor.prediction.transfer import (
     COARSE,
     GROUPS,
@@ -47,8 +49,6 @@ from latency_predictor.prediction.transfer import (
     refine_costs,
     scaled_model,
 )
-from latency_predictor.train import main as train_main
-from latency_predictor.train import train_predictor
 from search_spaces import Arch, SearchSpace, load_space
 
 SOURCE_SHAPE, TARGET_SHAPE = (1, 3, 64, 64), (1, 3, 96, 96)
@@ -350,7 +350,7 @@ def test_collect_measures_the_informative_architectures_first(
     assert all(r.origin != "informative" for r in records[8:])
     source = read_predictor(source_file)
     extractor = FeatureExtractor(TARGET_SHAPE, 10)
-    from latency_predictor.collect import coverage_plan
+    from latency_predictor.prediction.collection import coverage_plan
 
     pool: list[Arch] = []
     for arch, _ in coverage_plan(space):

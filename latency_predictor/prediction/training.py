@@ -1,12 +1,6 @@
 """Fit a latency predictor on a dataset and report how good it is on held-out architectures.
 
-Usage::
-
-    python -m latency_predictor.train --data DIR --out predictor.json [--json [REPORT]]
-    python -m latency_predictor.train data=DIR out=predictor.json          # key=value form
-    python -m latency_predictor.train --data NEW --adapt-from OTHER.json --shots 20 --out new.json
-    python -m latency_predictor.train --data NEW --adapt-from A.json B.json C.json --shots 20 --out new.json
-    python -m latency_predictor.train --data DIR --statistic p99 --out p99.json   # a predictor of the tail
+The command line is ``python -m latency_predictor.train`` (:func:`latency_predictor.cli.train_main`).
 
 ``--statistic`` (default ``p50``) is the statistic the predictor learns and predicts: each
 architecture's latency is the median of its records' p50, or of their p99 for a predictor of the
@@ -56,27 +50,20 @@ held-out architectures (:func:`latency_predictor.prediction.metrics.noise_ceilin
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from latency_predictor.cliargs import key_value_args
-from latency_predictor.errors import ConfigError, DatasetError, LatencyError
-from latency_predictor.measurement.statistic import MIN_RUNS, TARGET_STATS, check_stat
+from latency_predictor.errors import ConfigError, DatasetError
+from latency_predictor.measurement.statistic import MIN_RUNS, check_stat
 from latency_predictor.prediction.dataset import Dataset, LatencyTable, within_rel_se
 from latency_predictor.prediction.features import FeatureExtractor
 from latency_predictor.prediction.metrics import AccuracyMetrics, accuracy_metrics, noise_ceiling, repeat_rel_sigma
 from latency_predictor.prediction.models import AdditiveModel, LatencyModel, LookupTableBaseline, MacsBaseline
-from latency_predictor.prediction.predictor import PredictorEstimator, read_predictor
-from latency_predictor.prediction.transfer import TransferReport, adapt_predictor
+from latency_predictor.prediction.predictor import PredictorEstimator
 from search_spaces import Arch, arch_id_of
 
 MIN_ARCHS = 10
@@ -318,85 +305,3 @@ def fit_predictor(dataset: Dataset, members: int = 16, seed: int = 0, statistic:
                 "mape": float(np.mean(model.oof_abs_rel_error))},
     }
     return PredictorEstimator(model, dataset.target, training, statistic=statistic)
-
-
-# ---------------------------------------------------------------------- command line
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m latency_predictor.train",
-        description="Fit a latency predictor on a dataset; report accuracy on held-out architectures.",
-        epilog="Options may also be given as key=value (data=DIR out=FILE test_fraction=0.2).",
-    )
-    p.add_argument("--data", required=True, help="dataset folder written by latency_predictor.collect")
-    p.add_argument("--out", required=True, help="predictor file to write (JSON)")
-    p.add_argument("--test-fraction", type=float, help="held-out share (default 0.2)")
-    p.add_argument("--seed", type=int, default=0, help="split and bootstrap seed (default 0)")
-    p.add_argument("--members", type=int, default=16, help="bootstrap ensemble size (default 16)")
-    p.add_argument("--statistic", choices=TARGET_STATS,
-                   help="the latency statistic the predictor learns: p50 (default), or p90/p95/p99 for a target "
-                        "on the tail (records need 100/200/1000 timed runs: collect with --statistic); "
-                        "with --adapt-from: the other predictor's")
-    p.add_argument("--include-disturbed", action="store_true",
-                   help="also use architectures whose every measurement was disturbed")
-    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
-                   help="write the report as JSON to PATH (or stdout when no PATH is given)")
-    few = p.add_argument_group(
-        "a predictor for a new device from a few measurements",
-        "start from another device's predictor and refit its per-group scales on --data (the new device)",
-    )
-    few.add_argument("--adapt-from", metavar="PREDICTOR", nargs="+",
-                     help="the other device's predictor file; several (other devices'): each is adapted and the "
-                          "predictor is their mix, weighted by leave-one-out error (the first is the one the report "
-                          "compares with)")
-    few.add_argument("--shots", type=int,
-                     help="adapt with the first N usable architectures of --data (default: all of them)")
-    few.add_argument("--test-data", metavar="DIR",
-                     help="held-out measurements of the new device (default: those of --data after the first N)")
-    few.add_argument("--full", metavar="PREDICTOR",
-                     help="a predictor trained on many measurements of the new device, to compare against")
-    return p
-
-
-def _adapt(args: argparse.Namespace) -> tuple[PredictorEstimator, TransferReport]:
-    if args.test_fraction is not None:
-        raise ConfigError("--test-fraction does not apply with --adapt-from: the held-out architectures are "
-                          "those after the first --shots (or --test-data)")
-    source, *others = (read_predictor(path) for path in args.adapt_from)
-    test = Dataset.open(args.test_data) if args.test_data else None
-    full = read_predictor(args.full) if args.full else None
-    return adapt_predictor(source, Dataset.open(args.data), args.shots, test, full, args.members, args.seed,
-                           args.include_disturbed, args.statistic, others)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (2 on expected errors)."""
-    args = _parser().parse_args(key_value_args(sys.argv[1:] if argv is None else argv, ["include_disturbed"]))
-    report: TrainReport | TransferReport
-    try:
-        if args.adapt_from:
-            predictor, report = _adapt(args)
-        elif args.shots is not None or args.test_data or args.full:
-            raise ConfigError("--shots, --test-data and --full go with --adapt-from PREDICTOR")
-        else:
-            fraction = 0.2 if args.test_fraction is None else args.test_fraction
-            predictor, report = train_predictor(Dataset.open(args.data), fraction, args.seed, args.members,
-                                                args.include_disturbed, args.statistic or "p50")
-        path = predictor.save(args.out)
-    except LatencyError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.json == "-" and isinstance(report, TrainReport) and report.warning:
-        print(f"warning: {report.warning}", file=sys.stderr)  # the table, which carries it, is not printed
-    if args.json == "-":
-        print(json.dumps(report.to_dict(), indent=1))
-    else:
-        print(report.table())
-        print(f"predictor written to {path}")
-        if args.json:
-            Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

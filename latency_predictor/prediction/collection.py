@@ -1,15 +1,8 @@
 """Measure architectures that cover a search space and store them as a latency dataset.
 
-Usage::
-
-    python -m latency_predictor.collect --space mobile --backend onnxruntime --n 300 --out DIR
-    python -m latency_predictor.collect +space=mobile latency=onnxruntime n=300     # key=value form
-    python -m latency_predictor.collect +space=mobile latency=remote url=http://127.0.0.1:8765 n=300
-    python -m latency_predictor.collect --space mobile --n 300 --statistic p99 --out DIR   # for a p99 predictor
-
-``latency=remote`` (``--backend remote --url URL``) measures on another device, through the
-measurement agents running there (:mod:`latency_predictor.agent`; the token in
-``$LATNAS_AGENT_TOKEN``); the dataset is then that device's, fingerprint included.
+The command line is ``python -m latency_predictor.collect`` (:func:`latency_predictor.cli.collect_main`).
+A remote estimator measures on another device, through the measurement agents running there
+(:mod:`latency_predictor.agent`); the dataset is then that device's, fingerprint included.
 
 Which architectures (:func:`coverage_plan`): first the space's corner networks
 (:meth:`~search_spaces.SearchSpace.extremes`); then a stream in which, out of every ten, two
@@ -38,10 +31,8 @@ serves a p50 predictor too.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,20 +40,15 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from latency_predictor.agent.wire import TOKEN_ENV
-from latency_predictor.cliargs import add_protocol_arguments, key_value_args, protocol_from_args
-from latency_predictor.errors import ConfigError, LatencyError
-from latency_predictor.estimators import make_remote_estimator
-from latency_predictor.measurement.backends import BACKENDS, DEFAULT_BACKEND, make_estimator
-from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, parse_shape
+from latency_predictor.errors import ConfigError
 from latency_predictor.measurement.protocol import LatencyEstimator
-from latency_predictor.measurement.statistic import TARGET_STATS, check_runs, check_stat, protocol_for
+from latency_predictor.measurement.statistic import check_runs, check_stat
 from latency_predictor.prediction.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.prediction.features import FeatureExtractor
-from latency_predictor.prediction.predictor import PredictorEstimator, read_predictor
+from latency_predictor.prediction.predictor import PredictorEstimator
 from latency_predictor.prediction.target import PredictorTarget
 from latency_predictor.prediction.transfer import informative_order
-from search_spaces import Arch, SearchSpace, SearchSpaceError, load_space
+from search_spaces import Arch, SearchSpace
 
 AXES: tuple[str, ...] = ("depth", "out_chs", "kernel_size", "exp_ratio", "se_ratio", "block_type")
 _MAX_DUPLICATES = 10_000
@@ -261,112 +247,3 @@ def default_out(space: SearchSpace, target: PredictorTarget) -> Path:
     """``.latnas/datasets/<space>-<backend>-<shape>-<fingerprint>``: one folder per setting."""
     shape = "x".join(map(str, target.input_shape))
     return Path(".latnas") / "datasets" / f"{space.name}-{target.backend}-{shape}-{target.fingerprint.digest[:8]}"
-
-
-# ---------------------------------------------------------------------- command line
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m latency_predictor.collect",
-        description="Measure architectures covering a search space into a (resumable) latency dataset.",
-        epilog="Options may also be given as key=value: +space=mobile latency=onnxruntime n=300.",
-    )
-    p.add_argument("--space", required=True, help="search space name (conf/space/) or YAML path")
-    p.add_argument("--backend", "--latency", dest="backend", default=DEFAULT_BACKEND,
-                   help=f"one of {sorted(BACKENDS)}, or remote: measured by agents on another device "
-                        f"(default {DEFAULT_BACKEND})")
-    p.add_argument("--url", action="append", default=[],
-                   help="remote: an agent's http://HOST:PORT (repeat, or separate with commas, for a pool)")
-    p.add_argument("--agent-backend", default=DEFAULT_BACKEND,
-                   help=f"remote: the backend the agents measure with (default {DEFAULT_BACKEND})")
-    p.add_argument("--token-env", default=TOKEN_ENV, help=f"remote: variable holding the agents' token ({TOKEN_ENV})")
-    p.add_argument("--token-file", help="remote: file holding the agents' token")
-    p.add_argument("--n", type=int, default=300, help="new architectures to measure (default 300)")
-    p.add_argument("--out", help="dataset folder (default .latnas/datasets/<space>-<backend>-<shape>-<device>)")
-    p.add_argument("--seed", type=int, default=0, help="coverage stream seed (default 0)")
-    p.add_argument("--adapt-from", metavar="PREDICTOR",
-                   help="another device's predictor: measure the --n architectures most informative for adapting "
-                        "it to this device, most informative first (then: train --adapt-from)")
-    p.add_argument("--pool", type=int, default=2000,
-                   help="with --adapt-from: candidates the architectures are chosen from (default 2000)")
-    p.add_argument("--retries", type=int, default=2, help="re-measurements of a disturbed architecture (default 2)")
-    p.add_argument("--repeats", type=int, help="architectures measured twice for the noise estimate (default n/10)")
-    p.add_argument("--min-cpu-share", type=float, default=DEFAULT_MIN_CPU_SHARE,
-                   help="CPU share per runtime thread under which a measurement is disturbed (default 0.9)")
-    shape = "x".join(map(str, DEFAULT_INPUT_SHAPE))
-    p.add_argument("--input-shape", default=shape, help=f"N,C,H,W or NxCxHxW (default {shape})")
-    p.add_argument("--threads", type=int, default=1, help="runtime threads (default 1)")
-    p.add_argument("--num-classes", type=int, default=1000,
-                   help="classifier width of the measured networks; match the search's data (digits: 10) "
-                        "(default 1000)")
-    p.add_argument("--precision", help="fp32 (default) or what the backend allows")
-    p.add_argument("--provider", help="onnxruntime provider: cpu (default), cuda or tensorrt")
-    p.add_argument("--device", help="torch/tensorrt device: cpu or cuda:N")
-    add_protocol_arguments(p)
-    p.add_argument("--statistic", choices=TARGET_STATS, default="p50",
-                   help="the statistic the dataset is for: p90/p95/p99 raise --min-runs to 100/200/1000 and lift "
-                        "--max-time-s, for a predictor trained with the same --statistic (default p50)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p
-
-
-def backend_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The measuring backend's options from parsed arguments (with ``--backend remote``: the agents' backend's)."""
-    measure = protocol_from_args(args)
-    raised = protocol_for(args.statistic, {"min_runs": measure.min_runs, "max_time_s": measure.max_time_s})
-    measure = dataclasses.replace(measure, **raised)
-    backend = args.agent_backend if args.backend == "remote" else args.backend
-    threads_key = {"onnxruntime": "intra_op_threads", "torch": "threads"}.get(backend)
-    opts: dict[str, Any] = {"input_shape": parse_shape(args.input_shape), "measure": measure,
-                            "num_classes": args.num_classes}
-    if threads_key:
-        opts[threads_key] = args.threads
-    given = {"precision": args.precision, "provider": args.provider, "device": args.device}
-    opts.update({k: v for k, v in given.items() if v is not None})
-    return opts
-
-
-def make_collect_estimator(args: argparse.Namespace) -> LatencyEstimator:
-    """The measuring backend the arguments describe: a local one, or agents with ``--backend remote``.
-
-    Raises:
-        ConfigError: bad options; ``--url`` without ``--backend remote`` or the reverse.
-        BackendUnavailableError: a local backend that cannot run here.
-    """
-    opts = backend_options(args)
-    if args.backend != "remote":
-        if args.url:
-            raise ConfigError("--url is for --backend remote (measuring through agents)")
-        return make_estimator(args.backend, **opts)
-    urls = [u for given in args.url for u in given.split(",") if u]
-    if not urls:
-        raise ConfigError("--backend remote needs --url: the http://HOST:PORT of an agent "
-                          "(python -m latency_predictor.agent)")
-    shape, measure, num_classes = opts.pop("input_shape"), opts.pop("measure"), opts.pop("num_classes")
-    remote = {"url": urls, "backend": args.agent_backend, "backend_options": opts, "token_env": args.token_env,
-              "token_file": args.token_file}
-    return make_remote_estimator(tuple(shape), remote, dataclasses.asdict(measure), num_classes)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (2 on expected errors)."""
-    try:
-        raw = key_value_args(sys.argv[1:] if argv is None else argv, ["no_progress"])
-        args = _parser().parse_args(raw)
-        space = load_space(args.space)
-        estimator = make_collect_estimator(args)
-        out = Path(args.out) if args.out else default_out(space, PredictorTarget.create(space, estimator))
-        source = read_predictor(args.adapt_from) if args.adapt_from else None
-        s = collect(space, estimator, out, args.n, seed=args.seed, retries=args.retries, repeats=args.repeats,
-                    min_cpu_share=args.min_cpu_share, progress=not args.no_progress, adapt_from=source,
-                    pool=args.pool, statistic=args.statistic)
-    except (LatencyError, SearchSpaceError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"{s.path}: measured {s.measured} ({s.new_archs} new, {s.retried} retries, {s.repeated} repeats); "
-          f"{s.total_archs} architectures in the dataset, {s.still_disturbed} with only disturbed measurements")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
