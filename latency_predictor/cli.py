@@ -225,12 +225,10 @@ def run_measure(argv: Sequence[str] | None = None) -> int:
 
 
 def _breakdown(estimator: MeasuredBackend, arch: Arch, runs: int) -> Breakdown:
-    method = getattr(estimator, "breakdown", None)
-    if method is None:
-        supported = sorted(n for n, cls in BACKENDS.items() if hasattr(cls, "breakdown"))
+    if not estimator.has_breakdown:
+        supported = sorted(n for n, cls in BACKENDS.items() if cls.has_breakdown)
         raise ConfigError(f"--breakdown is available with the {supported} backends, not {estimator.name!r}")
-    result: Breakdown = method(arch, runs=runs)
-    return result
+    return estimator.breakdown(arch, runs=runs)
 
 
 def measure_main(argv: Sequence[str] | None = None) -> int:

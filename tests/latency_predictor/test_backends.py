@@ -165,7 +165,7 @@ def test_thread_counts_are_recorded_and_restored(tiny_arch: Arch, slot_dir: Path
 @pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
 def test_breakdown_covers_the_blocks(backend: str, tiny_arch: Arch, slot_dir: Path) -> None:
     est = make_estimator(backend, input_shape=TINY_SHAPE, slot_dir=slot_dir)
-    bd = est.breakdown(tiny_arch, runs=10, warmup_runs=2)  # type: ignore[attr-defined]
+    bd = est.breakdown(tiny_arch, runs=10, warmup_runs=2)
     names = [b.block for b in bd.blocks]
     expected = ["stem", *[f"blocks.{i}" for i in range(tiny_arch.depth)], "head", "pool", "classifier"]
     assert names[: len(expected)] == expected and set(names) <= {*expected, "other"}

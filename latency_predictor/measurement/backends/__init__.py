@@ -17,7 +17,7 @@ import inspect
 from typing import Any
 
 from latency_predictor.errors import ConfigError
-from latency_predictor.measurement.backends.base import MeasuredBackend, Prepared
+from latency_predictor.measurement.backends.base import CommonOptions, MeasuredBackend, Prepared
 from latency_predictor.measurement.backends.ort_backend import OnnxRuntimeBackend
 from latency_predictor.measurement.backends.tensorrt_backend import TensorRTBackend
 from latency_predictor.measurement.backends.torch_backend import TorchBackend
@@ -36,8 +36,10 @@ def backend_options(backend: str) -> list[str]:
     Raises:
         ConfigError: unknown backend (the known ones are listed).
     """
-    cls = _backend_class(backend)
-    return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    own = inspect.signature(_backend_class(backend).__init__).parameters.values()
+    common = inspect.signature(MeasuredBackend.__init__).parameters.values()
+    return [*(p.name for p in own if p.name != "self" and p.kind is not p.VAR_KEYWORD),
+            *(p.name for p in common if p.kind is p.KEYWORD_ONLY)]
 
 
 def make_estimator(backend: str = DEFAULT_BACKEND, **options: Any) -> MeasuredBackend:
@@ -70,6 +72,6 @@ def _backend_class(backend: str) -> type[MeasuredBackend]:
 
 
 __all__ = [
-    "BACKENDS", "DEFAULT_BACKEND", "MeasuredBackend", "OnnxRuntimeBackend", "Prepared", "TensorRTBackend",
-    "TorchBackend", "backend_options", "make_estimator",
+    "BACKENDS", "DEFAULT_BACKEND", "CommonOptions", "MeasuredBackend", "OnnxRuntimeBackend", "Prepared",
+    "TensorRTBackend", "TorchBackend", "backend_options", "make_estimator",
 ]

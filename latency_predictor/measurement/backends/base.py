@@ -28,11 +28,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from torch import nn
 
 from latency_predictor.errors import ConfigError, MeasurementError
+from latency_predictor.measurement.breakdown import Breakdown
 from latency_predictor.measurement.environment import base_environment
 from latency_predictor.measurement.export import build_eval_net, validate_input_shape
 from latency_predictor.measurement.protocol import LatencyResult
@@ -103,6 +104,25 @@ def check_positive_int(name: str, value: object) -> int:
     return value
 
 
+class CommonOptions(TypedDict, total=False):
+    """The options every measuring backend takes, after its own (defaults in :class:`MeasuredBackend`).
+
+    Attributes:
+        measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
+        slot: take the device's measurement slot while timing (default True).
+        slot_dir: directory of the slot lock files (default:
+            :func:`~latency_predictor.measurement.slot.default_slot_dir`).
+        num_classes: classifier width of the built network (default 1000).
+        keep_samples: keep the per-run times in ``extra["samples_ms"]`` (default False).
+    """
+
+    measure: MeasureConfig | Mapping[str, Any] | None
+    slot: bool
+    slot_dir: str | Path | None
+    num_classes: int
+    keep_samples: bool
+
+
 class MeasuredBackend(ABC):
     """Base of the measuring backends; implements :class:`~latency_predictor.LatencyEstimator`.
 
@@ -118,17 +138,20 @@ class MeasuredBackend(ABC):
 
     name: str
     runtime_errors: ClassVar[tuple[type[BaseException], ...]] = (RuntimeError,)
+    has_breakdown: ClassVar[bool] = False
+    """Whether :meth:`breakdown` gives per-block times."""
 
     def __init__(
         self,
         input_shape: Sequence[int],
         precision: str,
         device: str,
-        measure: MeasureConfig | Mapping[str, Any] | None,
-        slot: bool,
-        slot_dir: str | Path | None,
-        num_classes: int,
-        keep_samples: bool,
+        *,
+        measure: MeasureConfig | Mapping[str, Any] | None = None,
+        slot: bool = True,
+        slot_dir: str | Path | None = None,
+        num_classes: int = 1000,
+        keep_samples: bool = False,
     ) -> None:
         self.input_shape: tuple[int, ...] = validate_input_shape(input_shape)
         self.precision = precision
@@ -151,6 +174,24 @@ class MeasuredBackend(ABC):
     @abstractmethod
     def _backend_environment(self) -> dict[str, str]:
         """Backend facts: device name, library versions, thread counts."""
+
+    def _breakdown(self, arch: Arch, runs: int, warmup_runs: int) -> Breakdown:
+        """Per-block times (backends with :attr:`has_breakdown`)."""
+        raise ConfigError(f"the {self.name} backend gives no per-block times")
+
+    def breakdown(self, arch: Arch, runs: int = 50, warmup_runs: int = 10) -> Breakdown:
+        """Per-block times of ``arch`` with this estimator's settings (backends with :attr:`has_breakdown`).
+
+        Args:
+            arch: the network.
+            runs: timed (profiled) inferences.
+            warmup_runs: inferences run first and left out of the figures.
+
+        Raises:
+            ConfigError: ``runs`` below 1, or a backend without per-block times.
+        """
+        check_positive_int("runs", runs)
+        return self._breakdown(arch, runs, warmup_runs)
 
     def _run_scope(self) -> AbstractContextManager[object]:
         """Process-wide settings held while preparing and timing (e.g. torch's thread count)."""

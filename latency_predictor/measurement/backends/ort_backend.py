@@ -41,9 +41,9 @@ import hashlib
 import platform
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from torch import nn
@@ -60,6 +60,7 @@ except ImportError as _missing:  # neither build installed: say which extra brin
 
 from latency_predictor.errors import BackendUnavailableError, ConfigError, InvalidModelError, MeasurementError
 from latency_predictor.measurement.backends.base import (
+    CommonOptions,
     MeasuredBackend,
     Prepared,
     cache_root,
@@ -86,7 +87,6 @@ from latency_predictor.measurement.quantize import (
     quantize_qdq,
     random_calibration_data,
 )
-from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import Arch
 
 PROVIDERS: dict[str, str] = {
@@ -263,11 +263,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
         calibration_samples: int8: images the activation ranges are calibrated on.
         calibration_data: int8: source of the calibration images (default: random normal images,
             enough for timing; ``python -m nas.optimize`` calibrates a model to deploy on training images).
-        measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
-        slot: take the device's measurement slot while timing.
-        slot_dir: directory of the slot lock files.
-        num_classes: classifier width of the built network.
-        keep_samples: keep the per-run times in ``extra["samples_ms"]``.
+        **common: the options every backend takes (:class:`CommonOptions`: ``measure``, ``slot``,
+            ``slot_dir``, ``num_classes``, ``keep_samples``).
 
     Raises:
         ConfigError: an unknown provider, precision or level, or invalid counts or shape.
@@ -277,6 +274,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
 
     name = "onnxruntime"
     runtime_errors = ORT_ERRORS
+    has_breakdown = True
 
     def __init__(
         self,
@@ -292,11 +290,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
         cache_dir: str | Path | None = None,
         calibration_samples: int = 32,
         calibration_data: CalibrationData | None = None,
-        measure: MeasureConfig | Mapping[str, Any] | None = None,
-        slot: bool = True,
-        slot_dir: str | Path | None = None,
-        num_classes: int = 1000,
-        keep_samples: bool = False,
+        **common: Unpack[CommonOptions],
     ) -> None:
         self.provider = check_choice("provider", provider, list(PROVIDERS))
         check_choice("precision", precision, ["fp32", "fp16", "bf16", "int8"])
@@ -318,7 +312,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
         self.opset = check_positive_int("opset", opset)
         self.graph_optimization = check_choice("graph_optimization", graph_optimization, list(GRAPH_OPTIMIZATION))
         device = "cpu" if provider == "cpu" else f"cuda:{device_id}"
-        super().__init__(input_shape, precision, device, measure, slot, slot_dir, num_classes, keep_samples)
+        super().__init__(input_shape, precision, device, **common)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "onnxruntime-tensorrt"
         available = ort.get_available_providers()
         if PROVIDERS[provider] not in available:
@@ -551,15 +545,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
             raise MeasurementError(f"onnxruntime: the network failed to run: {err}") from err
         return np.asarray(out)
 
-    def breakdown(self, arch: Arch, runs: int = 50, warmup_runs: int = 10) -> Breakdown:
-        """Per-block times of ``arch`` from ONNX Runtime's profiler, with this estimator's settings.
-
-        Args:
-            arch: the network.
-            runs: profiled inferences.
-            warmup_runs: inferences run first and left out of the figures.
-        """
-        check_positive_int("runs", runs)
+    def _breakdown(self, arch: Arch, runs: int, warmup_runs: int) -> Breakdown:
+        """From ONNX Runtime's profiler."""
         net = self.build_net(arch)
         model = export_onnx(net, self.input_shape, self.opset)
         if self.precision == "int8":
