@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import ROOT, machine, portable
+from benchmarks.common import ROOT, machine_and_load, portable
 from latency_predictor.measurement.environment import package_version
 
 CLOCK_TOLERANCE = 0.25
@@ -660,7 +660,7 @@ def record(ctx: Context, outcomes: list[Outcome], command: str, seconds: float) 
         summary += ": no GPU here, so every GPU check was skipped; run this on a machine with an NVIDIA GPU"
     return {
         "check": "gpu_check", "command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": machine(), "has_gpu": ctx.has_gpu, "has_tensorrt": ctx.has_tensorrt,
+        "machine": machine_and_load(), "has_gpu": ctx.has_gpu, "has_tensorrt": ctx.has_tensorrt,
         "onnxruntime_providers": ctx.ort_providers, "seconds": seconds, "counts": counts, "summary": summary,
         "checks": [asdict(o) for o in outcomes],
     }

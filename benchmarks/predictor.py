@@ -33,7 +33,7 @@ import numpy as np
 
 from benchmarks.common import write_record
 from latency_predictor.measurement.backends import make_estimator
-from latency_predictor.measurement.environment import base_environment, package_version
+from latency_predictor.measurement.environment import base_environment, versions
 from latency_predictor.measurement.timing import MeasureConfig
 from latency_predictor.prediction.collection import collect, default_out
 from latency_predictor.prediction.dataset import Dataset
@@ -145,8 +145,7 @@ def main() -> int:
     record = {
         "command": ["python", "-m", "benchmarks.predictor", *sys.argv[1:]],
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "scipy": package_version("scipy")},
+        "environment": {**base_environment(), **versions(("onnxruntime", "scipy"))},
         "settings": {"space": "mobile", "input_shape": [1, 3, 224, 224], "intra_op_threads": 1,
                      "measure": {"warmup_runs": 5, "warmup_s": 0.1, "min_runs": args.min_runs, "min_time_s": 0.3,
                                  "max_time_s": 3.0},

@@ -46,7 +46,7 @@ import numpy as np
 
 from benchmarks.common import ROOT, write_record
 from latency_predictor.measurement.backends import make_estimator
-from latency_predictor.measurement.environment import base_environment, package_version
+from latency_predictor.measurement.environment import base_environment, versions
 from latency_predictor.measurement.protocol import LatencyResult
 from latency_predictor.measurement.scenario import server_point
 from latency_predictor.measurement.statistic import protocol_for
@@ -260,8 +260,7 @@ def main() -> int:
     record = {
         "command": ["python", "-m", "benchmarks.tail", *sys.argv[1:]],
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "ray": package_version("ray"), "mlflow": package_version("mlflow")},
+        "environment": {**base_environment(), **versions(("onnxruntime", "ray", "mlflow"))},
         "settings": {"input_shape": list(SHAPE), "threads": 1, "protocol": protocol_for("p99", BASE_PROTOCOL),
                      "batches": list(BATCHES), "bounds_ms": list(BOUNDS_MS), "predictor_n": args.predictor_n,
                      "search_trials": args.search_trials, "remeasure": args.remeasure},

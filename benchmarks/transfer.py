@@ -45,7 +45,7 @@ import numpy as np
 
 from benchmarks.common import write_record
 from latency_predictor.measurement.backends import make_estimator
-from latency_predictor.measurement.environment import base_environment, package_version
+from latency_predictor.measurement.environment import base_environment, versions
 from latency_predictor.measurement.timing import MeasureConfig
 from latency_predictor.prediction.collection import collect, default_out
 from latency_predictor.prediction.dataset import Dataset, LatencyTable
@@ -224,8 +224,7 @@ def record(module: str, settings: dict[str, Any], load_before: float, t0: float,
     return {
         "command": ["python", "-m", module, *sys.argv[1:]],
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "scipy": package_version("scipy")},
+        "environment": {**base_environment(), **versions(("onnxruntime", "scipy"))},
         "settings": settings, "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
         "collect_seconds": collect_s, "wall_seconds": time.perf_counter() - t0, "goal": GOAL,
         "devices": devices, "pairs": pairs,

@@ -1,4 +1,8 @@
-"""What a latency was measured on: recorded with every result so numbers can be compared honestly."""
+"""What a latency was measured on: recorded with every result so numbers can be compared honestly.
+
+The one place machine facts and package versions are read, for measurements, search runs and
+benchmark records alike.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,9 @@ import functools
 import importlib.metadata
 import os
 import platform
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 _CPUINFO = Path("/proc/cpuinfo")
 
@@ -29,23 +35,36 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+NOT_INSTALLED = "not installed"
+
+
 def package_version(dist: str) -> str:
-    """Installed version of a distribution, or ``"not installed"``."""
+    """Installed version of a distribution, or :data:`NOT_INSTALLED`."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+        return NOT_INSTALLED
 
 
-def base_environment() -> dict[str, str]:
-    """Facts common to every backend: Python, OS, CPU, and the versions of the numeric stack."""
+def versions(dists: Iterable[str], installed_only: bool = False) -> dict[str, str]:
+    """The installed version of each distribution in ``dists`` (:data:`NOT_INSTALLED`, or left out
+    with ``installed_only``, for one that is not)."""
+    found = {d: package_version(d) for d in dists}
+    return {d: v for d, v in found.items() if not (installed_only and v == NOT_INSTALLED)}
+
+
+def machine() -> dict[str, Any]:
+    """The machine: Python, OS, architecture, CPU model, usable and total CPUs (no host names, no paths)."""
     return {
         "python": platform.python_version(),
         "os": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),
         "cpu_model": cpu_model(),
-        "cpus_usable": str(usable_cpus()),
-        "cpus_total": str(os.cpu_count() or 0),
-        "numpy": package_version("numpy"),
-        "torch": package_version("torch"),
+        "cpus_usable": usable_cpus(),
+        "cpus_total": os.cpu_count() or 0,
     }
+
+
+def base_environment() -> dict[str, str]:
+    """Facts common to every backend: :func:`machine`, and the versions of the numeric stack."""
+    return {**{k: str(v) for k, v in machine().items()}, **versions(("numpy", "torch"))}
