@@ -303,7 +303,8 @@ class AdditiveModel:
         cls, extractor: FeatureExtractor, coef: np.ndarray, intercept: float, ensemble_coef: np.ndarray,
         ensemble_intercept: np.ndarray, oof_abs_rel_error: np.ndarray, robust_passes: int, seed: int,
     ) -> AdditiveModel:
-        """Rebuild a fitted model from validated arrays (see :func:`latency_predictor.prediction.predictor.load`)."""
+        """Rebuild a fitted model from validated arrays (see
+        :func:`latency_predictor.prediction.predictor.read_predictor`)."""
         m = cls(extractor, members=len(ensemble_intercept), robust_passes=robust_passes, seed=seed)
         m.coef, m.intercept = coef, float(intercept)
         m.ensemble_coef, m.ensemble_intercept = ensemble_coef, ensemble_intercept
