@@ -239,6 +239,7 @@ def measure_main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
+
 # ---------------------------------------------------------------------- python -m latency_predictor.collect
 
 def _collect_parser() -> argparse.ArgumentParser:
@@ -342,6 +343,7 @@ def collect_main(argv: Sequence[str] | None = None) -> int:
     print(f"{s.path}: measured {s.measured} ({s.new_archs} new, {s.retried} retries, {s.repeated} repeats); "
           f"{s.total_archs} architectures in the dataset, {s.still_disturbed} with only disturbed measurements")
     return 0
+
 
 # ---------------------------------------------------------------------- python -m latency_predictor.train
 
