@@ -37,9 +37,7 @@ def backend_options(backend: str) -> list[str]:
         ConfigError: unknown backend (the known ones are listed).
     """
     own = inspect.signature(_backend_class(backend).__init__).parameters.values()
-    common = inspect.signature(MeasuredBackend.__init__).parameters.values()
-    return [*(p.name for p in own if p.name != "self" and p.kind is not p.VAR_KEYWORD),
-            *(p.name for p in common if p.kind is p.KEYWORD_ONLY)]
+    return [*(p.name for p in own if p.name != "self" and p.kind is not p.VAR_KEYWORD), *CommonOptions.__annotations__]
 
 
 def make_estimator(backend: str = DEFAULT_BACKEND, **options: Any) -> MeasuredBackend:

@@ -146,7 +146,6 @@ class MeasuredBackend(ABC):
         input_shape: Sequence[int],
         precision: str,
         device: str,
-        *,
         measure: MeasureConfig | Mapping[str, Any] | None = None,
         slot: bool = True,
         slot_dir: str | Path | None = None,
