@@ -40,10 +40,10 @@ import numpy as np
 
 from benchmarks.common import spread, write_record
 from latency_predictor.agent.client import RemoteEstimator
-from latency_predictor.backends import make_estimator
-from latency_predictor.environment import base_environment, package_version
-from latency_predictor.export import parse_shape
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.environment import base_environment, versions
+from latency_predictor.measurement.export import parse_shape
+from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import REFERENCES, Arch, load_space, resolve_arch
 
 GOAL_P50_RATIO = 1.02
@@ -180,8 +180,7 @@ def main() -> int:
     record = {
         "command": ["python", "-m", "benchmarks.agent", *sys.argv[1:]],
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "fastapi": package_version("fastapi"), "uvicorn": package_version("uvicorn")},
+        "environment": {**base_environment(), **versions(("onnxruntime", "fastapi", "uvicorn"))},
         "settings": {"input_shape": list(shape), "backend": "onnxruntime", "intra_op_threads": 1,
                      "rounds": args.rounds, "measure": dataclasses.asdict(measure)},
         "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0], "wall_seconds": wall,

@@ -35,11 +35,11 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import ROOT, command_line, header, machine, record_path, write_record
+from benchmarks.common import ROOT, command_line, header, machine_and_load, record_path, write_record
 from benchmarks.references_cifar10 import SCALE_ROUNDS, TARGET_WIDTHS, anchor_targets, paired_ratios, scaled
-from latency_predictor.backends import make_estimator
-from latency_predictor.export import export_onnx
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.export import export_onnx
+from latency_predictor.measurement.timing import MeasureConfig
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import die_with_parent
 from nas.data import load_dataset
@@ -85,7 +85,7 @@ def step_widths(log: Callable[[str], None]) -> dict[str, Any]:
                          "ratio_at_choice": p.ratio, "latency_at_choice_ms": p.latency_ms, "meets": p.meets})
         targets.append({"target_ms": target_ms, "anchor": f"mobilenetv2_100 x{width:g}",
                         "anchor_arch": anchor.encode(), "references": refs})
-    return {"targets": targets, "machine": machine(),
+    return {"targets": targets, "machine": machine_and_load(),
             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 

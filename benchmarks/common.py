@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import platform
 import re
 import shlex
 import sys
@@ -15,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from latency_predictor.environment import cpu_model, package_version, usable_cpus
+from latency_predictor.measurement.environment import machine, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository this benchmark suite belongs to (its records and BENCHMARKS.md are written there)."""
@@ -24,21 +23,10 @@ QUICK_DIR = RECORDS_DIR / "quick"
 VERSIONED = ("torch", "numpy", "onnxruntime", "onnx", "optuna", "ray", "mlflow", "scikit-learn")
 
 
-def machine() -> dict[str, Any]:
-    """The machine a figure was measured on (no host names, no paths)."""
-    return {
-        "cpu_model": cpu_model(),
-        "cpus_usable": usable_cpus(),
-        "cpus_total": os.cpu_count() or 0,
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-def versions() -> dict[str, str]:
-    """Versions of the packages the figures depend on."""
-    return {d: package_version(d) for d in VERSIONED}
+def machine_and_load() -> dict[str, Any]:
+    """The machine a figure was measured on (:func:`~latency_predictor.measurement.environment.machine`),
+    with its load average now."""
+    return {**machine(), "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
@@ -52,7 +40,7 @@ def header(name: str, mode: str, command: str) -> dict[str, Any]:
     return {
         "benchmark": name, "mode": mode, "command": command,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(), "versions": versions(),
+        "machine": machine_and_load(), "versions": versions(VERSIONED),
     }
 
 

@@ -11,7 +11,7 @@
 
    * **busy, slot**: as trials measure: the measurement waits for the search's own measurements
      and for the training steps already running, and no new training step starts until it is
-     done (:func:`latency_predictor.slot.device_work`);
+     done (:func:`latency_predictor.measurement.slot.device_work`);
    * **busy, no slot** (``slot=False``): on top of whatever the search is doing.
 3. **Alone after**: measured again once the search is stopped (Ctrl-C, as a user would).
 
@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_record
-from latency_predictor.backends import make_estimator
-from latency_predictor.environment import cpu_model, package_version, usable_cpus
-from latency_predictor.slot import SLOT_DIR_ENV, measurement_slot
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.environment import machine, usable_cpus, versions
+from latency_predictor.measurement.slot import SLOT_DIR_ENV, measurement_slot
 from search_spaces import Arch, resolve_arch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,9 +240,8 @@ def main() -> None:
     report = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python -m benchmarks.contention", *sys.argv[1:]]),
-        "machine": {"cpus_usable": usable_cpus(), "cpu_model": cpu_model(), "python": sys.version.split()[0],
-                    "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
-        "versions": {d: package_version(d) for d in ("torch", "onnxruntime", "ray")},
+        "machine": {**machine(), "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
+        "versions": versions(("torch", "onnxruntime", "ray")),
         "arch": arch.encode(), "arch_name": args.arch, "measure": MEASURE,
         "rounds": args.rounds,
         "search_load": {"concurrent_trials": args.concurrent, "cpus_per_trial": 1, "space": "mobile",

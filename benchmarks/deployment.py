@@ -42,8 +42,8 @@ from typing import Any
 
 from benchmarks.references import MULTIPLIERS, scale_width
 from latency_predictor import LatencyResult
-from latency_predictor.backends import OnnxRuntimeBackend, make_estimator
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import OnnxRuntimeBackend, make_estimator
+from latency_predictor.measurement.timing import MeasureConfig
 from nas.core.config import DataConfig, ExportConfig, OptimizeConfig, TrackingConfig, TrainConfig
 from nas.core.errors import OptimizeError
 from nas.core.record import Candidate, pareto_front

@@ -57,8 +57,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import ROOT, machine, portable
-from latency_predictor.environment import package_version
+from benchmarks.common import ROOT, machine_and_load, portable
+from latency_predictor.measurement.environment import package_version
 
 CLOCK_TOLERANCE = 0.25
 """Largest accepted |event p50 - wall p50| / wall p50."""
@@ -256,7 +256,7 @@ def check_pytest_tensorrt(ctx: Context) -> dict[str, Any]:
 
 
 def _small_net() -> tuple[Any, Any]:
-    from latency_predictor.export import build_eval_net
+    from latency_predictor.measurement.export import build_eval_net
     from search_spaces import Arch
 
     arch = Arch.decode(SMALL_ARCH)
@@ -265,7 +265,7 @@ def _small_net() -> tuple[Any, Any]:
 
 
 def _torch_logits(net: Any, shape: tuple[int, ...]) -> np.ndarray:
-    from latency_predictor.export import sample_input
+    from latency_predictor.measurement.export import sample_input
 
     with torch.no_grad():
         return net(sample_input(shape)).numpy()
@@ -276,8 +276,8 @@ def _scaled_diff(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _ort_check(ctx: Context, provider: str, precision: str) -> dict[str, Any]:
-    from latency_predictor.backends import OnnxRuntimeBackend
-    from latency_predictor.export import sample_input
+    from latency_predictor.measurement.backends import OnnxRuntimeBackend
+    from latency_predictor.measurement.export import sample_input
     from nas.review.export import ENGINE_RTOL
 
     arch, net = _small_net()
@@ -312,8 +312,8 @@ def check_ort_cuda_no_cpu_fallback(ctx: Context) -> dict[str, Any]:
 
 
 def _engine_outputs(ctx: Context, precision: str) -> dict[str, Any]:
-    from latency_predictor.backends import TensorRTBackend
-    from latency_predictor.export import export_onnx, sample_input
+    from latency_predictor.measurement.backends import TensorRTBackend
+    from latency_predictor.measurement.export import export_onnx, sample_input
     from nas.review.export import ENGINE_RTOL
 
     _, net = _small_net()
@@ -345,8 +345,8 @@ def check_tensorrt_outputs_fp16(ctx: Context) -> dict[str, Any]:
 
 
 def _clocks(ctx: Context, name: str, backend: str, **options: Any) -> dict[str, Any]:
-    from latency_predictor.backends import make_estimator
-    from latency_predictor.timing import MeasureConfig, measure_latency
+    from latency_predictor.measurement.backends import make_estimator
+    from latency_predictor.measurement.timing import MeasureConfig, measure_latency
     from search_spaces import resolve_arch
 
     est = make_estimator(backend, input_shape=TIMING_SHAPE, measure=MEASURE, slot_dir=ctx.work / "slots", **options)
@@ -388,7 +388,7 @@ def check_graph_not_slower_than_eager(ctx: Context) -> dict[str, Any]:
 
 def check_graph_replay_after_empty_cache(ctx: Context) -> dict[str, Any]:
     """A replayed graph after gc.collect(), empty_cache() and new allocations gives the eager outputs."""
-    from latency_predictor.backends import TorchBackend
+    from latency_predictor.measurement.backends import TorchBackend
     from search_spaces import resolve_arch
 
     arch = resolve_arch(TIMING_ARCH)
@@ -416,7 +416,7 @@ def check_graph_replay_after_empty_cache(ctx: Context) -> dict[str, Any]:
 
 def check_engine_cache_fused_after_unfused(ctx: Context) -> dict[str, Any]:
     """The fused network measured after the unfused one is not served the unfused one's engine."""
-    from latency_predictor.backends import TensorRTBackend
+    from latency_predictor.measurement.backends import TensorRTBackend
     from nas.review.fuse import fuse_conv_bn
 
     arch, net = _small_net()
@@ -443,11 +443,11 @@ def half_gpu_task_reports() -> tuple[list[dict[str, Any]], str | None]:
     """
     import ray
 
-    from latency_predictor.slot import cuda_uuid
+    from latency_predictor.measurement.slot import cuda_uuid
 
     @ray.remote(num_gpus=0.5, num_cpus=0)
     def task() -> dict[str, Any]:
-        from latency_predictor.slot import slot_key, slot_path
+        from latency_predictor.measurement.slot import slot_key, slot_path
 
         ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
         return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": [str(i) for i in ids],
@@ -660,7 +660,7 @@ def record(ctx: Context, outcomes: list[Outcome], command: str, seconds: float) 
         summary += ": no GPU here, so every GPU check was skipped; run this on a machine with an NVIDIA GPU"
     return {
         "check": "gpu_check", "command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": machine(), "has_gpu": ctx.has_gpu, "has_tensorrt": ctx.has_tensorrt,
+        "machine": machine_and_load(), "has_gpu": ctx.has_gpu, "has_tensorrt": ctx.has_tensorrt,
         "onnxruntime_providers": ctx.ort_providers, "seconds": seconds, "counts": counts, "summary": summary,
         "checks": [asdict(o) for o in outcomes],
     }

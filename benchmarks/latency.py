@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from benchmarks.common import write_record
-from latency_predictor.backends import make_estimator
-from latency_predictor.environment import base_environment, package_version
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.environment import base_environment, versions
 from search_spaces import REFERENCES, resolve_arch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,7 +174,7 @@ def main() -> int:
         "command": ["python", "-m", "benchmarks.latency", *sys.argv[1:]],
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": base_environment(),
-        "versions": {k: package_version(k) for k in ("torch", "onnxruntime", "onnx", "numpy")},
+        "versions": versions(("torch", "onnxruntime", "onnx", "numpy")),
     }
     print(f"repeatability ({args.arch}, {args.processes} processes):", flush=True)
     record["repeatability"] = repeatability(args.arch, args.processes, args.input_shape)

@@ -6,10 +6,10 @@ Usage::
 
 1. Collects (or resumes) a dataset of at most ``--n`` architectures of the ``mobile`` space,
    measured with ONNX Runtime on the CPU at 1x3x224x224 with one intra-op thread
-   (``latency_predictor.collect``: corners, axis extremes, mutations, uniform samples;
+   (``latency_predictor.prediction.collection``: corners, axis extremes, mutations, uniform samples;
    disturbed measurements retried; ``--repeats`` architectures measured twice for the noise).
 2. Trains on 80% of the architectures and reports on the held-out 20%: the predictor against
-   both baselines, the noise ceiling and the gap to it (``latency_predictor.train``).
+   both baselines, the noise ceiling and the gap to it (``latency_predictor.prediction.training``).
    The same figures are summarised over ``--splits`` random splits, to show how much the one
    reported split owes to chance.
 3. Times batch prediction of ``--throughput-n`` sampled architectures from the saved file
@@ -32,14 +32,14 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_record
-from latency_predictor.backends import make_estimator
-from latency_predictor.collect import collect, default_out
-from latency_predictor.dataset import Dataset
-from latency_predictor.environment import base_environment, package_version
-from latency_predictor.predictor import load_predictor
-from latency_predictor.target import PredictorTarget
-from latency_predictor.timing import MeasureConfig
-from latency_predictor.train import train_predictor
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.environment import base_environment, versions
+from latency_predictor.measurement.timing import MeasureConfig
+from latency_predictor.prediction.collection import collect, default_out
+from latency_predictor.prediction.dataset import Dataset
+from latency_predictor.prediction.predictor import load_predictor
+from latency_predictor.prediction.target import PredictorTarget
+from latency_predictor.prediction.training import train_predictor
 from search_spaces import load_space
 
 TARGETS = {"within_10": 0.95, "spearman": 0.95, "throughput_per_s": 10_000.0}
@@ -172,8 +172,7 @@ def main() -> int:
     record = {
         "command": ["python", "-m", "benchmarks.predictor", *sys.argv[1:]],
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "scipy": package_version("scipy")},
+        "environment": {**base_environment(), **versions(("onnxruntime", "scipy"))},
         "settings": {"space": "mobile", "input_shape": [1, 3, 224, 224], "intra_op_threads": 1,
                      "measure": {"warmup_runs": 5, "warmup_s": 0.1, "min_runs": args.min_runs, "min_time_s": 0.3,
                                  "max_time_s": 3.0},

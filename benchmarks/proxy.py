@@ -19,14 +19,14 @@ import numpy as np
 import torch
 
 from benchmarks.common import ROOT
-from latency_predictor.backends import make_estimator
-from latency_predictor.collect import collect, default_out
-from latency_predictor.dataset import Dataset as LatencyDataset
 from latency_predictor.errors import LatencyError
-from latency_predictor.predictor import PredictorEstimator, expected_target, load_predictor
-from latency_predictor.target import PredictorTarget
-from latency_predictor.timing import MeasureConfig
-from latency_predictor.train import fit_predictor
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.timing import MeasureConfig
+from latency_predictor.prediction.collection import collect, default_out
+from latency_predictor.prediction.dataset import Dataset as LatencyDataset
+from latency_predictor.prediction.predictor import PredictorEstimator, expected_target, load_predictor
+from latency_predictor.prediction.target import PredictorTarget
+from latency_predictor.prediction.training import fit_predictor
 from nas.core.config import DataConfig
 from nas.data import ProxyData, load_dataset
 from nas.trial.zero_cost import naswot_score

@@ -39,7 +39,7 @@ import torch
 
 from benchmarks import fidelity
 from benchmarks.common import RECORDS_DIR, ROOT, write_record
-from latency_predictor.environment import base_environment
+from latency_predictor.measurement.environment import base_environment
 from nas.data import load_dataset
 from nas.studies.fidelity import REFERENCE, SUPERNET, Task, _Context, compute
 from nas.studies.stats import agreement, noise_ceiling

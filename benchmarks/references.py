@@ -28,8 +28,8 @@ import torch
 from benchmarks.common import spread
 from benchmarks.proxy import ProxyEvaluator
 from benchmarks.render import comparison_lines
-from latency_predictor.backends import make_estimator
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.timing import MeasureConfig
 from nas.core.config import TrainConfig
 from nas.core.evolution import RegularisedEvolution
 from nas.core.reward import squared_penalty

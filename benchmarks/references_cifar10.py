@@ -46,9 +46,9 @@ import torch
 from benchmarks.common import ROOT, spread
 from benchmarks.references import MULTIPLIERS, scale_width
 from benchmarks.render import comparison_lines
-from latency_predictor.backends import make_estimator
-from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.export import INPUT_NAME, OUTPUT_NAME, export_onnx
+from latency_predictor.measurement.timing import MeasureConfig
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import die_with_parent
 from nas.data import load_dataset

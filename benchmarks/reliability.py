@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_record
-from latency_predictor.environment import cpu_model, package_version, usable_cpus
+from latency_predictor.measurement.environment import machine, versions
 from nas.trial.faults import ENV_VAR, FaultPlan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -299,8 +299,8 @@ def main() -> None:
     report: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python -m benchmarks.reliability", *sys.argv[1:]]),
-        "machine": {"cpus_usable": usable_cpus(), "cpu_model": cpu_model(), "python": sys.version.split()[0]},
-        "versions": {d: package_version(d) for d in ("torch", "onnxruntime", "ray", "optuna", "mlflow")},
+        "machine": machine(),
+        "versions": versions(("torch", "onnxruntime", "ray", "optuna", "mlflow")),
         "settings": {"n_trials": args.n_trials, "bad_rate": args.bad_rate, "kill_rate": args.kill_rate,
                      "faults": spec, "trial_timeout_s": args.timeout, "search": list(SETTINGS)},
     }

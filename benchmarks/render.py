@@ -104,18 +104,6 @@ def meta(rec: Rec) -> str:
             f"Python {m.get('python', '?')}; {vers}{wall}.*\n\nReproduce:\n\n    {cmd}")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def _ci(ci: list[float] | None) -> str:
     return "-" if not ci else f"{_f(ci[0], 3)} - {_f(ci[1], 3)}"
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_record
-from latency_predictor.environment import cpu_model, package_version, usable_cpus
+from latency_predictor.measurement.environment import machine, versions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,8 +145,8 @@ def main() -> None:
     report: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python -m benchmarks.search", *sys.argv[1:]]),
-        "machine": {"cpus_usable": usable_cpus(), "cpu_model": cpu_model(), "python": sys.version.split()[0]},
-        "versions": {d: package_version(d) for d in ("torch", "onnxruntime", "ray", "optuna", "mlflow")},
+        "machine": machine(),
+        "versions": versions(("torch", "onnxruntime", "ray", "optuna", "mlflow")),
     }
     with tempfile.TemporaryDirectory(prefix="latnas-bench-") as tmp:
         work = Path(tmp)

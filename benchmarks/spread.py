@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_record
-from latency_predictor.environment import base_environment, package_version
+from latency_predictor.measurement.environment import base_environment, versions
 
 GOAL = 1.10
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,8 +213,7 @@ def main() -> int:
     record = {
         "command": ["python", "-m", "benchmarks.spread", *sys.argv[1:]],
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "ray": package_version("ray"), "mlflow": package_version("mlflow")},
+        "environment": {**base_environment(), **versions(("onnxruntime", "ray", "mlflow"))},
         "settings": {"searches": args.searches, "trials": args.trials, "seed": args.seed, "sampler": "random",
                      "command": "python -m nas.search +space=mobile target_ms=50 (the quickstart's defaults)",
                      "final_pass_top_k": args.trials},

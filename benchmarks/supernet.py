@@ -262,8 +262,8 @@ def _final(archive: Path, size: dict[str, Any], arch: str, init: str, checkpoint
 def search_comparison(archive: Path, size: dict[str, Any], checkpoint: Path, supernet_seconds: float, work: Path,
                       log: Callable[[str], None]) -> dict[str, Any]:
     """The two searches at one target and their best networks trained; accuracy and compute of each path."""
-    from latency_predictor.backends import make_estimator
-    from latency_predictor.timing import MeasureConfig
+    from latency_predictor.measurement.backends import make_estimator
+    from latency_predictor.measurement.timing import MeasureConfig
 
     est = make_estimator("onnxruntime", input_shape=SHAPE, num_classes=10, intra_op_threads=1,
                          measure=MeasureConfig(min_runs=200, min_time_s=1.0, max_time_s=4.0))

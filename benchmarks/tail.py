@@ -5,7 +5,7 @@ Usage::
     python -m benchmarks.tail [--predictor-n 80] [--search-trials 8] [--out benchmarks/records/tail.json]
 
 Everything runs on this machine's CPU, one thread, at CIFAR-10's deployment shape 1x3x32x32, with
-the protocol a p99 needs (:func:`latency_predictor.statistic.protocol_for`: at least 1,000 timed
+the protocol a p99 needs (:func:`latency_predictor.measurement.statistic.protocol_for`: at least 1,000 timed
 runs per measurement). The networks are the hand-designed references in their 32x32 layouts
 (MobileNetV2 at width 0.5 and 1, EfficientNet-B0 and MnasNet-B1 at width 1) and the searched
 network of the p99 search (part 4), with the searched networks of the CIFAR-10 comparison when its
@@ -19,7 +19,7 @@ Parts, one after another, nothing else running:
    frame), resizing it to 32x32 and normalising it, with the same protocol.
 2. **Throughput at a latency bound**: ONNX Runtime at batches 1, 2, 4, ... 32, each batch timed
    with the p90 protocol (:data:`THROUGHPUT_STAT`); for each bound, the batch with the most images
-   per second whose p90 stays within it (:func:`latency_predictor.scenario.server_point`).
+   per second whose p90 stays within it (:func:`latency_predictor.measurement.scenario.server_point`).
 3. **The predictor on p99 vs p50**: ``--predictor-n`` architectures of ``mobile_cifar`` collected
    once with the p99 protocol; a p50 and a p99 predictor trained on the same split, held-out
    accuracy side by side.
@@ -45,12 +45,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import ROOT, write_record
-from latency_predictor.backends import make_estimator
-from latency_predictor.environment import base_environment, package_version
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.scenario import server_point
-from latency_predictor.statistic import protocol_for
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.environment import base_environment, versions
+from latency_predictor.measurement.protocol import LatencyResult
+from latency_predictor.measurement.scenario import server_point
+from latency_predictor.measurement.statistic import protocol_for
+from latency_predictor.measurement.timing import MeasureConfig
 
 SHAPE = (1, 3, 32, 32)
 BATCHES = (1, 2, 4, 8, 16, 32)
@@ -133,7 +133,7 @@ def percentiles(nets: list[tuple[str, Any]], log: Callable[[str], None]) -> dict
 
 def preprocessing(log: Callable[[str], None]) -> dict[str, Any]:
     """Part 1b: the input pipeline's cost (``latency.preprocessing``) for a 480x640 image, p99 protocol."""
-    from latency_predictor.preprocess import Preprocessing, measure_preprocessing
+    from latency_predictor.measurement.preprocess import Preprocessing, measure_preprocessing
 
     rows = []
     for fmt in ("jpeg", "png", "raw"):
@@ -166,9 +166,9 @@ def throughput(nets: list[tuple[str, Any]], log: Callable[[str], None]) -> dict[
 
 def predictors(n: int, workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """Part 3: one dataset measured with the p99 protocol; p50 and p99 predictors on the same split."""
-    from latency_predictor.collect import collect
-    from latency_predictor.dataset import Dataset
-    from latency_predictor.train import train_predictor
+    from latency_predictor.prediction.collection import collect
+    from latency_predictor.prediction.dataset import Dataset
+    from latency_predictor.prediction.training import train_predictor
     from search_spaces import load_space
 
     space = load_space("mobile_cifar")
@@ -324,8 +324,7 @@ def main() -> int:
     record = {
         "command": ["python", "-m", "benchmarks.tail", *sys.argv[1:]],
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "ray": package_version("ray"), "mlflow": package_version("mlflow")},
+        "environment": {**base_environment(), **versions(("onnxruntime", "ray", "mlflow"))},
         "settings": {"input_shape": list(SHAPE), "threads": 1, "protocol": protocol_for("p99", BASE_PROTOCOL),
                      "batches": list(BATCHES), "bounds_ms": list(BOUNDS_MS), "predictor_n": args.predictor_n,
                      "search_trials": args.search_trials, "remeasure": args.remeasure},

@@ -44,16 +44,16 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_record
-from latency_predictor.backends import make_estimator
-from latency_predictor.collect import collect, default_out
-from latency_predictor.dataset import Dataset, LatencyTable
-from latency_predictor.environment import base_environment, package_version
-from latency_predictor.features import FeatureExtractor
-from latency_predictor.metrics import accuracy_metrics
-from latency_predictor.models import AdditiveModel
-from latency_predictor.target import PredictorTarget
-from latency_predictor.timing import MeasureConfig
-from latency_predictor.transfer import COARSE, adapt_model, informative_order, unadapted
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.environment import base_environment, versions
+from latency_predictor.measurement.timing import MeasureConfig
+from latency_predictor.prediction.collection import collect, default_out
+from latency_predictor.prediction.dataset import Dataset, LatencyTable
+from latency_predictor.prediction.features import FeatureExtractor
+from latency_predictor.prediction.metrics import accuracy_metrics
+from latency_predictor.prediction.models import AdditiveModel
+from latency_predictor.prediction.target import PredictorTarget
+from latency_predictor.prediction.transfer import COARSE, adapt_model, informative_order, unadapted
 from search_spaces import Arch, load_space
 
 GOAL = {"n": 20, "spearman": 0.95, "within_10": 0.90}
@@ -224,8 +224,7 @@ def record(module: str, settings: dict[str, Any], load_before: float, t0: float,
     return {
         "command": ["python", "-m", module, *sys.argv[1:]],
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), "onnxruntime": package_version("onnxruntime"),
-                        "scipy": package_version("scipy")},
+        "environment": {**base_environment(), **versions(("onnxruntime", "scipy"))},
         "settings": settings, "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
         "collect_seconds": collect_s, "wall_seconds": time.perf_counter() - t0, "goal": GOAL,
         "devices": devices, "pairs": pairs,
@@ -268,8 +267,8 @@ architectures:
 {table(['source -> target', 'adapted', 'scales only', 'adapted, random', 'scales only, random', 'goal'], prow)}"""
     return f"""A predictor for a device from n measurements there, adapted from another device's predictor
 (`python -m latency_predictor.train --adapt-from`: per-group scales and the device's overheads refitted,
-then each operator's cost refined, `latency_predictor/transfer.py`), against a predictor fitted from
-scratch on the same n and the full predictor fitted on {st['n_full']} measurements of the target.
+then each operator's cost refined, `latency_predictor/prediction/transfer/`), against a predictor
+fitted from scratch on the same n and the full predictor fitted on {st['n_full']} measurements of the target.
 "Devices" with different latency profiles stand in for real ones:
 
 {dev}

@@ -34,10 +34,10 @@ import numpy as np
 
 from benchmarks.common import write_record
 from benchmarks.transfer import GOAL, _fit, _mean, _score, open_devices, record, split_options
-from latency_predictor.dataset import Dataset
-from latency_predictor.features import FeatureExtractor
-from latency_predictor.models import AdditiveModel
-from latency_predictor.transfer import adapt_model_from_many, informative_order
+from latency_predictor.prediction.dataset import Dataset
+from latency_predictor.prediction.features import FeatureExtractor
+from latency_predictor.prediction.models import AdditiveModel
+from latency_predictor.prediction.transfer import adapt_model_from_many, informative_order
 from search_spaces import Arch
 
 

@@ -17,8 +17,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from latency_predictor.dataset import dataset_tracking_record
-from latency_predictor.predictor import predictor_tracking_record
+from latency_predictor.prediction.dataset import dataset_tracking_record
+from latency_predictor.prediction.predictor import predictor_tracking_record
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.errors import USER_ERRORS
 from nas.core.paths import default_tracking_uri

@@ -51,8 +51,8 @@ from latency_predictor.errors import (
     LatencyError,
     MeasurementError,
 )
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.target import DeviceFingerprint
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
+from latency_predictor.measurement.protocol import LatencyResult
 from search_spaces import Arch
 
 log = logging.getLogger(__name__)
@@ -249,9 +249,9 @@ class RemoteEstimator:
         connect_timeout_s: float = 5.0,
         down_s: float = 60.0,
     ) -> None:
-        from latency_predictor.backends import backend_options as accepted_options
-        from latency_predictor.export import validate_input_shape
-        from latency_predictor.timing import MeasureConfig
+        from latency_predictor.measurement.backends import backend_options as accepted_options
+        from latency_predictor.measurement.export import validate_input_shape
+        from latency_predictor.measurement.timing import MeasureConfig
 
         url_list = [urls] if isinstance(urls, str) else list(urls)
         if not url_list:

@@ -44,8 +44,8 @@ from latency_predictor.agent.wire import (
     error_body,
 )
 from latency_predictor.agent.worker import Worker, WorkerFailure
-from latency_predictor.environment import package_version
 from latency_predictor.errors import ConfigError
+from latency_predictor.measurement.environment import package_version
 
 log = logging.getLogger("latency_predictor.agent")
 

@@ -7,7 +7,7 @@ a runtime crash), costs the process, not the agent: :class:`Worker` kills it, st
 and the server answers that request with an error and goes on serving.
 
 Inside, a request is handled exactly as a local measurement: the measuring backend is built by
-:func:`latency_predictor.backends.make_estimator` from the request's backend name, options,
+:func:`latency_predictor.measurement.backends.make_estimator` from the request's backend name, options,
 input shape and protocol settings (cached, so one setup is built once), and measures the
 architecture (built here from its string) or the ONNX model with the same protocol and the same
 measurement slot as any other process on this device.
@@ -65,7 +65,7 @@ class _Backends:
         self._cache: OrderedDict[str, Any] = OrderedDict()
 
     def get(self, settings: dict[str, Any]) -> Any:
-        from latency_predictor.backends import make_estimator
+        from latency_predictor.measurement.backends import make_estimator
 
         key = json.dumps(settings, sort_keys=True)
         est = self._cache.get(key)
@@ -99,7 +99,7 @@ class _Backends:
 
 
 def _describe(est: Any) -> dict[str, Any]:
-    from latency_predictor.target import DeviceFingerprint
+    from latency_predictor.measurement.fingerprint import DeviceFingerprint
 
     return {
         "backend": est.name, "device": est.device, "precision": est.precision, "environment": est.environment(),
@@ -146,7 +146,7 @@ def check_self_contained(model: bytes) -> None:
 
 
 def _measure(backends: _Backends, request: dict[str, Any], model: bytes | None) -> dict[str, Any]:
-    from latency_predictor.backends import OnnxRuntimeBackend
+    from latency_predictor.measurement.backends import OnnxRuntimeBackend
     from search_spaces import Arch
 
     settings = request["settings"]
@@ -191,7 +191,7 @@ def worker_main(conn: Connection, limits: dict[str, Any]) -> None:
     """The measuring process's loop: one request in, one reply out, until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the agent, which stops this process
     backends = _Backends(limits)
-    importlib.import_module("latency_predictor.backends")  # the runtimes load now, not in the first request
+    importlib.import_module("latency_predictor.measurement.backends")  # the runtimes load now, not in the first request
 
     conn.send_bytes(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     while True:

@@ -19,7 +19,6 @@ hands back the finished candidates. Every MLflow failure, with SQLite's own mess
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import math
 import os
@@ -37,6 +36,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
+from latency_predictor.locking import locked
 from nas.adapters.mlflow_reader import (
     EXPORTED_FROM_TAG,
     PARENT_TAG,
@@ -591,13 +591,8 @@ def _creation_lock(uri: str) -> Iterator[None]:
         yield
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with locked(path.with_name(path.name + ".lock")):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 @contextmanager

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latency_predictor.errors import ConfigError as LatencyConfigError
-from latency_predictor.preprocess import Preprocessing
-from latency_predictor.scenario import SCENARIOS, check_scenario
-from latency_predictor.statistic import TARGET_STATS
+from latency_predictor.measurement.preprocess import Preprocessing
+from latency_predictor.measurement.scenario import SCENARIOS, check_scenario
+from latency_predictor.measurement.statistic import TARGET_STATS
 from nas.core.errors import ConfigError
 from nas.core.record import SORT_KEYS
 from nas.core.reward import REWARDS
@@ -94,13 +94,13 @@ class LatencyConfig:
         target_stat: the statistic the target bounds, ``p50`` (default), ``p90``, ``p95`` or
             ``p99``: the reward, "meets target", the Pareto front and the final pass use it; the
             protocol then times at least the runs it needs (1,000 for a p99; see
-            :mod:`latency_predictor.statistic`), and a predictor must have been trained for it
+            :mod:`latency_predictor.measurement.statistic`), and a predictor must have been trained for it
             (``python -m latency_predictor.train --statistic p99``; one of another statistic is
             refused).
         scenario: ``single_stream`` (one image at a time: the target bounds its latency) or
             ``server``: each candidate is measured at every size of ``batch_sizes``, the target
             bounds a batch's latency, and the reward's efficiency term is the throughput within
-            that bound against ``throughput_goal`` (see :mod:`latency_predictor.scenario` and
+            that bound against ``throughput_goal`` (see :mod:`latency_predictor.measurement.scenario` and
             :func:`nas.core.reward.throughput_reward`).
         batch_sizes: the server scenario's batch sizes.
         throughput_goal: images per second the server scenario asks for (required there).
@@ -110,7 +110,7 @@ class LatencyConfig:
             ``latency_in_search_*``); 0: off (see :mod:`nas.driver.final_pass`).
         preprocessing: end-to-end latency: ``jpeg``, ``png`` or ``raw`` (what arrives) adds the
             cost of decoding it, resizing it to the input shape and normalising it, measured once
-            by the driver with the same protocol (:mod:`latency_predictor.preprocess`); None
+            by the driver with the same protocol (:mod:`latency_predictor.measurement.preprocess`); None
             (default): the network alone.
         source_size: ``[height, width]`` of the arriving image (``preprocessing``).
     """

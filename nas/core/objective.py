@@ -4,7 +4,7 @@ settings that shape the reward (the statistic the target bounds, the serving sce
 ``single_stream`` (the default): the target bounds one image's latency at ``target_stat``
 (p50 unless set); the reward is the search's reward of that figure (:mod:`nas.core.reward`).
 ``server``: the target bounds a batch's latency at ``target_stat``; the candidate's figure is the
-throughput of its best batch within the bound (:func:`latency_predictor.scenario.server_point`),
+throughput of its best batch within the bound (:func:`latency_predictor.measurement.scenario.server_point`),
 and the reward :func:`nas.core.reward.throughput_reward` against ``throughput_goal``.
 
 The trial and the driver's final latency pass both score through :class:`Objective`, so a
@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass
 
 from latency_predictor import LatencyResult
-from latency_predictor.scenario import server_point
-from latency_predictor.statistic import stat_value
+from latency_predictor.measurement.scenario import server_point
+from latency_predictor.measurement.statistic import stat_value
 from nas.core.config import LatencyConfig
 from nas.core.reward import meets_target, reward_fn, throughput_reward
 

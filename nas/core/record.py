@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from latency_predictor.pareto import pareto_front as front_indices
 from search_spaces import arch_id_of
 
 COMPLETED, RUNNING, FAILED, PRUNED = "COMPLETED", "RUNNING", "FAILED", "PRUNED"
@@ -364,15 +365,11 @@ def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
     """The completed candidates (of the highest rung reached, :func:`top_rung`) no other beats on
     both lower latency (the statistic the target bounds: :attr:`Candidate.latency_objective`) and
     higher accuracy, fastest first."""
-    # Imported here: the hybrid predictor's module loads torch and ONNX, which reading the record
-    # types (a command's --help, its config checks) does not need.
-    from latency_predictor.hybrid import pareto_front as _front_indices
-
     done = [c for c in top_rung(candidates)
             if math.isfinite(c.latency_objective) and math.isfinite(c.accuracy)]
     lat = np.array([c.latency_objective for c in done], dtype=np.float64)
     acc = np.array([c.accuracy for c in done], dtype=np.float64)
-    return [done[int(i)] for i in _front_indices(lat, acc)]
+    return [done[int(i)] for i in front_indices(lat, acc)]
 
 
 def pareto_points(candidates: Iterable[Candidate]) -> list[list[float]]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shutil
 import time
 from collections.abc import Callable
@@ -40,9 +39,9 @@ import torch
 from torch import nn
 
 from latency_predictor import LatencyError, LatencyResult
-from latency_predictor.backends import DEFAULT_BACKEND, MeasuredBackend, TensorRTBackend, make_estimator
-from latency_predictor.export import export_onnx, validate_input_shape
-from latency_predictor.quantize import CalibrationData, QuantizeSettings
+from latency_predictor.measurement.backends import MeasuredBackend, TensorRTBackend, make_estimator
+from latency_predictor.measurement.export import export_onnx
+from latency_predictor.measurement.quantize import CalibrationData, QuantizeSettings
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import DataConfig, OptimizeConfig, validate_optimize
 from nas.core.errors import ConfigError, OptimizeError
@@ -59,7 +58,7 @@ from nas.deploy.prune import (
 )
 from nas.deploy.report import FAILED, PASSED, SKIPPED, VariantRow, check_variant, render
 from nas.deploy.variants import Artefact, Maker, Network, judge, run_all, trt_calibration
-from nas.review.export import compare_outputs
+from nas.review.export import LatencySettings, compare_outputs, merged_latency_settings, report_json
 from nas.review.fuse import fuse_conv_bn
 from nas.trial.training import resolve_device
 from search_spaces import SearchSpaceError, count_params, load_space
@@ -87,23 +86,20 @@ class OptimizeResult:
 # ---------------------------------------------------------------------- settings, checked before work
 
 
-def latency_settings(cand: ExportedCandidate, cfg: OptimizeConfig) -> tuple[
-        str, tuple[int, ...], dict[str, Any], dict[str, Any]]:
-    """Backend, input shape, options and protocol settings: the export's, overridden by ``cfg.latency``.
+def latency_settings(cand: ExportedCandidate, cfg: OptimizeConfig) -> LatencySettings:
+    """Backend, input shape, options and protocol settings: the export's (its precision aside: each
+    variant has its own), overridden by ``cfg.latency`` (:func:`~nas.review.export.merged_latency_settings`).
 
     Raises:
+        ConfigError: a precision among the options.
         LatencyError: an invalid input shape.
     """
     lat = cand.report.get("latency") or {}
-    exported_backend = lat.get("backend")
-    backend = cfg.latency.backend or exported_backend or DEFAULT_BACKEND
-    options = {k: v for k, v in (lat.get("options") or {}).items() if k != "precision"} if (
-        backend == exported_backend) else {}
-    options.update(cfg.latency.options)
-    if "precision" in options:
+    exported = {"backend": lat.get("backend"),
+                "options": {k: v for k, v in (lat.get("options") or {}).items() if k != "precision"}}
+    if "precision" in cfg.latency.options:
         raise ConfigError("latency.options.precision", "variants are made at each of precisions=[...]; remove it")
-    shape = cfg.latency.input_shape or list(cand.input_shape)
-    return backend, validate_input_shape([int(d) for d in shape]), options, dict(cfg.latency.measure)
+    return merged_latency_settings(exported, cfg.latency, list(cand.input_shape))
 
 
 def estimators(backend: str, shape: tuple[int, ...], options: dict[str, Any], measure: dict[str, Any],
@@ -460,18 +456,8 @@ def _plain(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write(out: Path, report: dict[str, Any], rows: list[VariantRow]) -> None:
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+    (out / "report.json").write_text(report_json(report))
     (out / "report.md").write_text(render(report, rows))
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def _log(cand: ExportedCandidate, cfg: OptimizeConfig, result: OptimizeResult) -> dict[str, str]:

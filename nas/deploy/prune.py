@@ -8,7 +8,7 @@
 2. **Allocation** (:func:`allocate`): starting from the unpruned network, the step that costs the
    least accuracy per MAC removed (read off the sensitivity curves) is taken, one unit one step at
    a time, until the network's MACs reach ``(1 - ratio)`` of the original. The MACs are computed
-   exactly for each candidate step (:class:`latency_predictor.features.FeatureExtractor`).
+   exactly for each candidate step (:class:`latency_predictor.prediction.features.FeatureExtractor`).
 3. **Progressive schedule** (:func:`prune_progressively`): the ratio is reached in ``prune.steps``
    steps (ratio/steps, 2 ratio/steps, ...; later allocations continue from earlier ones, so a
    unit only ever narrows). Each step prunes the current network, re-estimates its BatchNorm
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from latency_predictor.features import FEATURE_NAMES, FeatureExtractor
+from latency_predictor.prediction.features import FEATURE_NAMES, FeatureExtractor
 from nas.core.config import PruneConfig, TrainConfig
 from nas.core.errors import OptimizeError
 from nas.data import ProxyData

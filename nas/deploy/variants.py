@@ -8,7 +8,7 @@ backend         precision  artefact
 ==============  =========  ==========================================================================
 onnxruntime     fp32       ``model.onnx`` (Conv+BN fused), run and timed by ONNX Runtime
 onnxruntime     int8       ``model.onnx`` quantised statically (QDQ, per-channel weights, calibrated
-                           on training images; :func:`latency_predictor.quantize.quantize_qdq`),
+                           on training images; :func:`latency_predictor.measurement.quantize.quantize_qdq`),
                            timed with ``precision='int8'``, which refuses a graph that would run any
                            convolution in float
 tensorrt        fp32/fp16  ``model.engine`` built from the fused ONNX model
@@ -35,12 +35,12 @@ import torch
 from torch import nn
 
 from latency_predictor import LatencyResult
-from latency_predictor.backends import MeasuredBackend, OnnxRuntimeBackend, TensorRTBackend, TorchBackend
-from latency_predictor.backends.ort_backend import ORT_ERRORS
-from latency_predictor.backends.tensorrt_backend import load_or_build_engine
-from latency_predictor.environment import usable_cpus
-from latency_predictor.export import INPUT_NAME, OUTPUT_NAME
-from latency_predictor.quantize import QuantizeSettings, quantize_qdq
+from latency_predictor.measurement.backends import MeasuredBackend, OnnxRuntimeBackend, TensorRTBackend, TorchBackend
+from latency_predictor.measurement.backends.ort_backend import ORT_ERRORS
+from latency_predictor.measurement.backends.tensorrt_backend import load_or_build_engine
+from latency_predictor.measurement.environment import usable_cpus
+from latency_predictor.measurement.export import INPUT_NAME, OUTPUT_NAME
+from latency_predictor.measurement.quantize import QuantizeSettings, quantize_qdq
 from nas.core.errors import OptimizeError
 from search_spaces import Arch
 

@@ -33,9 +33,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
-from latency_predictor.configure import predictor_measuring_backend
-from latency_predictor.protocol import LatencyStats
-from latency_predictor.statistic import check_runs
+from latency_predictor.estimators import predictor_measuring_backend
+from latency_predictor.measurement.protocol import LatencyStats
+from latency_predictor.measurement.statistic import check_runs
 from nas.core.config import SearchConfig
 from nas.core.objective import Objective
 from nas.core.record import FINAL_PASS_TAG, Candidate, figure, pareto_front, rank

@@ -23,7 +23,6 @@ import csv
 import dataclasses
 import hashlib
 import json
-import platform
 import secrets
 import shutil
 import subprocess
@@ -38,9 +37,9 @@ import torch
 import yaml
 
 from latency_predictor import ConfigError as LatencyConfigError
-from latency_predictor.environment import cpu_model, package_version
-from latency_predictor.protocol import LatencyStats
-from latency_predictor.statistic import MIN_RUNS
+from latency_predictor.measurement.environment import machine, versions
+from latency_predictor.measurement.protocol import LatencyStats
+from latency_predictor.measurement.statistic import MIN_RUNS
 from nas.adapters import ray_tune
 from nas.adapters.mlflow_reader import StoreReader, sqlite_path
 from nas.adapters.mlflow_writer import StoreWriter, check_reachable
@@ -168,15 +167,14 @@ def _git_commit() -> dict[str, str]:
 
 
 def _environment_tags(device: str) -> dict[str, str]:
+    here = machine()
     tags = {
-        "train_device": device, "cpu_model": cpu_model(), "python": platform.python_version(),
+        "train_device": device, "cpu_model": here["cpu_model"], "python": here["python"],
         "gpu": ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) or "none",
     }
-    for dist in ("torch", "numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "ray", "optuna", "mlflow", "hydra-core",
-                 "scikit-learn"):
-        version = package_version(dist)
-        if version != "not installed":
-            tags[f"version.{dist}"] = version
+    dists = ("torch", "numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "ray", "optuna", "mlflow", "hydra-core",
+             "scikit-learn")
+    tags.update({f"version.{d}": v for d, v in versions(dists, installed_only=True).items()})
     return {**tags, **_git_commit()}
 
 

@@ -28,7 +28,7 @@ import math
 import re
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -40,13 +40,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from latency_predictor import LatencyError, LatencyResult
-from latency_predictor.backends import DEFAULT_BACKEND, make_estimator
-from latency_predictor.backends.ort_backend import ORT_ERRORS, OnnxRuntimeBackend
-from latency_predictor.backends.tensorrt_backend import CalibrationData, TensorRTBackend
-from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx, sample_input, validate_input_shape
+from latency_predictor.measurement.backends import DEFAULT_BACKEND, make_estimator
+from latency_predictor.measurement.backends.ort_backend import ORT_ERRORS, OnnxRuntimeBackend
+from latency_predictor.measurement.backends.tensorrt_backend import CalibrationData, TensorRTBackend
+from latency_predictor.measurement.export import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    export_onnx,
+    sample_input,
+    validate_input_shape,
+)
 from nas.adapters.mlflow_reader import RUN_ID_RE, StoreReader
 from nas.adapters.mlflow_writer import StoreWriter
-from nas.core.config import CheckConfig, DataConfig, ExportConfig, validate_export
+from nas.core.config import CheckConfig, DataConfig, ExportConfig, ExportLatencyConfig, validate_export
 from nas.core.errors import ExportError
 from nas.core.paths import default_tracking_uri, project_home
 from nas.core.record import COMPLETED, Candidate, SearchRecord, latency_provenance
@@ -215,29 +221,45 @@ def _search_latency(cand: ExportTarget) -> dict[str, Any]:
     return dict(cand.search.latency) if cand.search else {}
 
 
-def latency_settings(
-    cand: ExportTarget, cfg: ExportConfig
-) -> tuple[str, tuple[int, ...], dict[str, Any], dict[str, Any]]:
-    """Backend, input shape, backend options and protocol settings of the re-measurement.
+LatencySettings = tuple[str, tuple[int, ...], dict[str, Any], dict[str, Any]]
+"""Backend, input shape, backend options and protocol settings of a measurement."""
 
-    Unset values come from the search's latency settings, and given options and protocol settings
-    override the search's one by one; a search that predicted latency is re-measured with ONNX Runtime.
+
+def merged_latency_settings(recorded: Mapping[str, Any], given: ExportLatencyConfig,
+                            default_shape: Sequence[int]) -> LatencySettings:
+    """The settings ``given`` sets, the rest from ``recorded`` (what a search or an export timed with).
+
+    The backend is the given one, else the recorded one (a predictor's record is re-measured with
+    ONNX Runtime); the recorded options count for the recorded backend only, and the given options
+    and protocol settings override the recorded ones one by one; the shape is the given one, else
+    the recorded one, else ``default_shape``.
+
+    Raises:
+        LatencyError: an invalid input shape.
+    """
+    recorded_backend = recorded.get("backend")
+    backend = given.backend or (
+        recorded_backend if recorded_backend and recorded_backend != "predictor" else DEFAULT_BACKEND
+    )
+    options = dict(recorded.get("options") or {}) if backend == recorded_backend else {}
+    options.update(given.options)
+    measure = {**(recorded.get("measure") or {}), **given.measure}
+    shape = given.input_shape or recorded.get("input_shape") or default_shape
+    return backend, validate_input_shape([int(d) for d in shape]), options, measure
+
+
+def latency_settings(cand: ExportTarget, cfg: ExportConfig) -> LatencySettings:
+    """Backend, input shape, backend options and protocol settings of the re-measurement: the
+    search's latency settings under ``cfg.latency`` (:func:`merged_latency_settings`), timed at the
+    precision the search timed when the backend is the search's.
 
     Raises:
         LatencyError: an invalid input shape.
     """
     searched = _search_latency(cand)
-    searched_backend = searched.get("backend")
-    backend = cfg.latency.backend or (
-        searched_backend if searched_backend and searched_backend != "predictor" else DEFAULT_BACKEND
-    )
-    shape = cfg.latency.input_shape or searched.get("input_shape") or [1, 3, 224, 224]
-    options = dict(searched.get("options") or {}) if backend == searched_backend else {}
-    if backend == searched_backend and searched.get("precision"):
-        options.setdefault("precision", searched["precision"])  # timed at the precision the search timed
-    options.update(cfg.latency.options)
-    measure = {**(searched.get("measure") or {}), **cfg.latency.measure}
-    return backend, validate_input_shape([int(d) for d in shape]), options, measure
+    if searched.get("precision"):
+        searched["options"] = {"precision": searched["precision"], **(searched.get("options") or {})}
+    return merged_latency_settings(searched, cfg.latency, [1, 3, 224, 224])
 
 
 def epoch_line(e: EpochResult, epochs: int) -> str:
@@ -571,7 +593,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
         "files": [n for n in ARTIFACTS if (out / n).exists() or n in ("arch.json", "report.json", "report.md")],
         "export_seconds": time.perf_counter() - t_start,
     }
-    (out / "arch.json").write_text(json.dumps(arch_info, indent=2, default=_json_default) + "\n")
+    (out / "arch.json").write_text(report_json(arch_info))
     _write_reports(out, report)
     failed = [c for c in checks if not c.passed]
     if failed:
@@ -587,7 +609,7 @@ def _onnx_batchnorm_nodes(model: bytes) -> int:
 
 
 def _write_reports(out: Path, report: dict[str, Any]) -> None:
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+    (out / "report.json").write_text(report_json(report))
     (out / "report.md").write_text(render_report(report))
 
 
@@ -606,12 +628,28 @@ def _weights_note(training: dict[str, Any] | None, seed: int, init: dict[str, An
             "classes)")
 
 
-def _json_default(o: Any) -> Any:
+def report_json(obj: Any) -> str:
+    """``obj`` as indented JSON text: numpy scalars as numbers, paths as strings, and a non-finite
+    float as null (strict JSON, which readers other than Python's take too).
+
+    Raises:
+        TypeError: a value JSON cannot hold.
+    """
+    return json.dumps(_plain(obj), indent=2, allow_nan=False) + "\n"
+
+
+def _plain(o: Any) -> Any:
+    if isinstance(o, dict):
+        return {k: _plain(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_plain(v) for v in o]
     if isinstance(o, np.generic):
-        return o.item()
+        o = o.item()
     if isinstance(o, Path):
         return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return o
 
 
 # ---------------------------------------------------------------------- finding the candidate

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from latency_predictor.configure import predictor_measuring_backend
+from latency_predictor.estimators import predictor_measuring_backend
 from nas.adapters.mlflow_reader import StoreReader
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import LatencyConfig, LeaderboardConfig, validate_leaderboard

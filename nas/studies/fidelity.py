@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from latency_predictor.features import FeatureExtractor
+from latency_predictor.prediction.features import FeatureExtractor
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import (
     DataConfig,

@@ -36,12 +36,12 @@ from typing import Any, cast
 import torch
 
 from latency_predictor import LatencyEstimator, LatencyResult
-from latency_predictor.configure import make_latency_estimator
-from latency_predictor.preprocess import Preprocessing, add_preprocessing, measure_preprocessing
-from latency_predictor.protocol import LatencyStats
-from latency_predictor.scenario import check_scenario
-from latency_predictor.slot import device_work
-from latency_predictor.statistic import check_runs, protocol_for
+from latency_predictor.estimators import make_latency_estimator
+from latency_predictor.measurement.preprocess import Preprocessing, add_preprocessing, measure_preprocessing
+from latency_predictor.measurement.protocol import LatencyStats
+from latency_predictor.measurement.scenario import check_scenario
+from latency_predictor.measurement.slot import device_work
+from latency_predictor.measurement.statistic import check_runs, protocol_for
 from nas.core.config import AccuracyConfig, LatencyConfig, RungConfig, TrainConfig
 from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
 from nas.core.objective import Objective
@@ -492,7 +492,7 @@ def _supernet_accuracy(arch: Arch, ctx: TrialContext, device: torch.device) -> S
 
 
 def _work_guard(latency: LatencyConfig, device: torch.device) -> Callable[[], AbstractContextManager[Any]]:
-    """Training steps on ``device`` take its measurement slot shared (see latency_predictor.slot):
+    """Training steps on ``device`` take its measurement slot shared (see latency_predictor.measurement.slot):
     no other trial's latency measurement of that device overlaps them. Off with
     ``latency.options.slot=false``, as for the measurements themselves."""
     if latency.options.get("slot", True) is False or device.type not in ("cpu", "cuda"):

@@ -7,7 +7,7 @@ measures latency at, where that can be done here:
 
 * ``int8``: the network is exported, quantised with ONNX Runtime's static QDQ quantisation
   (per-channel weights, calibrated on ``calibration_samples`` training images, normalised as in
-  training: :func:`latency_predictor.quantize.quantize_qdq`) and run by ONNX Runtime on the CPU.
+  training: :func:`latency_predictor.measurement.quantize.quantize_qdq`) and run by ONNX Runtime on the CPU.
   It is the int8 network the ONNX Runtime backend times; for TensorRT's int8 it is an estimate
   (TensorRT calibrates its own scales), which ``python -m nas.optimize`` replaces by the engine's.
 * ``fp16`` / ``bf16``: the network cast to that type, on the trial's CUDA device (half-precision
@@ -27,8 +27,8 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from latency_predictor.export import INPUT_NAME, OUTPUT_NAME, export_onnx
-from latency_predictor.quantize import quantize_qdq
+from latency_predictor.measurement.export import INPUT_NAME, OUTPUT_NAME, export_onnx
+from latency_predictor.measurement.quantize import quantize_qdq
 from nas.data import ProxyData
 
 EVAL_BATCH = 64

@@ -33,7 +33,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from latency_predictor.target import space_digest
+from latency_predictor.prediction.target import space_digest
 from nas.core.config import DataConfig
 from nas.core.errors import SupernetError, SupernetMismatchError
 from nas.data import ProxyData

@@ -163,7 +163,7 @@ def train_briefly(
         device: where to train.
         on_epoch: called with each epoch's result as soon as it is known.
         step_guard: entered around every training step and evaluation pass (the search passes
-            :func:`latency_predictor.slot.device_work`, so no latency measurement of the same
+            :func:`latency_predictor.measurement.slot.device_work`, so no latency measurement of the same
             device overlaps a step).
         step_check: called after every training step and evaluation pass; raises to stop
             training (the search's per-trial time limit).

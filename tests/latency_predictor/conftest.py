@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import Arch
 
 TINY = "act_relu-stem_c8-mb_k3_e2_c16_s2_se0.25-rb_k3_c16_s1-mb_k5_e1_c24_s2-head_c32"

@@ -1,6 +1,6 @@
 """A simulation of the parts of ``torch.cuda`` the GPU backends use, with their documented semantics.
 
-It stands in for ``torch.cuda`` in :mod:`latency_predictor.backends.gpu` on machines without a
+It stands in for ``torch.cuda`` in :mod:`latency_predictor.measurement.backends.gpu` on machines without a
 GPU, so the device handling can be checked there. What it models (torch's and CUDA's documented
 behaviour, the parts that make the wrong device or freed memory show):
 
@@ -94,7 +94,7 @@ class Graph:
 
 
 class SimCuda:
-    """Stands in for ``torch.cuda`` (only what :mod:`latency_predictor.backends.gpu` calls)."""
+    """Stands in for ``torch.cuda`` (only what :mod:`latency_predictor.measurement.backends.gpu` calls)."""
 
     def __init__(self, devices: int = 2, current: int = 0) -> None:
         self.devices = devices

@@ -15,17 +15,17 @@ import requests
 
 from latency_predictor import ConfigError
 from latency_predictor.agent.client import AgentClient, RemoteEstimator
-from latency_predictor.backends import make_estimator
-from latency_predictor.collect import collect
-from latency_predictor.configure import make_latency_estimator
-from latency_predictor.dataset import Dataset
 from latency_predictor.errors import (
     AgentRefusedError,
     AgentUnavailableError,
     InvalidModelError,
 )
-from latency_predictor.export import build_eval_net, export_onnx
-from latency_predictor.target import DeviceFingerprint
+from latency_predictor.estimators import make_latency_estimator
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.export import build_eval_net, export_onnx
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
+from latency_predictor.prediction.collection import collect
+from latency_predictor.prediction.dataset import Dataset
 from search_spaces import Arch, load_space
 from tests.latency_predictor.agents import TOKEN, Agent, free_port, running_agents
 from tests.latency_predictor.conftest import TINY, TINY_SHAPE
@@ -157,7 +157,7 @@ def test_collect_through_the_agent_records_the_devices_fingerprint(agent: Agent,
 
 def test_collect_command_line_with_remote_backend(agent: Agent, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from latency_predictor.collect import main
+    from latency_predictor.cli import collect_main as main
 
     monkeypatch.setenv("LATNAS_AGENT_TOKEN", TOKEN)
     out = tmp_path / "cli"

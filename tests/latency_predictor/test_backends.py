@@ -17,9 +17,15 @@ import pytest
 import torch
 
 from latency_predictor import BackendUnavailableError, ConfigError, LatencyEstimator, LatencyResult
-from latency_predictor.backends import BACKENDS, OnnxRuntimeBackend, TorchBackend, backend_options, make_estimator
-from latency_predictor.backends.ort_backend import PROVIDERS
-from latency_predictor.export import build_eval_net, sample_input
+from latency_predictor.measurement.backends import (
+    BACKENDS,
+    OnnxRuntimeBackend,
+    TorchBackend,
+    backend_options,
+    make_estimator,
+)
+from latency_predictor.measurement.backends.ort_backend import PROVIDERS
+from latency_predictor.measurement.export import build_eval_net, sample_input
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE
 
@@ -159,7 +165,7 @@ def test_thread_counts_are_recorded_and_restored(tiny_arch: Arch, slot_dir: Path
 @pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
 def test_breakdown_covers_the_blocks(backend: str, tiny_arch: Arch, slot_dir: Path) -> None:
     est = make_estimator(backend, input_shape=TINY_SHAPE, slot_dir=slot_dir)
-    bd = est.breakdown(tiny_arch, runs=10, warmup_runs=2)  # type: ignore[attr-defined]
+    bd = est.breakdown(tiny_arch, runs=10, warmup_runs=2)
     names = [b.block for b in bd.blocks]
     expected = ["stem", *[f"blocks.{i}" for i in range(tiny_arch.depth)], "head", "pool", "classifier"]
     assert names[: len(expected)] == expected and set(names) <= {*expected, "other"}

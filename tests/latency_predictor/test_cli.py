@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from latency_predictor.measure import main
+from latency_predictor.cli import measure_main as main
 from tests.latency_predictor.conftest import TINY
 
 FAST_ARGS = ["--input-shape", "1x3x32x32", "--warmup-runs", "2", "--warmup-s", "0", "--min-runs", "20",

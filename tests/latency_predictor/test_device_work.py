@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from latency_predictor.slot import device_work, measurement_slot
+from latency_predictor.measurement.slot import device_work, measurement_slot
 from tests.latency_predictor.conftest import run_forked
 
 Span = tuple[str, float, float]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from latency_predictor.backends import gpu
+from latency_predictor.measurement.backends import gpu
 from tests.latency_predictor.simcuda import Buffer, SimCuda, as_any
 
 MS = 2.0

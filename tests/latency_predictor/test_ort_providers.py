@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from latency_predictor import BackendUnavailableError
-from latency_predictor.backends.ort_backend import (
+from latency_predictor.measurement.backends.ort_backend import (
     NO_CPU_FALLBACK,
     NVINFER,
     PROVIDERS,
@@ -26,7 +26,7 @@ from latency_predictor.backends.ort_backend import (
     require_tensorrt_library,
     without_cpu_fallback,
 )
-from latency_predictor.export import build_eval_net, export_onnx
+from latency_predictor.measurement.export import build_eval_net, export_onnx
 from search_spaces import Arch
 from tests.latency_predictor.conftest import TINY_SHAPE
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from latency_predictor import ConfigError, MeasurementError
-from latency_predictor.backends import make_estimator
-from latency_predictor.configure import make_latency_estimator
 from latency_predictor.errors import InvalidModelError
-from latency_predictor.export import export_onnx
-from latency_predictor.quantize import GraphPrecision, check_graph_precision, quantize_qdq
+from latency_predictor.estimators import make_latency_estimator
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.export import export_onnx
+from latency_predictor.measurement.quantize import GraphPrecision, check_graph_precision, quantize_qdq
 from search_spaces import Arch, build
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE
 

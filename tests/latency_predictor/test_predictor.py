@@ -18,27 +18,32 @@ import numpy as np
 import pytest
 
 from latency_predictor import LatencyEstimator, MeasurementError, PredictorMismatchError
-from latency_predictor.backends import make_estimator
-from latency_predictor.cliargs import key_value_args
-from latency_predictor.collect import _parser as collect_parser
-from latency_predictor.collect import backend_options, collect, coverage_plan
-from latency_predictor.collect import main as collect_main
-from latency_predictor.configure import make_latency_estimator
-from latency_predictor.dataset import RECORDS_FILE, Dataset, dataset_tracking_record
+from latency_predictor.cli import _collect_parser as collect_parser
+from latency_predictor.cli import collect_main, collect_options, key_value_args, train_main
 from latency_predictor.errors import ConfigError, DatasetError, PredictorFileError
-from latency_predictor.hybrid import POINTER_FILE, HybridEstimator, add_measurements, refit, select_for_measurement
-from latency_predictor.metrics import accuracy_metrics
-from latency_predictor.predictor import (
+from latency_predictor.estimators import make_latency_estimator
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
+from latency_predictor.measurement.statistic import MIN_RUNS, protocol_for, stat_value
+from latency_predictor.prediction.collection import collect, coverage_plan
+from latency_predictor.prediction.dataset import RECORDS_FILE, Dataset, dataset_tracking_record
+from latency_predictor.prediction.hybrid import (
+    POINTER_FILE,
+    HybridEstimator,
+    add_measurements,
+    refit,
+    select_for_measurement,
+)
+from latency_predictor.prediction.metrics import accuracy_metrics
+from latency_predictor.prediction.predictor import (
     PredictorEstimator,
     expected_target,
     load_predictor,
     predictor_tracking_record,
     read_predictor,
 )
-from latency_predictor.statistic import MIN_RUNS, protocol_for, stat_value
-from latency_predictor.target import DeviceFingerprint, PredictorTarget
-from latency_predictor.train import fit_additive, train_predictor, usable_table
-from latency_predictor.train import main as train_main
+from latency_predictor.prediction.target import PredictorTarget
+from latency_predictor.prediction.training import fit_additive, train_predictor, usable_table
 from search_spaces import Arch, SearchSpace, arch_id_of, load_space
 
 SHAPE = (1, 3, 64, 64)
@@ -366,8 +371,8 @@ def test_collect_for_a_p99_times_enough_runs_and_refuses_fewer(
                 statistic="p99")
     assert Dataset.open(tmp_path / "short").records == []  # refused before it was stored
     given = ["+space=tiny", "latency=onnxruntime", "min_runs=30", "max_time_s=3"]
-    p99 = backend_options(collect_parser().parse_args(key_value_args([*given, "statistic=p99"])))["measure"]
-    p50 = backend_options(collect_parser().parse_args(key_value_args(given)))["measure"]
+    p99 = collect_options(collect_parser().parse_args(key_value_args([*given, "statistic=p99"])))["measure"]
+    p50 = collect_options(collect_parser().parse_args(key_value_args(given)))["measure"]
     assert (p99.min_runs, p99.max_time_s) == (1000, None) and (p50.min_runs, p50.max_time_s) == (30, 3.0)
 
 

@@ -14,11 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from latency_predictor import ConfigError, PredictorMismatchError
-from latency_predictor.features import FEATURE_NAMES, FeatureExtractor, block_features
-from latency_predictor.hybrid import pareto_front, select_for_measurement
-from latency_predictor.metrics import accuracy_metrics, median_rel_se, noise_ceiling, repeat_rel_sigma
-from latency_predictor.models import AdditiveModel, LookupTableBaseline, MacsBaseline
-from latency_predictor.target import DeviceFingerprint, PredictorTarget, space_digest
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
+from latency_predictor.prediction.features import FEATURE_NAMES, FeatureExtractor, block_features
+from latency_predictor.prediction.hybrid import pareto_front, select_for_measurement
+from latency_predictor.prediction.metrics import accuracy_metrics, median_rel_se, noise_ceiling, repeat_rel_sigma
+from latency_predictor.prediction.models import AdditiveModel, LookupTableBaseline, MacsBaseline
+from latency_predictor.prediction.target import PredictorTarget, space_digest
 from search_spaces import Arch, Block, load_space, profile
 
 MACS = FEATURE_NAMES.index("total.macs")

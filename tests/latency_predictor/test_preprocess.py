@@ -9,15 +9,15 @@ import pytest
 from PIL import Image
 
 from latency_predictor import ConfigError
-from latency_predictor.backends import make_estimator
-from latency_predictor.preprocess import (
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.preprocess import (
     Preprocessing,
     add_preprocessing,
     measure_preprocessing,
     pipeline,
     sample_image,
 )
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import load_space
 
 FAST = MeasureConfig(warmup_runs=2, warmup_s=0.0, min_runs=20, min_time_s=0.0, max_time_s=2.0, max_repeats=1)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from latency_predictor import ConfigError, MeasurementError
-from latency_predictor.backends import make_estimator
-from latency_predictor.scenario import check_scenario, server_point
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.scenario import check_scenario, server_point
 from search_spaces import load_space
 
 QUICK = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 20, "min_time_s": 0.0, "max_time_s": 1.0, "max_repeats": 1}

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from latency_predictor import ConfigError, MeasurementError
-from latency_predictor.backends import MeasuredBackend, OnnxRuntimeBackend, Prepared
-from latency_predictor.slot import cuda_uuid, measurement_slot, normalise_device, slot_key, slot_path
+from latency_predictor.measurement.backends import MeasuredBackend, OnnxRuntimeBackend, Prepared
+from latency_predictor.measurement.slot import cuda_uuid, measurement_slot, normalise_device, slot_key, slot_path
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE, run_forked
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from latency_predictor import ConfigError, MeasurementError
-from latency_predictor.dataset import within_rel_se
-from latency_predictor.protocol import LatencyResult, LatencyStats
-from latency_predictor.statistic import MIN_RUNS, check_runs, protocol_for, stat_value
+from latency_predictor.measurement.protocol import LatencyResult, LatencyStats
+from latency_predictor.measurement.statistic import MIN_RUNS, check_runs, protocol_for, stat_value
+from latency_predictor.prediction.dataset import within_rel_se
 
 SAMPLES = np.random.default_rng(0).lognormal(0.0, 0.25, 5000)
 

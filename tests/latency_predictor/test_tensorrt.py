@@ -12,7 +12,7 @@ import torch
 from torch.fx.experimental.optimization import fuse as fuse_conv_bn
 
 from latency_predictor import BackendUnavailableError, EngineBuildError, MeasurementError
-from latency_predictor.backends.tensorrt_backend import (
+from latency_predictor.measurement.backends.tensorrt_backend import (
     TensorRTBackend,
     bind_tensor,
     check_tensorrt_version,
@@ -20,7 +20,7 @@ from latency_predictor.backends.tensorrt_backend import (
     load_or_build_engine,
     sha256_hex,
 )
-from latency_predictor.export import build_eval_net, export_onnx
+from latency_predictor.measurement.export import build_eval_net, export_onnx
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY, TINY_SHAPE
 

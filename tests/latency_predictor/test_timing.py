@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from latency_predictor import ConfigError, LatencyStats, MeasurementError
-from latency_predictor.timing import MeasureConfig, measure_latency, throughput_per_s
+from latency_predictor.measurement.timing import MeasureConfig, measure_latency, throughput_per_s
 
 # Deterministic counts: no time minimums, so warm-up and attempts are exactly so many runs.
 COUNTED = MeasureConfig(warmup_runs=5, warmup_s=0.0, min_runs=20, min_time_s=0.0, max_repeats=3)

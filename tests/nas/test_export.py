@@ -16,7 +16,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from nas.core.config import DataConfig, ExportConfig, TrackingConfig
+from nas.core.config import DataConfig, ExportConfig, ExportLatencyConfig, TrackingConfig
 from nas.core.errors import ExportError, TrackingError
 from nas.core.record import SearchRecord
 from nas.data import Dataset, load_dataset
@@ -26,6 +26,8 @@ from nas.review.export import (
     compare_outputs,
     engine_options,
     export_candidate,
+    merged_latency_settings,
+    report_json,
     run_export,
     summary,
     training_calibration,
@@ -392,3 +394,22 @@ def test_command_line_error_is_one_line_and_non_zero(small_search: SmallSearch, 
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: no candidate with arch_id '0123456789ab'")
     assert "Traceback" not in proc.stderr
+
+
+def test_given_latency_settings_override_the_recorded_ones_one_by_one() -> None:
+    recorded = {"backend": "onnxruntime", "options": {"intra_op_threads": 4, "provider": "cpu"},
+                "measure": {"min_runs": 50}, "input_shape": [1, 3, 64, 64]}
+    given = ExportLatencyConfig(options={"intra_op_threads": 1}, measure={"max_repeats": 2})
+    assert merged_latency_settings(recorded, given, [1, 3, 224, 224]) == (
+        "onnxruntime", (1, 3, 64, 64), {"intra_op_threads": 1, "provider": "cpu"}, {"min_runs": 50, "max_repeats": 2})
+    # the recorded options are the recorded backend's only; a predicted latency is re-measured with ONNX Runtime
+    assert merged_latency_settings(recorded, ExportLatencyConfig(backend="torch"), [1, 3, 224, 224])[2] == {}
+    assert merged_latency_settings({"backend": "predictor", "options": {"path": "p.json"}}, ExportLatencyConfig(),
+                                   [1, 3, 32, 32])[:3] == ("onnxruntime", (1, 3, 32, 32), {})
+
+
+def test_a_report_is_strict_json_with_non_finite_numbers_as_null() -> None:
+    text = report_json({"speedup": np.float32(1.5), "max_abs_diff": float("nan"),
+                        "rows": [np.float64("inf"), Path("/x/model.onnx")]})
+    assert json.loads(text) == {"speedup": 1.5, "max_abs_diff": None, "rows": [None, "/x/model.onnx"]}
+    assert "NaN" not in text and "Infinity" not in text

@@ -11,7 +11,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from latency_predictor.features import FeatureExtractor
+from latency_predictor.prediction.features import FeatureExtractor
 from nas.core.config import (
     DataConfig,
     FidelityConfig,

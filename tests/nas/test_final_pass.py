@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from latency_predictor import LatencyResult, MeasurementError
-from latency_predictor.backends import make_estimator
-from latency_predictor.protocol import LatencyStats
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.protocol import LatencyStats
 from nas.core.config import LatencyConfig, SearchConfig
 from nas.core.objective import Objective
 from nas.core.record import COMPLETED, FAILED, Candidate, figure, pareto_front, rank

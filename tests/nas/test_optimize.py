@@ -11,7 +11,7 @@ import torch
 from mlflow import MlflowClient
 
 from latency_predictor import ConfigError as LatencyConfigError
-from latency_predictor.backends import make_estimator
+from latency_predictor.measurement.backends import make_estimator
 from nas.core.config import DataConfig, ExportConfig, OptimizeConfig, TrackingConfig, TrainConfig
 from nas.core.errors import ConfigError, OptimizeError
 from nas.deploy.distill import distillation_loss

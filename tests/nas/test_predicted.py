@@ -12,12 +12,12 @@ import pytest
 from mlflow import MlflowClient
 
 from latency_predictor import ConfigError, PredictorMismatchError
-from latency_predictor.backends import make_estimator
-from latency_predictor.collect import collect
-from latency_predictor.configure import make_predictor_estimator, predictor_measuring_backend
-from latency_predictor.dataset import Dataset
-from latency_predictor.hybrid import POINTER_FILE, HybridEstimator
-from latency_predictor.train import train_predictor
+from latency_predictor.estimators import make_predictor_estimator, predictor_measuring_backend
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.prediction.collection import collect
+from latency_predictor.prediction.dataset import Dataset
+from latency_predictor.prediction.hybrid import POINTER_FILE, HybridEstimator
+from latency_predictor.prediction.training import train_predictor
 from nas.adapters.mlflow_reader import StoreReader, reference_latencies
 from nas.core.config import LeaderboardConfig, TrackingConfig
 from nas.core.record import pareto_points

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from latency_predictor import LatencyResult
-from latency_predictor.scenario import server_point
+from latency_predictor.measurement.scenario import server_point
 from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, TrainConfig
 from nas.core.errors import TrainingError
 from nas.core.record import COMPLETED, FAILED, RUNNING

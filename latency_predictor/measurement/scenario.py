@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from latency_predictor.errors import ConfigError, MeasurementError
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.statistic import check_stat
+from latency_predictor.measurement.protocol import LatencyResult
+from latency_predictor.measurement.statistic import check_stat
 
 SCENARIOS = ("single_stream", "server")
 """``single_stream``: one image at a time, the target bounds its latency; ``server``: batches."""

@@ -5,8 +5,8 @@ and what its environment is; :class:`MeasuredBackend` does the rest in the same 
 
 1. build the network of the architecture (inference mode);
 2. prepare it at the deployment shape, and at each extra throughput batch size;
-3. run the protocol (:func:`latency_predictor.timing.measure_latency`) on each prepared shape
-   while holding the device's measurement slot (:mod:`latency_predictor.slot`);
+3. run the protocol (:func:`latency_predictor.measurement.timing.measure_latency`) on each prepared shape
+   while holding the device's measurement slot (:mod:`latency_predictor.measurement.slot`);
 4. return a :class:`LatencyResult` with stats, stability, throughput, environment and the
    time each stage took (``extra``: ``build_s``, ``export_s``, ``session_s``, ``measure_s``,
    ``slot_wait_s``, ``slot_key``: the physical device whose slot was held, ``slot_held_for``)
@@ -28,16 +28,24 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from torch import nn
 
-from latency_predictor.environment import base_environment
 from latency_predictor.errors import ConfigError, MeasurementError
-from latency_predictor.export import build_eval_net, validate_input_shape
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.slot import SlotTicket, measurement_slot
-from latency_predictor.timing import MeasureConfig, Measurement, RunOnce, TimeOnce, measure_latency, throughput_per_s
+from latency_predictor.measurement.breakdown import Breakdown
+from latency_predictor.measurement.environment import base_environment
+from latency_predictor.measurement.export import build_eval_net, validate_input_shape
+from latency_predictor.measurement.protocol import LatencyResult
+from latency_predictor.measurement.slot import SlotTicket, measurement_slot
+from latency_predictor.measurement.timing import (
+    MeasureConfig,
+    Measurement,
+    RunOnce,
+    TimeOnce,
+    measure_latency,
+    throughput_per_s,
+)
 from search_spaces import Arch
 
 
@@ -96,6 +104,25 @@ def check_positive_int(name: str, value: object) -> int:
     return value
 
 
+class CommonOptions(TypedDict, total=False):
+    """The options every measuring backend takes, after its own (defaults in :class:`MeasuredBackend`).
+
+    Attributes:
+        measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
+        slot: take the device's measurement slot while timing (default True).
+        slot_dir: directory of the slot lock files (default:
+            :func:`~latency_predictor.measurement.slot.default_slot_dir`).
+        num_classes: classifier width of the built network (default 1000).
+        keep_samples: keep the per-run times in ``extra["samples_ms"]`` (default False).
+    """
+
+    measure: MeasureConfig | Mapping[str, Any] | None
+    slot: bool
+    slot_dir: str | Path | None
+    num_classes: int
+    keep_samples: bool
+
+
 class MeasuredBackend(ABC):
     """Base of the measuring backends; implements :class:`~latency_predictor.LatencyEstimator`.
 
@@ -111,17 +138,19 @@ class MeasuredBackend(ABC):
 
     name: str
     runtime_errors: ClassVar[tuple[type[BaseException], ...]] = (RuntimeError,)
+    has_breakdown: ClassVar[bool] = False
+    """Whether :meth:`breakdown` gives per-block times."""
 
     def __init__(
         self,
         input_shape: Sequence[int],
         precision: str,
         device: str,
-        measure: MeasureConfig | Mapping[str, Any] | None,
-        slot: bool,
-        slot_dir: str | Path | None,
-        num_classes: int,
-        keep_samples: bool,
+        measure: MeasureConfig | Mapping[str, Any] | None = None,
+        slot: bool = True,
+        slot_dir: str | Path | None = None,
+        num_classes: int = 1000,
+        keep_samples: bool = False,
     ) -> None:
         self.input_shape: tuple[int, ...] = validate_input_shape(input_shape)
         self.precision = precision
@@ -144,6 +173,24 @@ class MeasuredBackend(ABC):
     @abstractmethod
     def _backend_environment(self) -> dict[str, str]:
         """Backend facts: device name, library versions, thread counts."""
+
+    def _breakdown(self, arch: Arch, runs: int, warmup_runs: int) -> Breakdown:
+        """Per-block times (backends with :attr:`has_breakdown`)."""
+        raise ConfigError(f"the {self.name} backend gives no per-block times")
+
+    def breakdown(self, arch: Arch, runs: int = 50, warmup_runs: int = 10) -> Breakdown:
+        """Per-block times of ``arch`` with this estimator's settings (backends with :attr:`has_breakdown`).
+
+        Args:
+            arch: the network.
+            runs: timed (profiled) inferences.
+            warmup_runs: inferences run first and left out of the figures.
+
+        Raises:
+            ConfigError: ``runs`` below 1, or a backend without per-block times.
+        """
+        check_positive_int("runs", runs)
+        return self._breakdown(arch, runs, warmup_runs)
 
     def _run_scope(self) -> AbstractContextManager[object]:
         """Process-wide settings held while preparing and timing (e.g. torch's thread count)."""

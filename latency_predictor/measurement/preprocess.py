@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from latency_predictor.errors import ConfigError
-from latency_predictor.protocol import LatencyResult, LatencyStats
-from latency_predictor.timing import MeasureConfig, measure_latency
+from latency_predictor.measurement.protocol import LatencyResult, LatencyStats
+from latency_predictor.measurement.timing import MeasureConfig, measure_latency
 
 FORMATS = ("jpeg", "png", "raw")
 """What arrives: an encoded JPEG or PNG (decoded, then resized), or a raw RGB frame (resized only)."""

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
 from latency_predictor.errors import ConfigError, MeasurementError
-from latency_predictor.protocol import LatencyStats
+from latency_predictor.measurement.protocol import LatencyStats
 
 RunOnce = Callable[[], object]
 """Runs the network once (its return value is ignored)."""

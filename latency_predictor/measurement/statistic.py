@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from latency_predictor.errors import ConfigError, MeasurementError
-from latency_predictor.protocol import LatencyResult
+from latency_predictor.measurement.protocol import LatencyResult
 
 TARGET_STATS = ("p50", "p90", "p95", "p99")
 """The statistics a latency target may bound."""

@@ -1,7 +1,7 @@
 """Latency models fitted on measured architectures: the predictor and the two baselines.
 
 * :class:`AdditiveModel`, the predictor: latency is a sum of per-operator costs,
-  ``intercept + sum_j w_j x_j`` over the features of :mod:`latency_predictor.features`
+  ``intercept + sum_j w_j x_j`` over the features of :mod:`latency_predictor.prediction.features`
   (MACs, memory traffic, parameters and calls per operator kind, the share of each in
   channel counts that SIMD blocks do not divide, activation elements), with every ``w_j >= 0``
   (non-negative least squares: no operator makes a network faster). It is fitted on relative
@@ -14,7 +14,7 @@
   plus a constant, the costs estimated by least squares over the measured networks.
 
 All three take architectures and latencies in milliseconds; only :class:`AdditiveModel` is saved
-(as plain numbers, see :mod:`latency_predictor.predictor`).
+(as plain numbers, see :mod:`latency_predictor.prediction.predictor`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from latency_predictor.errors import ConfigError
-from latency_predictor.features import FEATURE_NAMES, FeatureExtractor
+from latency_predictor.prediction.features import FEATURE_NAMES, FeatureExtractor
 from search_spaces import Arch
 
 _HUBER_K = 1.345
@@ -285,7 +285,7 @@ class AdditiveModel:
 
     # ---------------------------------------------------------------- persistence
     def to_dict(self) -> dict[str, Any]:
-        """Plain numbers and names: what :mod:`latency_predictor.predictor` writes as JSON."""
+        """Plain numbers and names: what :mod:`latency_predictor.prediction.predictor` writes as JSON."""
         return {
             "kind": self.name,
             "feature_names": list(FEATURE_NAMES),
@@ -303,7 +303,8 @@ class AdditiveModel:
         cls, extractor: FeatureExtractor, coef: np.ndarray, intercept: float, ensemble_coef: np.ndarray,
         ensemble_intercept: np.ndarray, oof_abs_rel_error: np.ndarray, robust_passes: int, seed: int,
     ) -> AdditiveModel:
-        """Rebuild a fitted model from validated arrays (see :func:`latency_predictor.predictor.load`)."""
+        """Rebuild a fitted model from validated arrays (see
+        :func:`latency_predictor.prediction.predictor.read_predictor`)."""
         m = cls(extractor, members=len(ensemble_intercept), robust_passes=robust_passes, seed=seed)
         m.coef, m.intercept = coef, float(intercept)
         m.ensemble_coef, m.ensemble_intercept = ensemble_coef, ensemble_intercept

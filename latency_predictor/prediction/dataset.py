@@ -20,8 +20,8 @@ of its undisturbed records' p50; architectures with only disturbed records are l
 training and evaluation unless asked for, and the report says how many.
 
 Another statistic: a predictor of the tail (``statistic="p99"``, see
-:mod:`latency_predictor.statistic`) learns the median of the records' p99 instead. A record
-whose p99 rests on fewer timed runs than :data:`~latency_predictor.statistic.MIN_RUNS` asks for
+:mod:`latency_predictor.measurement.statistic`) learns the median of the records' p99 instead. A record
+whose p99 rests on fewer timed runs than :data:`~latency_predictor.measurement.statistic.MIN_RUNS` asks for
 is no p99 and is not used for it (``collect --statistic p99`` times enough runs); the table
 counts the architectures left out that way. Such a dataset still serves a p50 predictor.
 
@@ -44,11 +44,12 @@ from typing import Any
 import numpy as np
 
 from latency_predictor.errors import DatasetError, MeasurementError
-from latency_predictor.features import FEATURE_VERSION
-from latency_predictor.metrics import median_rel_se
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.statistic import MIN_RUNS, check_stat, stat_value
-from latency_predictor.target import DeviceFingerprint, PredictorTarget
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
+from latency_predictor.measurement.protocol import LatencyResult
+from latency_predictor.measurement.statistic import MIN_RUNS, check_stat, stat_value
+from latency_predictor.prediction.features import FEATURE_VERSION
+from latency_predictor.prediction.metrics import median_rel_se
+from latency_predictor.prediction.target import PredictorTarget
 from search_spaces import arch_id_of
 
 DATASET_FORMAT = "latnas.latency_dataset"
@@ -89,7 +90,7 @@ def disturbance(result: LatencyResult, min_cpu_share: float = DEFAULT_MIN_CPU_SH
 def within_rel_se(result: LatencyResult, statistic: str = "p50") -> float:
     """Relative standard error of ``result``'s ``statistic`` from its within-run spread.
 
-    The p50's is ``sqrt(pi/2) * cv / sqrt(runs)`` (:func:`~latency_predictor.metrics.median_rel_se`).
+    The p50's is ``sqrt(pi/2) * cv / sqrt(runs)`` (:func:`~latency_predictor.prediction.metrics.median_rel_se`).
     A higher percentile's comes from its distribution-free 95% interval (``stats.ci95``: half its
     width over 1.96), or, for a record without one, from the normal approximation
     ``sqrt(q (1 - q) / runs) / phi(z_q) * cv``.
@@ -153,7 +154,7 @@ class LatencyTable:
         disturbed: True where every record of the architecture was disturbed.
         statistic: the statistic of each record the table holds the median of.
         too_few_runs: architectures left out because none of their records has the timed runs
-            ``statistic`` needs (:data:`~latency_predictor.statistic.MIN_RUNS`; always 0 for the p50).
+            ``statistic`` needs (:data:`~latency_predictor.measurement.statistic.MIN_RUNS`; always 0 for the p50).
     """
 
     archs: tuple[str, ...]
@@ -281,7 +282,7 @@ class Dataset:
         with no other record is left out and counted in ``too_few_runs``.
 
         Raises:
-            ConfigError: ``statistic`` is not one of :data:`~latency_predictor.statistic.TARGET_STATS`.
+            ConfigError: ``statistic`` is not one of :data:`~latency_predictor.measurement.statistic.TARGET_STATS`.
         """
         need = MIN_RUNS[check_stat(statistic)]
         groups: dict[str, list[Record]] = {}

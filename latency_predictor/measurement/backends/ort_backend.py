@@ -27,7 +27,7 @@ work in it is wrong, so on a GPU provider this backend
 
 Precision (:data:`PRECISIONS`): ``fp32`` everywhere; ``int8`` on the CPU provider, where the
 exported network is quantised statically (QDQ format, per-channel weights, calibrated on
-``calibration_samples`` images: :mod:`latency_predictor.quantize`) before its session is made,
+``calibration_samples`` images: :mod:`latency_predictor.measurement.quantize`) before its session is made,
 and the graph ONNX Runtime optimised is read back to check that every convolution and matrix
 product runs in int8 (any left in float is an error, not an "int8" figure of a float network);
 ``fp16`` with the ``tensorrt`` provider (its FP16 mode).
@@ -41,9 +41,9 @@ import hashlib
 import platform
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from torch import nn
@@ -58,11 +58,18 @@ except ImportError as _missing:  # neither build installed: say which extra brin
         "from a checkout: bash scripts/install.sh [--gpu]"
     ) from _missing
 
-from latency_predictor.backends.base import MeasuredBackend, Prepared, cache_root, check_choice, check_positive_int
-from latency_predictor.breakdown import Breakdown, parse_ort_profile
-from latency_predictor.environment import cpu_model, package_version, usable_cpus
 from latency_predictor.errors import BackendUnavailableError, ConfigError, InvalidModelError, MeasurementError
-from latency_predictor.export import (
+from latency_predictor.measurement.backends.base import (
+    CommonOptions,
+    MeasuredBackend,
+    Prepared,
+    cache_root,
+    check_choice,
+    check_positive_int,
+)
+from latency_predictor.measurement.breakdown import Breakdown, parse_ort_profile
+from latency_predictor.measurement.environment import cpu_model, package_version, usable_cpus
+from latency_predictor.measurement.export import (
     DEFAULT_INPUT_SHAPE,
     DEFAULT_OPSET,
     INPUT_NAME,
@@ -70,8 +77,8 @@ from latency_predictor.export import (
     export_onnx,
     sample_input,
 )
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.quantize import (
+from latency_predictor.measurement.protocol import LatencyResult
+from latency_predictor.measurement.quantize import (
     CalibrationData,
     GraphPrecision,
     QuantizeSettings,
@@ -80,7 +87,6 @@ from latency_predictor.quantize import (
     quantize_qdq,
     random_calibration_data,
 )
-from latency_predictor.timing import MeasureConfig
 from search_spaces import Arch
 
 PROVIDERS: dict[str, str] = {
@@ -257,11 +263,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
         calibration_samples: int8: images the activation ranges are calibrated on.
         calibration_data: int8: source of the calibration images (default: random normal images,
             enough for timing; ``python -m nas.optimize`` calibrates a model to deploy on training images).
-        measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
-        slot: take the device's measurement slot while timing.
-        slot_dir: directory of the slot lock files.
-        num_classes: classifier width of the built network.
-        keep_samples: keep the per-run times in ``extra["samples_ms"]``.
+        **common: the options every backend takes (:class:`CommonOptions`: ``measure``, ``slot``,
+            ``slot_dir``, ``num_classes``, ``keep_samples``).
 
     Raises:
         ConfigError: an unknown provider, precision or level, or invalid counts or shape.
@@ -271,6 +274,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
 
     name = "onnxruntime"
     runtime_errors = ORT_ERRORS
+    has_breakdown = True
 
     def __init__(
         self,
@@ -286,11 +290,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
         cache_dir: str | Path | None = None,
         calibration_samples: int = 32,
         calibration_data: CalibrationData | None = None,
-        measure: MeasureConfig | Mapping[str, Any] | None = None,
-        slot: bool = True,
-        slot_dir: str | Path | None = None,
-        num_classes: int = 1000,
-        keep_samples: bool = False,
+        **common: Unpack[CommonOptions],
     ) -> None:
         self.provider = check_choice("provider", provider, list(PROVIDERS))
         check_choice("precision", precision, ["fp32", "fp16", "bf16", "int8"])
@@ -312,7 +312,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
         self.opset = check_positive_int("opset", opset)
         self.graph_optimization = check_choice("graph_optimization", graph_optimization, list(GRAPH_OPTIMIZATION))
         device = "cpu" if provider == "cpu" else f"cuda:{device_id}"
-        super().__init__(input_shape, precision, device, measure, slot, slot_dir, num_classes, keep_samples)
+        super().__init__(input_shape, precision, device, **common)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "onnxruntime-tensorrt"
         available = ort.get_available_providers()
         if PROVIDERS[provider] not in available:
@@ -394,7 +394,7 @@ class OnnxRuntimeBackend(MeasuredBackend):
         """A session of ``model`` (:meth:`create_session`) whose optimised graph computes in :attr:`precision`.
 
         On the CPU provider the graph ONNX Runtime optimised for the session is written to a temporary
-        file and read back (:func:`~latency_predictor.quantize.precision_of_graph`): int8 requested and
+        file and read back (:func:`~latency_predictor.measurement.quantize.precision_of_graph`): int8 requested and
         any convolution or matrix product left in float, or fp32 requested of a quantised model, is an
         error. Returns the session and what the graph computes in (None on GPU providers, whose graph
         the TensorRT or CUDA provider compiles).
@@ -545,15 +545,8 @@ class OnnxRuntimeBackend(MeasuredBackend):
             raise MeasurementError(f"onnxruntime: the network failed to run: {err}") from err
         return np.asarray(out)
 
-    def breakdown(self, arch: Arch, runs: int = 50, warmup_runs: int = 10) -> Breakdown:
-        """Per-block times of ``arch`` from ONNX Runtime's profiler, with this estimator's settings.
-
-        Args:
-            arch: the network.
-            runs: profiled inferences.
-            warmup_runs: inferences run first and left out of the figures.
-        """
-        check_positive_int("runs", runs)
+    def _breakdown(self, arch: Arch, runs: int, warmup_runs: int) -> Breakdown:
+        """From ONNX Runtime's profiler."""
         net = self.build_net(arch)
         model = export_onnx(net, self.input_shape, self.opset)
         if self.precision == "int8":

@@ -35,13 +35,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from latency_predictor.backends import make_estimator
 from latency_predictor.errors import ConfigError, PredictorFileError, PredictorMismatchError
-from latency_predictor.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor
-from latency_predictor.models import AdditiveModel
-from latency_predictor.protocol import LatencyResult, LatencyStats
-from latency_predictor.statistic import TARGET_STATS, check_stat
-from latency_predictor.target import PredictorTarget
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.protocol import LatencyResult, LatencyStats
+from latency_predictor.measurement.statistic import TARGET_STATS, check_stat
+from latency_predictor.prediction.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor
+from latency_predictor.prediction.models import AdditiveModel
+from latency_predictor.prediction.target import PredictorTarget
 from search_spaces import Arch, SearchSpace, SearchSpaceError
 
 PREDICTOR_FORMAT = "latnas.latency_predictor"
@@ -63,7 +63,7 @@ class PredictorEstimator:
         target: the setting it was trained for.
         training: what it was trained on (arch ids, dataset summary, held-out report).
         space: when given, :meth:`measure` refuses architectures outside it.
-        statistic: the latency statistic it predicts (:data:`~latency_predictor.statistic.TARGET_STATS`).
+        statistic: the latency statistic it predicts (:data:`~latency_predictor.measurement.statistic.TARGET_STATS`).
 
     Raises:
         ConfigError: an unknown ``statistic``.

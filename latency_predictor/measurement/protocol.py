@@ -64,7 +64,7 @@ def percentile_ci(sorted_x: np.ndarray, q: float, z: float = 1.96) -> list[float
     The rank of the quantile among ``n`` samples is Binomial(n, q); the interval runs between the
     order statistics ``z`` standard deviations either side of ``n q``. Where that reaches past the
     slowest run, the upper end is the slowest run and the interval is open above (too few runs
-    for this percentile: see :mod:`latency_predictor.statistic`).
+    for this percentile: see :mod:`latency_predictor.measurement.statistic`).
     """
     n = len(sorted_x)
     half = z * math.sqrt(n * q * (1 - q))

@@ -17,9 +17,9 @@ serialised across processes by a lock file in the dataset folder (the folder mus
 system every trial node sees).
 
 A predictor of the tail is confirmed in its own statistic: the measuring backend is made
-(:func:`~latency_predictor.configure.make_predictor_estimator`) with the timed runs the
-predictor's :attr:`~latency_predictor.predictor.PredictorEstimator.statistic` needs
-(:func:`~latency_predictor.statistic.protocol_for`), a confirmation with fewer runs is refused
+(:func:`~latency_predictor.estimators.make_predictor_estimator`) with the timed runs the
+predictor's :attr:`~latency_predictor.prediction.predictor.PredictorEstimator.statistic` needs
+(:func:`~latency_predictor.measurement.statistic.protocol_for`), a confirmation with fewer runs is refused
 before it reaches the dataset, and a refit predicts the same statistic.
 
 For a batch of candidates, the pieces are also here:
@@ -36,33 +36,56 @@ For a batch of candidates, the pieces are also here:
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from latency_predictor.dataset import DEFAULT_MIN_CPU_SHARE, Dataset, Record
 from latency_predictor.errors import ConfigError
-from latency_predictor.features import FeatureExtractor
-from latency_predictor.predictor import PredictorEstimator, read_predictor
-from latency_predictor.protocol import LatencyResult
-from latency_predictor.statistic import check_runs
-from latency_predictor.train import fit_predictor
+from latency_predictor.locking import locked
+from latency_predictor.measurement.protocol import LatencyResult
+from latency_predictor.measurement.statistic import check_runs
+from latency_predictor.pareto import pareto_front
+from latency_predictor.prediction.dataset import DEFAULT_MIN_CPU_SHARE, Dataset, Record
+from latency_predictor.prediction.features import FeatureExtractor
+from latency_predictor.prediction.predictor import PredictorEstimator, read_predictor
+from latency_predictor.prediction.training import fit_predictor
 from search_spaces import Arch
-
-if TYPE_CHECKING:
-    from latency_predictor.configure import PredictorOptions
 
 POINTER_FILE = "current_predictor"
 LOCK_FILE = ".hybrid.lock"
 
 REASONS: tuple[str, ...] = ("near_target", "pareto", "uncertain")
+
+
+@dataclass(frozen=True)
+class HybridOptions:
+    """Where the predictor is, and how hybrid mode confirms and refits: the part of
+    ``latency=predictor``'s ``latency.options`` read here (all of them:
+    :class:`~latency_predictor.estimators.PredictorOptions`).
+
+    Attributes:
+        path: the predictor file (``python -m latency_predictor.train ... --out FILE``).
+        hybrid: confirm the candidates that matter by real measurement on this machine.
+        dataset: the predictor's dataset folder (hybrid: confirmations go there; refits read it).
+        confirm_uncertain_rel: confirm when the ensemble spread exceeds this share of the prediction.
+        refit_every: refit after this many confirmations (0: never).
+        pareto_band: a finished candidate is confirmed when, with its predicted latency lowered by
+            this share, it would join the Pareto front; None: the predictor's own error band
+            (a predictor trained on few networks has a wide band and confirms more); 0: only
+            when the prediction itself puts it on the front.
+    """
+
+    path: str
+    hybrid: bool = False
+    dataset: str | None = None
+    confirm_uncertain_rel: float = 0.1
+    refit_every: int = 10
+    pareto_band: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,17 +95,6 @@ class Confirmation:
     arch: Arch
     reason: str
     predicted_ms: float
-
-
-def pareto_front(latency_ms: np.ndarray, objective: np.ndarray) -> np.ndarray:
-    """Indices of the candidates no other beats on both lower latency and higher objective."""
-    order = np.lexsort((-objective, latency_ms))  # by latency, ties: best objective first
-    front, best = [], -np.inf
-    for i in order:
-        if objective[i] > best:
-            front.append(int(i))
-            best = objective[i]
-    return np.array(front, dtype=np.int64)
 
 
 def select_for_measurement(
@@ -189,7 +201,7 @@ class HybridEstimator:
 
     name = "predictor"
 
-    def __init__(self, predictor: PredictorEstimator, backend: Any, opts: PredictorOptions,
+    def __init__(self, predictor: PredictorEstimator, backend: Any, opts: HybridOptions,
                  target_ms: float | None) -> None:
         self.predictor = predictor
         self.backend = backend
@@ -275,7 +287,7 @@ class HybridEstimator:
         if self.opts.dataset is None:
             return
         folder = Path(self.opts.dataset)
-        with _locked(folder):
+        with locked(folder / LOCK_FILE, 0o666):
             ds = Dataset.open(folder, self.predictor.target)
             add_measurements(ds, [measured])
             n_confirm = sum(1 for r in ds.records if r.origin == "confirm")
@@ -287,7 +299,7 @@ class HybridEstimator:
                 os.replace(tmp, folder / POINTER_FILE)
 
 
-def current_predictor_path(opts: PredictorOptions) -> Path:
+def current_predictor_path(opts: HybridOptions) -> Path:
     """The predictor file in use: the latest refit named in the dataset's pointer, else ``path``."""
     if opts.hybrid and opts.dataset:
         pointer = Path(opts.dataset) / POINTER_FILE
@@ -297,14 +309,3 @@ def current_predictor_path(opts: PredictorOptions) -> Path:
             if name and "/" not in name and candidate.is_file():
                 return candidate
     return Path(opts.path)
-
-
-@contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)

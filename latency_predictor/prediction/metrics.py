@@ -129,8 +129,8 @@ def noise_ceiling(rel_sigma: ArrayLike, tolerance: float = 0.10) -> float:
     ``mu / y - 1`` is about ``-e``, so it lands within ``tolerance`` with probability
     ``erf(tolerance / (sigma_i * sqrt(2)))``; the ceiling is the mean of that over the held-out
     architectures. ``sigma_i`` is the relative noise of the i-th measurement, see
-    :func:`median_rel_se` and :func:`repeat_rel_sigma` (how :mod:`latency_predictor.train`
-    combines them is documented there).
+    :func:`median_rel_se` and :func:`repeat_rel_sigma` (how
+    :mod:`latency_predictor.prediction.training` combines them is documented there).
 
     Raises:
         ConfigError: empty input, negative sigma or a non-positive tolerance.

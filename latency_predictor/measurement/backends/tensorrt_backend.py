@@ -30,24 +30,30 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
 from torch import nn
 
-from latency_predictor.backends import gpu
-from latency_predictor.backends.base import MeasuredBackend, Prepared, cache_root, check_choice, check_positive_int
 from latency_predictor.errors import BackendUnavailableError, ConfigError, EngineBuildError, MeasurementError
-from latency_predictor.export import DEFAULT_INPUT_SHAPE, DEFAULT_OPSET, export_onnx, sample_input
-from latency_predictor.quantize import CalibrationData, random_calibration_data
-from latency_predictor.slot import normalise_device
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import gpu
+from latency_predictor.measurement.backends.base import (
+    CommonOptions,
+    MeasuredBackend,
+    Prepared,
+    cache_root,
+    check_choice,
+    check_positive_int,
+)
+from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, DEFAULT_OPSET, export_onnx, sample_input
+from latency_predictor.measurement.quantize import CalibrationData, random_calibration_data
+from latency_predictor.measurement.slot import normalise_device
 from search_spaces import Arch
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -152,11 +158,8 @@ class TensorRTBackend(MeasuredBackend):
             timing; an engine to deploy needs real ones: ``python -m nas.export`` passes training images).
         cache_dir: engine cache directory (default :func:`default_cache_dir`).
         opset: ONNX opset of the export.
-        measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
-        slot: take the device's measurement slot while timing.
-        slot_dir: directory of the slot lock files.
-        num_classes: classifier width of the built network.
-        keep_samples: keep the per-run times in ``extra["samples_ms"]``.
+        **common: the options every backend takes (:class:`CommonOptions`: ``measure``, ``slot``,
+            ``slot_dir``, ``num_classes``, ``keep_samples``).
 
     Raises:
         ConfigError: an unknown precision, a CPU device, bad counts or shape.
@@ -177,11 +180,7 @@ class TensorRTBackend(MeasuredBackend):
         calibration_data: CalibrationData | None = None,
         cache_dir: str | Path | None = None,
         opset: int = DEFAULT_OPSET,
-        measure: MeasureConfig | Mapping[str, Any] | None = None,
-        slot: bool = True,
-        slot_dir: str | Path | None = None,
-        num_classes: int = 1000,
-        keep_samples: bool = False,
+        **common: Unpack[CommonOptions],
     ) -> None:
         dev = normalise_device(device)
         if dev == "cpu":
@@ -192,7 +191,7 @@ class TensorRTBackend(MeasuredBackend):
         self.calibration_data = calibration_data or random_calibration_data
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.opset = check_positive_int("opset", opset)
-        super().__init__(input_shape, precision, dev, measure, slot, slot_dir, num_classes, keep_samples)
+        super().__init__(input_shape, precision, dev, **common)
         self._trt = import_tensorrt()
         check_tensorrt_version(self.trt_version, precision)
         if not torch.cuda.is_available():

@@ -1,7 +1,9 @@
 """Latency estimators from plain configuration values, as the search's ``latency`` group gives them.
 
-:func:`make_latency_estimator` is the one place that turns a backend name, an input shape and
-option mappings into a :class:`~latency_predictor.LatencyEstimator`:
+The estimator wiring: the one module that joins measurement (:mod:`latency_predictor.measurement`),
+the measurement agents (:mod:`latency_predictor.agent`) and prediction
+(:mod:`latency_predictor.prediction`). :func:`make_latency_estimator` is the one place that turns
+a backend name, an input shape and option mappings into a :class:`~latency_predictor.LatencyEstimator`:
 
 * a measuring backend (``onnxruntime``, ``torch``, ``tensorrt``: :func:`make_estimator`);
 * ``predictor``: a learned latency predictor (:class:`PredictorOptions`). Every candidate's
@@ -12,13 +14,13 @@ option mappings into a :class:`~latency_predictor.LatencyEstimator`:
   refused before the first trial with the differences named. This is the mode for searching
   anywhere (a cluster of GPUs) for a device elsewhere (one CPU, a Jetson): collect and train on
   the target, search with the file.
-* ``predictor`` with ``hybrid=true``: :class:`~latency_predictor.hybrid.HybridEstimator`, which
-  confirms the candidates that matter by real measurement on this machine. The measuring
+* ``predictor`` with ``hybrid=true``: :class:`~latency_predictor.prediction.hybrid.HybridEstimator`,
+  which confirms the candidates that matter by real measurement on this machine. The measuring
   backend's device fingerprint must equal the predictor's: confirmations from another device
   would corrupt the dataset. Confirmations are timed with the search's protocol
   (``latency.measure``, overridden by ``measure_options.measure``) raised to the runs the
-  statistic needs (:func:`~latency_predictor.statistic.protocol_for`), so that they measure the
-  statistic the predictor predicts.
+  statistic needs (:func:`~latency_predictor.measurement.statistic.protocol_for`), so that they
+  measure the statistic the predictor predicts.
 * ``remote``: every candidate is measured on another device by measurement agents
   (:class:`~latency_predictor.agent.client.RemoteEstimator`, :class:`RemoteOptions`), with the
   backend, options and protocol a local measurement would use there.
@@ -30,17 +32,18 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from latency_predictor.agent.client import RemoteEstimator, read_token
 from latency_predictor.agent.wire import TOKEN_ENV
-from latency_predictor.backends import make_estimator
 from latency_predictor.errors import ConfigError, PredictorMismatchError
-from latency_predictor.hybrid import HybridEstimator, current_predictor_path
-from latency_predictor.predictor import PredictorEstimator, check_statistic, read_predictor
-from latency_predictor.protocol import LatencyEstimator
-from latency_predictor.statistic import check_stat, protocol_for
-from latency_predictor.target import DeviceFingerprint, PredictorTarget, space_digest
+from latency_predictor.measurement.backends import MeasuredBackend, make_estimator
+from latency_predictor.measurement.fingerprint import DeviceFingerprint
+from latency_predictor.measurement.protocol import LatencyEstimator
+from latency_predictor.measurement.statistic import check_stat, protocol_for
+from latency_predictor.prediction.hybrid import HybridEstimator, HybridOptions, current_predictor_path
+from latency_predictor.prediction.predictor import PredictorEstimator, check_statistic, read_predictor
+from latency_predictor.prediction.target import PredictorTarget, space_digest
 from search_spaces import SearchSpace
 
 
@@ -67,7 +70,7 @@ def make_latency_estimator(
         target_ms: the latency target (hybrid mode confirms candidates near it).
         precision: the deployment precision (``latency.precision``): what a measuring backend
             (local or through agents) runs at, and what a predictor must have been trained at.
-        target_stat: the statistic the target bounds (:mod:`latency_predictor.statistic`): a
+        target_stat: the statistic the target bounds (:mod:`latency_predictor.measurement.statistic`): a
             measuring protocol gets the timed runs it needs; a predictor must predict it
             (``python -m latency_predictor.train --statistic``).
 
@@ -90,6 +93,25 @@ def make_latency_estimator(
     return make_estimator(backend, input_shape=list(input_shape), measure=dict(measure), precision=precision, **opts)
 
 
+_Options = TypeVar("_Options", "PredictorOptions", "RemoteOptions")
+
+
+def _parse(cls: type[_Options], options: Mapping[str, Any], backend: str, required: str, what: str) -> _Options:
+    """``cls`` from ``latency.options``: an unknown key, or a missing ``required`` one (``what`` it
+    is), is refused by name; a null value takes the default.
+
+    Raises:
+        ConfigError: naming the unknown or missing key.
+    """
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(f"latency.options.{unknown[0]}: unknown for latency={backend}; known: {known}")
+    if not options.get(required):
+        raise ConfigError(f"latency.options.{required}: required for latency={backend}: {what}")
+    return cls(**{k: v for k, v in options.items() if v is not None})
+
+
 def _no_precision_option(options: Mapping[str, Any], where: str) -> None:
     """The precision has one place, ``latency.precision``; a second one among the options is refused."""
     if "precision" in options:
@@ -100,35 +122,21 @@ def _no_precision_option(options: Mapping[str, Any], where: str) -> None:
 
 
 @dataclass(frozen=True)
-class PredictorOptions:
-    """``latency.options`` of ``latency=predictor``.
+class PredictorOptions(HybridOptions):
+    """``latency.options`` of ``latency=predictor``: the predictor file and hybrid mode's settings
+    (:class:`~latency_predictor.prediction.hybrid.HybridOptions`), and these.
 
     Attributes:
-        path: the predictor file (``python -m latency_predictor.train ... --out FILE``).
         device: the device the search must target (a substring of the predictor's CPU/GPU
             model, or its fingerprint digest); None: the predictor's own device, printed.
-        hybrid: confirm the candidates that matter by real measurement on this machine.
-        dataset: the predictor's dataset folder (hybrid: confirmations go there; refits read it).
         measure_backend: the backend confirming measurements use (hybrid).
         measure_options: that backend's options (hybrid), e.g. ``{intra_op_threads: 1}``; a
             ``measure`` mapping among them overrides the search's protocol settings for confirmations.
-        confirm_uncertain_rel: confirm when the ensemble spread exceeds this share of the prediction.
-        refit_every: refit after this many confirmations (0: never).
-        pareto_band: a finished candidate is confirmed when, with its predicted latency lowered by
-            this share, it would join the Pareto front; None: the predictor's own error band
-            (a predictor trained on few networks has a wide band and confirms more); 0: only
-            when the prediction itself puts it on the front.
     """
 
-    path: str
     device: str | None = None
-    hybrid: bool = False
-    dataset: str | None = None
     measure_backend: str = "onnxruntime"
     measure_options: dict[str, Any] = field(default_factory=dict)
-    confirm_uncertain_rel: float = 0.1
-    refit_every: int = 10
-    pareto_band: float | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> PredictorOptions:
@@ -137,16 +145,8 @@ class PredictorOptions:
         Raises:
             ConfigError: naming the unknown, missing or invalid key.
         """
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ConfigError(f"latency.options.{unknown[0]}: unknown for latency=predictor; known: {known}")
-        if not options.get("path"):
-            raise ConfigError(
-                "latency.options.path: required for latency=predictor: the file written by "
-                "`python -m latency_predictor.train --out FILE`"
-            )
-        opts = cls(**{k: v for k, v in options.items() if v is not None})
+        opts = _parse(cls, options, "predictor", "path",
+                      "the file written by `python -m latency_predictor.train --out FILE`")
         if not Path(opts.path).is_file():
             raise ConfigError(f"latency.options.path: no predictor file at {opts.path!r}")
         if opts.hybrid and not opts.dataset:
@@ -178,7 +178,7 @@ def make_predictor_estimator(
         precision: the deployment precision the predictor must have been trained at.
         measure: the protocol settings hybrid mode's confirmations are timed with.
         target_stat: the statistic the predictor must predict; hybrid confirmations are timed
-            with enough runs for it (:func:`~latency_predictor.statistic.protocol_for`).
+            with enough runs for it (:func:`~latency_predictor.measurement.statistic.protocol_for`).
 
     Raises:
         ConfigError: bad options, an unknown ``target_stat``.
@@ -193,11 +193,7 @@ def make_predictor_estimator(
     pred = read_predictor(path)
     check_statistic(pred, target_stat, path)
     if opts.hybrid:
-        _no_precision_option(opts.measure_options, "latency.options.measure_options")
-        backend_opts = dict(opts.measure_options)
-        protocol = {**dict(measure or {}), **dict(backend_opts.pop("measure", None) or {})}
-        backend = make_estimator(opts.measure_backend, input_shape=list(input_shape), num_classes=num_classes,
-                                 precision=precision, measure=protocol_for(target_stat, protocol), **backend_opts)
+        backend = _measuring_backend(opts, input_shape, num_classes, measure, precision, target_stat)
         pred.target.check(PredictorTarget.create(space, backend), what="predictor")
         pred.space = space
         return HybridEstimator(pred, backend, opts, target_ms)
@@ -225,7 +221,7 @@ def predictor_measuring_backend(
     For figures that sit beside a predictor's (reference networks outside the predictor's space,
     for example): the backend is ``latency.options.measure_backend`` with its ``measure_options``,
     and this machine must be the device the predictor was trained for. The protocol ``measure``
-    gets the timed runs ``target_stat`` needs (:func:`~latency_predictor.statistic.protocol_for`).
+    gets the timed runs ``target_stat`` needs (:func:`~latency_predictor.measurement.statistic.protocol_for`).
 
     Raises:
         ConfigError: bad options.
@@ -235,11 +231,7 @@ def predictor_measuring_backend(
     """
     opts = PredictorOptions.parse(options)
     pred = read_predictor(current_predictor_path(opts))
-    _no_precision_option(opts.measure_options, "latency.options.measure_options")
-    backend_opts = dict(opts.measure_options)
-    protocol = {**dict(measure or {}), **dict(backend_opts.pop("measure", None) or {})}
-    backend = make_estimator(opts.measure_backend, input_shape=list(input_shape), num_classes=num_classes,
-                             precision=precision, measure=protocol_for(target_stat, protocol), **backend_opts)
+    backend = _measuring_backend(opts, input_shape, num_classes, measure, precision, target_stat)
     here = DeviceFingerprint.of_estimator(backend)
     diffs = here.differences(pred.target.fingerprint, there="in the predictor")
     if diffs:
@@ -249,6 +241,19 @@ def predictor_measuring_backend(
             "measure_options to what the predictor was measured with)"
         )
     return backend
+
+
+def _measuring_backend(
+    opts: PredictorOptions, input_shape: Sequence[int], num_classes: int, measure: Mapping[str, Any] | None,
+    precision: str, target_stat: str,
+) -> MeasuredBackend:
+    """``measure_backend`` with its ``measure_options``, timing with the search's protocol ``measure``
+    (overridden by ``measure_options.measure``) raised to the runs ``target_stat`` needs."""
+    _no_precision_option(opts.measure_options, "latency.options.measure_options")
+    backend_opts = dict(opts.measure_options)
+    protocol = {**dict(measure or {}), **dict(backend_opts.pop("measure", None) or {})}
+    return make_estimator(opts.measure_backend, input_shape=list(input_shape), num_classes=num_classes,
+                          precision=precision, measure=protocol_for(target_stat, protocol), **backend_opts)
 
 
 def describe_device(pred: PredictorEstimator) -> str:
@@ -294,16 +299,8 @@ class RemoteOptions:
                 "latency.options.token: not taken, because the search records its configuration (MLflow params, "
                 f"config.yaml); put the token in ${TOKEN_ENV} (or latency.options.token_env / token_file)"
             )
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ConfigError(f"latency.options.{unknown[0]}: unknown for latency=remote; known: {known}")
-        if not options.get("url"):
-            raise ConfigError(
-                "latency.options.url: required for latency=remote: the http://HOST:PORT of an agent "
-                "(python -m latency_predictor.agent on the device), or a list of them for a pool"
-            )
-        opts = cls(**{k: v for k, v in options.items() if v is not None})
+        opts = _parse(cls, options, "remote", "url", "the http://HOST:PORT of an agent "
+                      "(python -m latency_predictor.agent on the device), or a list of them for a pool")
         if not isinstance(opts.backend_options, Mapping):
             raise ConfigError("latency.options.backend_options: must be a mapping of the backend's options")
         return opts

@@ -8,29 +8,33 @@
   ``cuda_graphs=True`` captures the forward pass once in a CUDA graph on that device and times its
   replay, which removes the per-kernel launch cost that eager mode pays; the placed network and its
   static input are kept with the prepared run, because the graph reads their memory
-  (:mod:`latency_predictor.backends.gpu`).
+  (:mod:`latency_predictor.measurement.backends.gpu`).
 * Precision: ``fp32``; ``bf16`` (CPU or CUDA, weights and input cast); ``fp16`` (CUDA only).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 import torch
 from torch import nn
 
-from latency_predictor.backends import gpu
-from latency_predictor.backends.base import MeasuredBackend, Prepared, check_choice, check_positive_int
-from latency_predictor.breakdown import Breakdown, make_breakdown, torch_block_times
-from latency_predictor.environment import cpu_model
 from latency_predictor.errors import BackendUnavailableError, ConfigError, MeasurementError
-from latency_predictor.export import DEFAULT_INPUT_SHAPE, sample_input
-from latency_predictor.slot import normalise_device
-from latency_predictor.timing import MeasureConfig
+from latency_predictor.measurement.backends import gpu
+from latency_predictor.measurement.backends.base import (
+    CommonOptions,
+    MeasuredBackend,
+    Prepared,
+    check_choice,
+    check_positive_int,
+)
+from latency_predictor.measurement.breakdown import Breakdown, make_breakdown, torch_block_times
+from latency_predictor.measurement.environment import cpu_model
+from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, sample_input
+from latency_predictor.measurement.slot import normalise_device
 from search_spaces import Arch
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -51,11 +55,8 @@ class TorchBackend(MeasuredBackend):
         cuda_graphs: time a CUDA-graph replay instead of eager launches (CUDA only).
         cudnn_benchmark: let cuDNN pick the fastest convolution algorithms (CUDA only).
         channels_last: run in NHWC memory format.
-        measure: protocol settings (:class:`MeasureConfig` or a mapping of its fields).
-        slot: take the device's measurement slot while timing.
-        slot_dir: directory of the slot lock files.
-        num_classes: classifier width of the built network.
-        keep_samples: keep the per-run times in ``extra["samples_ms"]``.
+        **common: the options every backend takes (:class:`CommonOptions`: ``measure``, ``slot``,
+            ``slot_dir``, ``num_classes``, ``keep_samples``).
 
     Raises:
         ConfigError: an unknown precision or device, fp16 or CUDA graphs on CPU, bad counts or shape.
@@ -64,6 +65,7 @@ class TorchBackend(MeasuredBackend):
 
     name = "torch"
     runtime_errors = (RuntimeError,)
+    has_breakdown = True
 
     def __init__(
         self,
@@ -75,11 +77,7 @@ class TorchBackend(MeasuredBackend):
         cuda_graphs: bool = False,
         cudnn_benchmark: bool = True,
         channels_last: bool = False,
-        measure: MeasureConfig | Mapping[str, Any] | None = None,
-        slot: bool = True,
-        slot_dir: str | Path | None = None,
-        num_classes: int = 1000,
-        keep_samples: bool = False,
+        **common: Unpack[CommonOptions],
     ) -> None:
         dev = normalise_device(device)
         check_choice("precision", precision, list(DTYPES))
@@ -92,7 +90,7 @@ class TorchBackend(MeasuredBackend):
                 raise ConfigError("precision 'fp16' is supported on CUDA only; use 'bf16' or 'fp32' on CPU")
             if self.cuda_graphs:
                 raise ConfigError("cuda_graphs needs a CUDA device; got device='cpu'")
-        super().__init__(input_shape, precision, dev, measure, slot, slot_dir, num_classes, keep_samples)
+        super().__init__(input_shape, precision, dev, **common)
         if dev != "cpu":
             if not torch.cuda.is_available():
                 raise BackendUnavailableError(f"device {dev!r}: torch sees no CUDA device; {CUDA_FIX}")
@@ -179,15 +177,8 @@ class TorchBackend(MeasuredBackend):
             env["cudnn_benchmark"] = str(self.cudnn_benchmark)
         return env
 
-    def breakdown(self, arch: Arch, runs: int = 50, warmup_runs: int = 10) -> Breakdown:
-        """Per-block times of ``arch`` in eager mode, from forward hooks (CUDA graphs are not used).
-
-        Args:
-            arch: the network.
-            runs: timed inferences.
-            warmup_runs: inferences run first and left out of the figures.
-        """
-        check_positive_int("runs", runs)
+    def _breakdown(self, arch: Arch, runs: int, warmup_runs: int) -> Breakdown:
+        """In eager mode, from forward hooks (CUDA graphs are not used)."""
         with self._settings():
             model, x = self._place(self.build_net(arch), self.input_shape)
             sync = gpu.synchronizer(self.device_index) if self.device_index is not None else None

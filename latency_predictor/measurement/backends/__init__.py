@@ -2,7 +2,7 @@
 
 Build one from plain config values::
 
-    from latency_predictor.backends import make_estimator
+    from latency_predictor.measurement.backends import make_estimator
     est = make_estimator("onnxruntime", input_shape=(1, 3, 224, 224), intra_op_threads=1,
                          measure={"min_runs": 100, "min_time_s": 1.0})
     result = est.measure(arch)          # a LatencyResult; result.latency_ms is the p50
@@ -16,11 +16,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from latency_predictor.backends.base import MeasuredBackend, Prepared
-from latency_predictor.backends.ort_backend import OnnxRuntimeBackend
-from latency_predictor.backends.tensorrt_backend import TensorRTBackend
-from latency_predictor.backends.torch_backend import TorchBackend
 from latency_predictor.errors import ConfigError
+from latency_predictor.measurement.backends.base import CommonOptions, MeasuredBackend, Prepared
+from latency_predictor.measurement.backends.ort_backend import OnnxRuntimeBackend
+from latency_predictor.measurement.backends.tensorrt_backend import TensorRTBackend
+from latency_predictor.measurement.backends.torch_backend import TorchBackend
 
 BACKENDS: dict[str, type[MeasuredBackend]] = {
     OnnxRuntimeBackend.name: OnnxRuntimeBackend,
@@ -36,8 +36,8 @@ def backend_options(backend: str) -> list[str]:
     Raises:
         ConfigError: unknown backend (the known ones are listed).
     """
-    cls = _backend_class(backend)
-    return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    own = inspect.signature(_backend_class(backend).__init__).parameters.values()
+    return [*(p.name for p in own if p.name != "self" and p.kind is not p.VAR_KEYWORD), *CommonOptions.__annotations__]
 
 
 def make_estimator(backend: str = DEFAULT_BACKEND, **options: Any) -> MeasuredBackend:
@@ -70,6 +70,6 @@ def _backend_class(backend: str) -> type[MeasuredBackend]:
 
 
 __all__ = [
-    "BACKENDS", "DEFAULT_BACKEND", "MeasuredBackend", "OnnxRuntimeBackend", "Prepared", "TensorRTBackend",
-    "TorchBackend", "backend_options", "make_estimator",
+    "BACKENDS", "DEFAULT_BACKEND", "CommonOptions", "MeasuredBackend", "OnnxRuntimeBackend", "Prepared",
+    "TensorRTBackend", "TorchBackend", "backend_options", "make_estimator",
 ]
