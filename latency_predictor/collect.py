@@ -271,7 +271,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Measure architectures covering a search space into a (resumable) latency dataset.",
         epilog="Options may also be given as key=value: +space=mobile latency=onnxruntime n=300.",
     )
-    p.add_argument("--space", required=True, help="search space name (conf/space/) or YAML path")
+    p.add_argument("--space", required=True, help="search space name (search_spaces/spaces/) or YAML path")
     p.add_argument("--backend", "--latency", dest="backend", default=DEFAULT_BACKEND,
                    help=f"one of {sorted(BACKENDS)}, or remote: measured by agents on another device "
                         f"(default {DEFAULT_BACKEND})")
