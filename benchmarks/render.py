@@ -912,6 +912,11 @@ spreads are reported.
 
     python scripts/bench.py --quick     # the quick set, small (about 9.5 minutes on 2 cores; --list sums it)
     python scripts/bench.py --list      # the benchmarks and their expected durations
+    python scripts/bench.py sampler references   # named benchmarks at full size (says how long first)
+    python scripts/bench.py --render    # this page again from the records
+
+The CIFAR-10 benchmarks need the training images (`--cifar10 DIR/cifar10-train-jpeg.tar.gz`, or
+`$LATNAS_CIFAR10_JPEG`) and run in `--quick` only when named.
 """
 
 
