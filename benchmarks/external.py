@@ -3,7 +3,7 @@ measurement agent, search overhead, and contention or reliability where those sc
 as subprocesses.
 
 Each script writes its own JSON record; in quick mode it runs with smaller settings and writes
-under ``benchmarks/quick/``, so a quick run never replaces a full record. The suite's record of
+under ``benchmarks/records/quick/``, so a quick run never replaces a full record. The suite's record of
 such a benchmark holds the script's command, its output's tail and the script's own record.
 """
 

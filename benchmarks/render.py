@@ -1,10 +1,10 @@
-"""``BENCHMARKS.md`` rendered from the JSON records under ``benchmarks/``, so it never drifts
+"""``BENCHMARKS.md`` rendered from the JSON records under ``benchmarks/records/``, so it never drifts
 from what was measured.
 
 Each section comes from one record: a short prose explanation (fixed text: what is measured and
 how to read it), the figures as tables, and the record's machine, versions, date and the command
-that reproduces it. A full-mode record (``benchmarks/<name>.json``) is preferred; without one, the
-quick-mode record (``benchmarks/quick/<name>.json``) is rendered and marked as such. A benchmark
+that reproduces it. A full-mode record (``benchmarks/records/<name>.json``) is preferred; without one,
+the quick-mode record (``benchmarks/records/quick/<name>.json``) is rendered and marked as such. A benchmark
 with no record gets no section. Records of unknown layout are rendered generically (their scalar
 figures). Hand-written observations about a record's figures live in ``benchmarks/notes/<name>.md``
 and are placed, marked as such, under the generated tables.
@@ -221,6 +221,11 @@ spreads are reported.
 
     python scripts/bench.py --quick     # the quick set, small (about 9.5 minutes on 2 cores; --list sums it)
     python scripts/bench.py --list      # the benchmarks and their expected durations
+    python scripts/bench.py sampler references   # named benchmarks at full size (says how long first)
+    python scripts/bench.py --render    # this page again from the records
+
+The CIFAR-10 benchmarks need the training images (`--cifar10 DIR/cifar10-train-jpeg.tar.gz`, or
+`$LATNAS_CIFAR10_JPEG`) and run in `--quick` only when named.
 """
 
 

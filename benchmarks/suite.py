@@ -3,11 +3,12 @@
     python scripts/bench.py --list                 # the benchmarks and how long each takes
     python scripts/bench.py --quick                # every benchmark, small (under 10 minutes on 2 cores)
     python scripts/bench.py sampler screening      # some benchmarks, full size (says how long first)
-    python scripts/bench.py --render               # BENCHMARKS.md from the records under benchmarks/
+    python scripts/bench.py --render               # BENCHMARKS.md from the records under benchmarks/records/
 
 Each benchmark prints its figures and writes a JSON record (machine, CPU model, versions, date,
-exact command, mode, figures): ``benchmarks/<name>.json`` in full mode, ``benchmarks/quick/<name>.json``
-in quick mode. After a run, ``BENCHMARKS.md`` is rendered again from the records.
+exact command, mode, figures): ``benchmarks/records/<name>.json`` in full mode,
+``benchmarks/records/quick/<name>.json`` in quick mode. After a run, ``BENCHMARKS.md`` is rendered
+again from the records.
 """
 
 from __future__ import annotations

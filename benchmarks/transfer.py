@@ -267,8 +267,9 @@ architectures:
 {table(['source -> target', 'adapted', 'scales only', 'adapted, random', 'scales only, random', 'goal'], prow)}"""
     return f"""A predictor for a device from n measurements there, adapted from another device's predictor
 (`python -m latency_predictor.train --adapt-from`: per-group scales and the device's overheads refitted,
-then each operator's cost refined, `latency_predictor/prediction/transfer/`), against a predictor
-fitted from scratch on the same n and the full predictor fitted on {st['n_full']} measurements of the target.
+then each operator's cost refined; the method is described in `docs/predictor.md`), against a
+predictor fitted from scratch on the same n and the full predictor fitted on {st['n_full']} measurements
+of the target.
 "Devices" with different latency profiles stand in for real ones:
 
 {dev}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs LatNAS (editable, from this checkout) into the current Python environment.
 #   bash scripts/install.sh          the tool, with ONNX Runtime's CPU build
-#   bash scripts/install.sh --dev    the tool and the test tools (pytest, ruff, mypy, import-linter)
+#   bash scripts/install.sh --dev    the tool, the test tools (pytest, ruff, mypy, import-linter) and MkDocs
 #   bash scripts/install.sh --gpu    the tool with ONNX Runtime's GPU build (onnxruntime-gpu) instead
 #   bash scripts/install.sh --cluster  also Ray's dashboard (ray[default]): a cluster's head node, for
 #                                    `ray job submit` and `ray up` (--dev includes it)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The whole check: lint, types, layer contracts, then the tests (CPU-only; GPU and TensorRT tests
-# skip themselves where the hardware is missing):
+# The whole check: lint, types, layer contracts, the documentation site, then the tests (CPU-only;
+# GPU and TensorRT tests skip themselves where the hardware is missing):
 #   bash scripts/test.sh           the fast set, then the slow tests marked `ci` (what CI runs, ~14 min on 2 cores)
-#   bash scripts/test.sh --fast    lint, types, contracts and the fast set only
+#   bash scripts/test.sh --fast    lint, types, contracts, the documentation and the fast set only
 #   bash scripts/test.sh --all     the fast set, then the whole slow set (about 31 minutes more)
 # The fast set is unit and small integration tests; the slow set (marker `slow`) starts real
 # multi-node Ray clusters, kills processes, runs long searches and installs the wheel into a
@@ -18,6 +18,11 @@ esac
 echo "== ruff";          "$PY" -m ruff check search_spaces latency_predictor nas benchmarks scripts tests
 echo "== mypy";          "$PY" -m mypy
 echo "== import-linter"; lint-imports
+# the documentation site, strictly: a broken link or anchor, a page missing from the nav, a missing
+# include or an API reference that does not resolve fails; the site is built into a temporary folder
+echo "== mkdocs"
+site=$(mktemp -d); trap 'rm -rf "$site"' EXIT
+NO_MKDOCS_2_WARNING=1 "$PY" -m mkdocs build --strict --site-dir "$site"
 echo "== pytest (fast set)"
 "$PY" -m pytest "$@"
 if [ -n "$slow" ]; then

@@ -1,12 +1,17 @@
-"""Every Python snippet in README.md and docs/*.md runs as written, in a fresh folder.
+"""The documents say what the code does: every Python snippet in README.md and docs/*.md runs as
+written, in a fresh folder, and the names and links they cite exist.
 
 The snippets are read from the documents themselves (```python fences), so a snippet edited into
 something that fails fails here. A snippet that loads ``mobile-cpu.json`` gets the file the
-README's own ``collect`` and ``train`` commands make (fewer architectures, a shorter protocol).
+``collect`` and ``train`` commands of docs/predictor.md make (fewer architectures, a shorter
+protocol). Links between the pages under docs/ are checked by the strict MkDocs build
+(scripts/test.sh); the README's links, and the modules and files every document names, here.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -63,15 +68,88 @@ def test_a_snippet_runs_as_written_in_a_fresh_folder(where: str, code: str, tmp_
 @pytest.mark.slow
 @pytest.mark.parametrize("where,code", [s for s in SNIPPETS if "mobile-cpu.json" in s[1]],
                          ids=[w for w, c in SNIPPETS if "mobile-cpu.json" in c])
-def test_the_predictor_snippet_loads_what_the_readmes_commands_make(where: str, code: str, tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    # The README's commands, taken from it, with fewer architectures and a shorter protocol.
+def test_the_predictor_snippet_loads_what_the_pages_commands_make(where: str, code: str, tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "predictor.md").read_text()
+    # The page's commands, taken from it, with fewer architectures and a shorter protocol.
     collect = re.search(r"python -m latency_predictor\.collect (\+space=mobile latency=onnxruntime n=300 "
-                        r"num_classes=10 out=data/mobile-cpu)", readme)
-    train = re.search(r"python -m latency_predictor\.train (data=data/mobile-cpu out=mobile-cpu\.json)", readme)
-    assert collect and train, "the README's collect/train commands changed: update this test with them"
+                        r"num_classes=10 out=data/mobile-cpu)", page)
+    train = re.search(r"python -m latency_predictor\.train (data=data/mobile-cpu out=mobile-cpu\.json)", page)
+    assert collect and train, "docs/predictor.md's collect/train commands changed: update this test with them"
     args = collect.group(1).replace("n=300", "n=12").split()
     _run([sys.executable, "-m", "latency_predictor.collect", *args, "--min-runs", "10", "--min-time-s", "0.05",
           "--max-time-s", "0.3", "--warmup-runs", "2", "--no-progress"], cwd=tmp_path, timeout=900)
     _run([sys.executable, "-m", "latency_predictor.train", *train.group(1).split()], cwd=tmp_path)
     _run([sys.executable, "-c", code], cwd=tmp_path)
+
+
+# --- names and links ---------------------------------------------------------------------------
+
+TEXTS = [*DOCS, ROOT / "BENCHMARKS.md"]
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+DOTTED = re.compile(r"\b((?:search_spaces|latency_predictor|nas|benchmarks)(?:\.[A-Za-z_]\w*)+)")
+REPO_PATH = re.compile(r"(?<![\w./<-])((?:search_spaces|latency_predictor|nas|conf|benchmarks|scripts|tests|docs|\.ci)"
+                       r"/[\w./*-]*)")
+FILE_SUFFIXES = {"md", "py", "json", "jsonl", "yaml", "yml", "csv", "txt", "png", "onnx", "pt", "ts", "sh"}
+# Paths the documents name that a checkout does not hold: where the wheel puts conf/, and what a
+# benchmark step writes when it runs.
+NOT_IN_A_CHECKOUT = {"nas/conf", "benchmarks/cifar10-deploy/"}
+
+
+def _cited() -> tuple[set[str], set[str]]:
+    names: set[str] = set()
+    paths: set[str] = set()
+    for doc in TEXTS:
+        text = doc.read_text()
+        for span in CODE_SPAN.findall(text) + re.findall(r"python -m ([\w.]+)", text):
+            names.update(n for n in DOTTED.findall(span) if n.rsplit(".", 1)[1] not in FILE_SUFFIXES)
+            paths.update(REPO_PATH.findall(span))
+    return names, paths
+
+
+def _resolves(name: str) -> bool:
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        module = ".".join(parts[:i])
+        try:
+            if importlib.util.find_spec(module) is None:
+                continue
+        except ModuleNotFoundError:  # a parent is a module, not a package: the rest are attributes
+            continue
+        obj: object = importlib.import_module(module)
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_every_module_and_name_the_documents_cite_exists() -> None:
+    names, _ = _cited()
+    assert len(names) > 20, sorted(names)
+    stale = sorted(n for n in names if not _resolves(n))
+    assert not stale, f"the documents cite modules or names that do not exist: {stale}"
+
+
+def test_every_repository_path_the_documents_cite_exists() -> None:
+    _, paths = _cited()
+    assert len(paths) > 20, sorted(paths)
+    missing = sorted(p for p in paths - NOT_IN_A_CHECKOUT
+                     if not (list(ROOT.glob(p)) if "*" in p else (ROOT / p).exists()))
+    assert not missing, f"the documents cite paths that do not exist: {missing}"
+
+
+def _github_anchor(heading: str) -> str:
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readmes_links_name_files_and_sections_that_exist() -> None:
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 10, local
+    for link in local:
+        target, _, anchor = link.partition("#")
+        assert (ROOT / target).is_file(), f"README.md links to {target}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / target).read_text(), re.M)
+            assert anchor in {_github_anchor(h) for h in headings}, f"README.md: {target} has no section #{anchor}"

@@ -2,7 +2,7 @@
 
 * :func:`connect` starts a local Ray cluster (``ray.init`` on this machine) or joins the one at
   ``ray.address`` (or at ``$RAY_ADDRESS``, which ``ray job submit`` sets for the search it
-  starts); an unreachable address is a :class:`~nas.errors.ClusterError` before any trial. Ray
+  starts); an unreachable address is a :class:`~nas.core.errors.ClusterError` before any trial. Ray
   Client addresses (``ray://``) are refused: under Ray Client, Ray Tune runs its driver loop on
   the head node, so the callbacks that write the MLflow record would run there and not here.
   Ray's own console output is silenced (no progress tables, no dashboard, no usage stats);

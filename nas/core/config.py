@@ -1,11 +1,13 @@
 """The configuration of every command: one dataclass schema per Hydra config group, one per command.
 
 Each group (``latency``, ``data``, ``train``, ``accuracy``, ``search``, ``ray``, ``tracking``)
-has a schema, registered in Hydra's ConfigStore as ``<group>/schema`` by :mod:`nas.cli`
-(the Hydra adapter; this module does not import Hydra); the YAML files under
-``conf/<group>/`` start from it, so a misspelt key or a wrong type fails when the config is
-composed, naming the key. The ``space`` group holds search-space YAML in the format of
-:mod:`search_spaces` and has no default: its schema is a loose mapping here and
+has a schema here. :mod:`nas.cli` (the Hydra adapter; this module does not import Hydra)
+registers each command's whole schema in Hydra's ConfigStore (``base_config`` for the search,
+``<command>_schema`` for the others), not one per group: the groups' YAML files under
+``conf/<group>/`` merge into that typed config, so a misspelt key or a wrong type fails when the
+config is composed, naming the key. The ``space`` group holds search-space YAML in the format of
+:mod:`search_spaces` (the built-in spaces, ``search_spaces/spaces/*.yaml``, registered as its
+options) and has no default: its schema is a loose mapping here and
 :meth:`search_spaces.SearchSpace.from_dict` validates it. Ranges and choices are checked by
 :func:`validate` before any work starts.
 
@@ -371,7 +373,7 @@ class SearchConfig:
     """The whole configuration of one search.
 
     Attributes:
-        space: the search-space mapping (``+space=<name>`` loads ``conf/space/<name>.yaml``).
+        space: the search-space mapping (``+space=<name>`` loads ``search_spaces/spaces/<name>.yaml``).
         space_source: where ``space`` came from, for error messages.
         target_ms: the latency target in milliseconds.
         name: the search's name (MLflow parent run name, Ray experiment name); None:

@@ -1,4 +1,4 @@
-"""What a latency record and an accuracy score into: the one place that reads the ``latency``
+"""How a latency record and an accuracy become a reward: the one place that reads the ``latency``
 settings that shape the reward (the statistic the target bounds, the serving scenario).
 
 ``single_stream`` (the default): the target bounds one image's latency at ``target_stat``
