@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import os
 import re
 import secrets
@@ -38,10 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import spread, write_record
+from benchmarks.common import header, spread, write_record
 from latency_predictor.agent.client import RemoteEstimator
 from latency_predictor.measurement.backends import make_estimator
-from latency_predictor.measurement.environment import base_environment, versions
 from latency_predictor.measurement.export import parse_shape
 from latency_predictor.measurement.timing import MeasureConfig
 from search_spaces import REFERENCES, Arch, load_space, resolve_arch
@@ -178,9 +176,7 @@ def main() -> int:
           f"{GOAL_P50_RATIO}: {'met' if figures['met'] else 'MISSED'}; transport "
           f"{figures['transport_s_median'] * 1e3:.1f} ms per candidate; {wall:.0f} s in all")
     record = {
-        "command": ["python", "-m", "benchmarks.agent", *sys.argv[1:]],
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), **versions(("onnxruntime", "fastapi", "uvicorn"))},
+        **header("agent", "full", ["python", "-m", "benchmarks.agent", *sys.argv[1:]], ("fastapi", "uvicorn")),
         "settings": {"input_shape": list(shape), "backend": "onnxruntime", "intra_op_threads": 1,
                      "rounds": args.rounds, "measure": dataclasses.asdict(measure)},
         "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0], "wall_seconds": wall,

@@ -35,12 +35,14 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     return " ".join(["python scripts/bench.py", *(shlex.quote(a) for a in args)])
 
 
-def header(name: str, mode: str, command: str) -> dict[str, Any]:
-    """The common fields of a record: benchmark name, mode, command, date, machine, versions."""
+def header(name: str, mode: str, command: str | Sequence[str], extra_versions: Sequence[str] = ()) -> dict[str, Any]:
+    """The common fields of every record, one layout for all: benchmark name, mode (``full`` or
+    ``quick``), the command as typed, date, machine (with its load average now) and versions
+    (:data:`VERSIONED` and ``extra_versions``)."""
     return {
-        "benchmark": name, "mode": mode, "command": command,
+        "benchmark": name, "mode": mode, "command": command if isinstance(command, str) else shlex.join(command),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine_and_load(), "versions": versions(VERSIONED),
+        "machine": machine_and_load(), "versions": versions(dict.fromkeys([*VERSIONED, *extra_versions])),
     }
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import os
 import signal
 import statistics
@@ -39,9 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_record
+from benchmarks.common import header, write_record
 from latency_predictor.measurement.backends import make_estimator
-from latency_predictor.measurement.environment import machine, usable_cpus, versions
+from latency_predictor.measurement.environment import usable_cpus
 from latency_predictor.measurement.slot import SLOT_DIR_ENV, measurement_slot
 from search_spaces import Arch, resolve_arch
 
@@ -238,10 +237,8 @@ def main() -> None:
           "cores busy on the machine / used by the search's processes while the measurement ran)")
 
     report = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["python -m benchmarks.contention", *sys.argv[1:]]),
-        "machine": {**machine(), "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
-        "versions": versions(("torch", "onnxruntime", "ray")),
+        **header("contention", "full", ["python", "-m", "benchmarks.contention", *sys.argv[1:]]),
+        "load_average_start": load_start,
         "arch": arch.encode(), "arch_name": args.arch, "measure": MEASURE,
         "rounds": args.rounds,
         "search_load": {"concurrent_trials": args.concurrent, "cpus_per_trial": 1, "space": "mobile",

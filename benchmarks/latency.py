@@ -16,7 +16,6 @@ Sections (figures are printed, and written with the machine, versions, date and 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import subprocess
@@ -27,9 +26,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import write_record
+from benchmarks.common import header, write_record
 from latency_predictor.measurement.backends import make_estimator
-from latency_predictor.measurement.environment import base_environment, versions
 from search_spaces import REFERENCES, resolve_arch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,10 +169,7 @@ def main() -> int:
     args = p.parse_args()
     load_before = os.getloadavg()
     record: dict[str, Any] = {
-        "command": ["python", "-m", "benchmarks.latency", *sys.argv[1:]],
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": base_environment(),
-        "versions": versions(("torch", "onnxruntime", "onnx", "numpy")),
+        **header("latency", "full", ["python", "-m", "benchmarks.latency", *sys.argv[1:]]),
     }
     print(f"repeatability ({args.arch}, {args.processes} processes):", flush=True)
     record["repeatability"] = repeatability(args.arch, args.processes, args.input_shape)

@@ -22,7 +22,6 @@ Figures are printed and written with the machine, versions, date and command to 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 import time
@@ -31,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import write_record
+from benchmarks.common import header, write_record
 from latency_predictor.measurement.backends import make_estimator
-from latency_predictor.measurement.environment import base_environment, versions
 from latency_predictor.measurement.timing import MeasureConfig
 from latency_predictor.prediction.collection import collect, default_out
 from latency_predictor.prediction.dataset import Dataset
@@ -170,9 +168,7 @@ def main() -> int:
     for k, v in TARGETS.items():
         print(f"target {k} >= {v:g}: {got[k]:.4g} {'met' if verdict[k] else 'MISSED'}")
     record = {
-        "command": ["python", "-m", "benchmarks.predictor", *sys.argv[1:]],
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), **versions(("onnxruntime", "scipy"))},
+        **header("predictor", "full", ["python", "-m", "benchmarks.predictor", *sys.argv[1:]], ("scipy",)),
         "settings": {"space": "mobile", "input_shape": [1, 3, 224, 224], "intra_op_threads": 1,
                      "measure": {"warmup_runs": 5, "warmup_s": 0.1, "min_runs": args.min_runs, "min_time_s": 0.3,
                                  "max_time_s": 3.0},

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import itertools
 import json
 import os
@@ -38,8 +37,7 @@ import numpy as np
 import torch
 
 from benchmarks import fidelity
-from benchmarks.common import RECORDS_DIR, ROOT, write_record
-from latency_predictor.measurement.environment import base_environment
+from benchmarks.common import RECORDS_DIR, ROOT, header, write_record
 from nas.data import load_dataset
 from nas.studies.fidelity import REFERENCE, SUPERNET, Task, _Context, compute
 from nas.studies.stats import agreement, noise_ceiling
@@ -182,8 +180,7 @@ def main() -> int:
         if all(a in sn for a in archs):
             estimates[SUPERNET] = np.array([sn[a] for a in archs])
     figures = figures_of(study, runs, estimates, seconds)
-    record = {"command": ["python", "-m", "benchmarks.reference_noise", *sys.argv[1:]],
-              "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "environment": base_environment(),
+    record = {**header("reference_noise", "full", ["python", "-m", "benchmarks.reference_noise", *sys.argv[1:]]),
               "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
               "wall_seconds": time.perf_counter() - t0, "figures": figures}
     write_record(args.out, record)

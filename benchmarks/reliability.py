@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import os
 import shlex
 import signal
@@ -41,8 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_record
-from latency_predictor.measurement.environment import machine, versions
+from benchmarks.common import header, write_record
 from nas.trial.faults import ENV_VAR, FaultPlan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -297,10 +295,7 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HYDRA_", "RAY_ADDRESS"))}
     env[ENV_VAR] = spec
     report: dict[str, Any] = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["python -m benchmarks.reliability", *sys.argv[1:]]),
-        "machine": machine(),
-        "versions": versions(("torch", "onnxruntime", "ray", "optuna", "mlflow")),
+        **header("reliability", "full", ["python", "-m", "benchmarks.reliability", *sys.argv[1:]]),
         "settings": {"n_trials": args.n_trials, "bad_rate": args.bad_rate, "kill_rate": args.kill_rate,
                      "faults": spec, "trial_timeout_s": args.timeout, "search": list(SETTINGS)},
     }

@@ -81,16 +81,12 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def meta(rec: Rec) -> str:
-    """The record's provenance: date, machine, versions, command, mode."""
-    m = rec.get("machine") or rec.get("environment") or {}
+    """The record's provenance (its header, :func:`benchmarks.common.header`): date, machine, versions,
+    command, mode."""
+    m = rec.get("machine") or {}
     v = rec.get("versions") or {}
-    if not v and "environment" in rec:
-        v = {k: rec["environment"][k] for k in ("torch", "onnxruntime", "numpy") if k in rec["environment"]}
-    cmd = rec.get("command", "")
-    if isinstance(cmd, list):
-        cmd = " ".join(cmd)
-    cmd = portable(cmd)  # a folder outside the repository is the reader's choice, not part of the command
-    date = rec.get("date") or rec.get("created") or "?"
+    cmd = portable(rec.get("command", ""))  # a folder outside the repository is the reader's choice
+    date = rec.get("date", "?")
     cpus = m.get("cpus_usable", "?")
     load = m.get("load_average")
     load_s = f", load average {'/'.join(_f(x) for x in load)} at the end" if load else ""
@@ -166,7 +162,7 @@ def _generic(rec: Rec) -> str:
     def walk(prefix: str, x: Any) -> None:
         if isinstance(x, dict):
             for k, v in x.items():
-                if k not in ("machine", "versions", "environment", "command", "date", "created"):
+                if k not in ("benchmark", "mode", "machine", "versions", "command", "date"):
                     walk(f"{prefix}{k}.", v)
         elif isinstance(x, int | float | str | bool) and len(flat) < 40:
             text = _f(x)

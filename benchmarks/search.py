@@ -22,7 +22,6 @@ Figures are printed and written as JSON (``--out``).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import subprocess
 import sys
 import tempfile
@@ -30,8 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_record
-from latency_predictor.measurement.environment import machine, versions
+from benchmarks.common import header, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,10 +141,7 @@ def main() -> None:
     args = ap.parse_args()
 
     report: dict[str, Any] = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["python -m benchmarks.search", *sys.argv[1:]]),
-        "machine": machine(),
-        "versions": versions(("torch", "onnxruntime", "ray", "optuna", "mlflow")),
+        **header("search", "full", ["python", "-m", "benchmarks.search", *sys.argv[1:]]),
     }
     with tempfile.TemporaryDirectory(prefix="latnas-bench-") as tmp:
         work = Path(tmp)

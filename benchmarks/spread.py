@@ -26,7 +26,6 @@ drift over the same minutes, which no measurement inside a search can go below.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import subprocess
@@ -38,8 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import write_record
-from latency_predictor.measurement.environment import base_environment, versions
+from benchmarks.common import header, write_record
 
 GOAL = 1.10
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,9 +209,7 @@ def main() -> int:
     print(f"the floor (the same networks measured alone, in a fresh process, after each search) within {GOAL}x: "
           f"{'yes' if figures['floor_met'] else 'NO: the host drifts more than the goal allows'}")
     record = {
-        "command": ["python", "-m", "benchmarks.spread", *sys.argv[1:]],
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), **versions(("onnxruntime", "ray", "mlflow"))},
+        **header("spread", "full", ["python", "-m", "benchmarks.spread", *sys.argv[1:]]),
         "settings": {"searches": args.searches, "trials": args.trials, "seed": args.seed, "sampler": "random",
                      "command": "python -m nas.search +space=mobile target_ms=50 (the quickstart's defaults)",
                      "final_pass_top_k": args.trials},

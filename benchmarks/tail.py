@@ -32,7 +32,6 @@ Parts, one after another, nothing else running:
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
@@ -44,9 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT, write_record
+from benchmarks.common import ROOT, header, write_record
 from latency_predictor.measurement.backends import make_estimator
-from latency_predictor.measurement.environment import base_environment, versions
 from latency_predictor.measurement.protocol import LatencyResult
 from latency_predictor.measurement.scenario import server_point
 from latency_predictor.measurement.statistic import protocol_for
@@ -322,9 +320,7 @@ def main() -> int:
     wall = time.perf_counter() - t0
     print(f"{wall:.0f} s in all")
     record = {
-        "command": ["python", "-m", "benchmarks.tail", *sys.argv[1:]],
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), **versions(("onnxruntime", "ray", "mlflow"))},
+        **header("tail", "full", ["python", "-m", "benchmarks.tail", *sys.argv[1:]]),
         "settings": {"input_shape": list(SHAPE), "threads": 1, "protocol": protocol_for("p99", BASE_PROTOCOL),
                      "batches": list(BATCHES), "bounds_ms": list(BOUNDS_MS), "predictor_n": args.predictor_n,
                      "search_trials": args.search_trials, "remeasure": args.remeasure},

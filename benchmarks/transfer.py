@@ -32,7 +32,6 @@ Goal: at n = 20, Spearman >= 0.95 and +-10% >= 90% for the adapted predictor.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import os
 import sys
@@ -43,9 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import write_record
+from benchmarks.common import header, write_record
 from latency_predictor.measurement.backends import make_estimator
-from latency_predictor.measurement.environment import base_environment, versions
 from latency_predictor.measurement.timing import MeasureConfig
 from latency_predictor.prediction.collection import collect, default_out
 from latency_predictor.prediction.dataset import Dataset, LatencyTable
@@ -222,9 +220,7 @@ def record(module: str, settings: dict[str, Any], load_before: float, t0: float,
            devices: dict[str, Any], pairs: list[dict[str, Any]]) -> dict[str, Any]:
     """A transfer benchmark's record."""
     return {
-        "command": ["python", "-m", module, *sys.argv[1:]],
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": {**base_environment(), **versions(("onnxruntime", "scipy"))},
+        **header(module.rsplit(".", 1)[-1], "full", ["python", "-m", module, *sys.argv[1:]], ("scipy",)),
         "settings": settings, "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
         "collect_seconds": collect_s, "wall_seconds": time.perf_counter() - t0, "goal": GOAL,
         "devices": devices, "pairs": pairs,
