@@ -12,7 +12,7 @@
 3. **Progressive schedule** (:func:`prune_progressively`): the ratio is reached in ``prune.steps``
    steps (ratio/steps, 2 ratio/steps, ...; later allocations continue from earlier ones, so a
    unit only ever narrows). Each step prunes the current network, re-estimates its BatchNorm
-   statistics on training batches (:func:`recalibrate_batchnorm`: the statistics of the channels
+   statistics on training batches (:func:`recalibrate_on_training_batches`: the statistics of the channels
    that remain change when others go) and fine-tunes it with the ``train`` recipe, with knowledge
    distillation from the un-pruned FP32 network when ``prune.distill`` is on.
 
@@ -39,7 +39,7 @@ from nas.core.errors import OptimizeError
 from nas.data import ProxyData
 from nas.deploy.calibration import to_input
 from nas.deploy.distill import distillation_loss_fn
-from nas.trial.training import EpochResult, train_briefly
+from nas.trial.training import EpochResult, recalibrate_batchnorm, train_briefly
 from search_spaces import Arch
 from search_spaces.builder import Net
 from search_spaces.prune import PruneUnit, prune_net, prune_units, pruned_arch, widths
@@ -181,28 +181,15 @@ def allocate(arch: Arch, units: list[PruneUnit], points: list[SensitivityPoint],
     return state
 
 
-def recalibrate_batchnorm(net: nn.Module, data: ProxyData, input_shape: tuple[int, ...], batches: int,
-                          batch_size: int, device: torch.device, seed: int = 0) -> None:
-    """Re-estimate every BatchNorm's running statistics on ``batches`` training batches (no augmentation).
-
-    The statistics are reset and averaged over the batches with equal weight (``momentum=None``),
-    the network is run in training mode without gradients, then put back in inference mode.
-    """
-    bns = [m for m in net.modules() if isinstance(m, nn.BatchNorm2d)]
-    momenta = [m.momentum for m in bns]
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None
-    net.to(device).train()
+def recalibrate_on_training_batches(net: nn.Module, data: ProxyData, input_shape: tuple[int, ...], batches: int,
+                                    batch_size: int, device: torch.device, seed: int = 0) -> None:
+    """Re-estimate every BatchNorm's running statistics on ``batches`` seeded training batches (no
+    augmentation), as :func:`nas.trial.training.recalibrate_batchnorm` does for a subnet."""
+    net.to(device)
     rng = np.random.default_rng(seed)
-    with torch.no_grad():
-        for i, (xb, _) in enumerate(data.train_batches(batch_size, rng, device)):
-            if i >= batches:
-                break
-            net(to_input(xb, data, input_shape))
-    for m, mom in zip(bns, momenta, strict=True):
-        m.momentum = mom
-    net.eval()
+    stream = data.train_batches(batch_size, rng, device)
+    first = zip(range(batches), stream, strict=False)
+    recalibrate_batchnorm(net, (to_input(xb, data, input_shape) for _, (xb, _) in first))
 
 
 @dataclass
@@ -255,7 +242,8 @@ def prune_progressively(
         share = ratio * s / cfg.steps
         state = allocate(teacher.arch, units, points, math.floor(base * (1 - share)), macs, cfg.multiple, state)
         net = apply(net.to("cpu").eval(), state, cfg.multiple)
-        recalibrate_batchnorm(net, data, input_shape, cfg.recalibration_batches, train.batch_size, device, seed=s)
+        recalibrate_on_training_batches(net, data, input_shape, cfg.recalibration_batches, train.batch_size, device,
+                                        seed=s)
         step = PruneStep(s, share, net.arch.encode(), macs(net.arch), evaluate(net))
         if train.epochs > 0:
             loss = (distillation_loss_fn(copy.deepcopy(teacher), cfg.alpha, cfg.temperature, train.label_smoothing)

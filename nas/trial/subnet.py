@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-from torch import nn
 
 from latency_predictor.prediction.target import space_digest
 from nas.core.config import DataConfig
 from nas.core.errors import SupernetError, SupernetMismatchError
 from nas.data import ProxyData
-from nas.trial.training import evaluate
+from nas.trial.training import evaluate, recalibrate_batchnorm
 from search_spaces import Arch, SearchSpace
 from search_spaces.builder import Net
 from search_spaces.supernet import SUPERNET_VERSION, Supernet
@@ -322,25 +321,6 @@ def check_supernet(path: str | Path, space: SearchSpace, data: ProxyData, data_c
 # ---------------------------------------------------------------------- a subnet's accuracy
 
 
-def recalibrate_batchnorm(net: nn.Module, images: torch.Tensor, batch_size: int) -> None:
-    """Replace ``net``'s BatchNorm running statistics with those of ``images`` (normalised inputs):
-    the average over the batches (cumulative, not exponential); the network ends in evaluation mode."""
-    norms = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    momenta = [m.momentum for m in norms]
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None
-    net.eval()
-    for m in norms:
-        m.train()
-    with torch.no_grad():
-        for i in range(0, len(images), batch_size):
-            net(images[i : i + batch_size])
-    for m, momentum in zip(norms, momenta, strict=True):
-        m.momentum = momentum
-    net.eval()
-
-
 _IMAGES: dict[str, tuple[ProxyData, int, int, str, torch.Tensor]] = {}
 
 
@@ -382,7 +362,7 @@ def recalibrated_subnet(supernet: Supernet, arch: Arch, data: ProxyData, bn_batc
     """
     net = supernet.extract(arch).to(device)
     images = data.normalise(_recalibration_images(data, bn_batches * batch_size, seed, device))
-    recalibrate_batchnorm(net, images, batch_size)
+    recalibrate_batchnorm(net, (images[i : i + batch_size] for i in range(0, len(images), batch_size)))
     return net, len(images)
 
 

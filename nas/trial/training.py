@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +123,31 @@ def amp_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
 def channels_last_on(cfg: TrainConfig, device: torch.device) -> bool:
     """Whether ``train.channels_last`` puts tensors in the channels-last memory format on ``device``."""
     return cfg.channels_last == "on" or (cfg.channels_last == "auto" and device.type == "cuda")
+
+
+def recalibrate_batchnorm(net: nn.Module, batches: Iterable[torch.Tensor]) -> None:
+    """Replace ``net``'s BatchNorm running statistics with those of ``batches`` (network inputs):
+    reset, then averaged over the batches with equal weight (``momentum=None``), with only the
+    BatchNorm layers in training mode (dropout and the rest stay in inference mode) and no
+    gradients. The network ends in inference mode with its momenta as they were.
+
+    The one home of BatchNorm recalibration: a supernet's subnet (:mod:`nas.trial.subnet`) and a
+    pruned network (:mod:`nas.deploy.prune`) both use it.
+    """
+    norms = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+    net.eval()
+    for m in norms:
+        m.train()
+    with torch.no_grad():
+        for xb in batches:
+            net(xb)
+    for m, momentum in zip(norms, momenta, strict=True):
+        m.momentum = momentum
+    net.eval()
 
 
 def evaluate(model: nn.Module, data: ProxyData, device: torch.device, batch_size: int = 256,
