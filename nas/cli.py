@@ -296,28 +296,34 @@ def _run_or_exit(fn: Callable[[], Any]) -> Any:
 # ---------------------------------------------------------------------- python -m nas.search
 
 
-def no_space_message() -> str:
-    """What to print when no search space was chosen."""
+def no_space_message(command: str = "nas.search", rest: str = " target_ms=50") -> str:
+    """What ``python -m <command>`` prints when no search space was chosen (``rest``: the example's other settings)."""
     spaces = available_spaces()
     example = "mobile" if "mobile" in spaces else (spaces[0] if spaces else "<name>")
     return (
         "error: no search space chosen. Pick one with +space=<name>, for example:\n"
-        f"  python -m nas.search +space={example} target_ms=50\n"
+        f"  python -m {command} +space={example}{rest}\n"
         f"available spaces: {', '.join(spaces)}"
     )
+
+
+def _with_space(dcfg: DictConfig, kind: type[T], command: str, rest: str = "") -> T:
+    """The typed config of a command that searches a space: without ``+space=`` it prints
+    :func:`no_space_message` and exits with status 2; the space's source file is noted for errors."""
+    if dcfg.get("space") is None:
+        print(no_space_message(command, rest), file=sys.stderr)
+        sys.exit(2)
+    cfg = _run_or_exit(lambda: _typed(dcfg, kind))
+    cfg.space_source = f"search_spaces/spaces/{HydraConfig.get().runtime.choices.get('space')}.yaml"
+    return cast(T, cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 @_command
 def _search(dcfg: DictConfig) -> None:
-    if dcfg.get("space") is None:
-        print(no_space_message(), file=sys.stderr)
-        sys.exit(2)
-    cfg = _run_or_exit(lambda: _typed(dcfg, SearchConfig))
+    cfg = _with_space(dcfg, SearchConfig, "nas.search", " target_ms=50")
     from nas.driver import run_search  # the search's dependencies (torch, Ray, MLflow) load once the config is typed
-    hydra_cfg = HydraConfig.get()
-    cfg.space_source = f"search_spaces/spaces/{hydra_cfg.runtime.choices.get('space')}.yaml"
-    command = ["python", "-m", "nas.search", *hydra_cfg.overrides.task]
+    command = ["python", "-m", "nas.search", *HydraConfig.get().overrides.task]
     try:
         result = _run_or_exit(lambda: run_search(cfg, command))
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the trials started: the driver said how to resume
@@ -389,13 +395,8 @@ def export_main() -> None:
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="fidelity")
 @_command
 def _fidelity(dcfg: DictConfig) -> None:
-    if dcfg.get("space") is None:
-        print(no_space_message().replace("nas.search +space", "nas.fidelity +space").replace(" target_ms=50", ""),
-              file=sys.stderr)
-        sys.exit(2)
-    cfg = _run_or_exit(lambda: _typed(dcfg, FidelityConfig))
+    cfg = _with_space(dcfg, FidelityConfig, "nas.fidelity")
     from nas.studies.fidelity import run_fidelity, table
-    cfg.space_source = f"search_spaces/spaces/{HydraConfig.get().runtime.choices.get('space')}.yaml"
     result = _run_or_exit(lambda: run_fidelity(cfg))
     print(f"\nProxy fidelity {result.name}: {len(result.archs)} architectures, {result.computed} estimates computed "
           "now (the rest read back)\n")
@@ -423,13 +424,8 @@ def _supernet(dcfg: DictConfig) -> None:
     Exit status: 0 when trained, 2 on a user error, 130 when interrupted (the last epoch's
     checkpoint is kept: the same command continues from it).
     """
-    if dcfg.get("space") is None:
-        print(no_space_message().replace("nas.search +space", "nas.supernet +space").replace(" target_ms=50", ""),
-              file=sys.stderr)
-        sys.exit(2)
-    cfg = _run_or_exit(lambda: _typed(dcfg, SupernetConfig))
+    cfg = _with_space(dcfg, SupernetConfig, "nas.supernet")
     from nas.oneshot.train import run_supernet
-    cfg.space_source = f"search_spaces/spaces/{HydraConfig.get().runtime.choices.get('space')}.yaml"
     try:
         result = _run_or_exit(lambda: run_supernet(cfg))
     except KeyboardInterrupt:

@@ -306,3 +306,14 @@ def test_a_damaged_store_is_one_line_naming_the_file_and_is_left_untouched(
     ], proc.stderr
     assert db.read_bytes() == damaged
     assert sorted(p.name for p in db.parent.iterdir()) == ["mlflow.db"]  # no lock file, no search folder
+
+
+@pytest.mark.parametrize("module", ["nas.search", "nas.fidelity", "nas.supernet"])
+def test_a_command_without_a_space_names_itself_the_spaces_and_exits_2(tmp_path: Path, module: str) -> None:
+    proc = _cli(tmp_path, module=module)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == "error: no search space chosen. Pick one with +space=<name>, for example:"
+    assert lines[1].strip().startswith(f"python -m {module} +space=mobile")
+    assert lines[2] == f"available spaces: {', '.join(available_spaces())}"
+    assert not (tmp_path / ".latnas").exists()  # nothing created
