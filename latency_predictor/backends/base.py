@@ -123,7 +123,8 @@ class MeasuredBackend(ABC):
         num_classes: int,
         keep_samples: bool,
     ) -> None:
-        self.input_shape: tuple[int, ...] = validate_input_shape(input_shape)
+        # Any channel count: the networks are built for the shape's (one channel for a spectrogram, say).
+        self.input_shape: tuple[int, ...] = validate_input_shape(input_shape, in_chans=None)
         self.precision = precision
         self.device = device
         self.measure_config = as_measure_config(measure)
