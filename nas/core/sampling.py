@@ -47,10 +47,15 @@ class Outcome:
 class Sampler(Protocol):
     """Proposes distinct architectures (canonical strings) and learns from their outcomes."""
 
-    duplicates: int
-    """Suggestions of already evaluated architectures (answered from the earlier result)."""
-    exhausted: bool
-    """True once no new architecture can be found."""
+    @property
+    def duplicates(self) -> int:
+        """Suggestions of already evaluated architectures (answered from the earlier result)."""
+        ...
+
+    @property
+    def exhausted(self) -> bool:
+        """True once no new architecture can be found."""
+        ...
 
     def ask(self) -> str | None:
         """The next architecture to evaluate; None when the space is exhausted."""
