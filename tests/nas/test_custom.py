@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -381,3 +382,40 @@ def test_the_users_module_or_package_is_sent_and_installed_packages_are_not(
     with pytest.raises(UserCodeError, match=r"accuracy\.fn=my_pkg\.sub\.evals:f: .*my_pkg holds 0 MiB; what is sent"):
         plugins.ship_paths({"accuracy.fn": "my_pkg.sub.evals:f"}, [])
 
+
+
+# ---------------------------------------------------------------------- the Python API
+
+
+def test_the_api_names_functions_as_the_trials_import_them() -> None:
+    from nas.api import compose, function_ref
+    from tests.nas import user_code
+
+    assert function_ref(user_code.constant, "evaluator") == f"{MODULE}:constant"
+    with pytest.raises(ConfigError, match=r"evaluator: .*not a module-level function"):
+        function_ref(lambda m, c: 1.0, "evaluator")
+    cfg = compose("tiny", 2.5, evaluator=user_code.constant, data=user_code.regression,
+                  evaluator_options={"lr": 0.1}, data_options={"n_train": 8}, overrides=["train.epochs=1"], name="x")
+    assert (cfg.accuracy.estimator, cfg.accuracy.fn, cfg.accuracy.options) == ("custom", f"{MODULE}:constant",
+                                                                             {"lr": 0.1})
+    assert (cfg.data.name, cfg.data.fn, cfg.data.options) == ("custom", f"{MODULE}:regression", {"n_train": 8})
+    assert (cfg.target_ms, cfg.train.epochs, cfg.name) == (2.5, 1, "x")
+    assert cfg.space_source == "search_spaces/spaces/tiny.yaml"
+    mapping = {"name": "mine", "stem_chs": [8], "block": {}, "stages": []}
+    builtin = compose(mapping, 1.0, data="cifar10_jpeg")
+    assert builtin.space == mapping and builtin.data.label == "cifar10_jpeg"
+
+
+def test_a_script_that_searches_when_imported_is_told_to_guard_the_call(tmp_path: Path) -> None:
+    import subprocess
+
+    (tmp_path / "unguarded.py").write_text(
+        "from nas.api import search\n\n\ndef evaluate(model, context):\n    return 1.0\n\n\n"
+        f"search('tiny', 1.0, evaluator=evaluate, overrides=['tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}'])\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run([sys.executable, "unguarded.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0
+    assert "UserCodeError: accuracy.fn=unguarded:evaluate: importing it raised ConfigError" in proc.stderr
+    assert "put the call under `if __name__ == \"__main__\":`" in proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()
