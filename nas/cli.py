@@ -87,14 +87,20 @@ def register_configs() -> None:
         cs.store(group="space", name=name, node=yaml.safe_load((SPACES_DIR / f"{name}.yaml").read_text()))
 
 
+SEARCH_ONLY_OPTIONS = {"data": ("custom",)}
+"""Group options only a search takes: ``data=custom`` (the user's datasets, fetched in each trial)."""
+
+
 def register_groups(groups: Iterable[str]) -> None:
     """Offer the options of ``groups`` (``conf/<group>/*.yaml``) to a command whose config folder is
     ``conf/review``: the review commands see these groups and no others (``search=`` is then their
-    option naming a search, not the search command's ``search`` group)."""
+    option naming a search, not the search command's ``search`` group), and not the options only a
+    search takes (:data:`SEARCH_ONLY_OPTIONS`)."""
     cs = ConfigStore.instance()
     for group in groups:
         for f in sorted((Path(CONF_DIR) / group).glob("*.yaml")):
-            cs.store(group=group, name=f.stem, node=OmegaConf.load(f))
+            if f.stem not in SEARCH_ONLY_OPTIONS.get(group, ()):
+                cs.store(group=group, name=f.stem, node=OmegaConf.load(f))
 
 
 register_configs()

@@ -15,7 +15,7 @@ case "${1:-}" in
   --fast) slow=""; shift ;;
   --all)  slow="slow"; shift ;;
 esac
-echo "== ruff";          "$PY" -m ruff check search_spaces latency_predictor nas benchmarks scripts tests
+echo "== ruff";          "$PY" -m ruff check search_spaces latency_predictor nas benchmarks scripts tests examples
 echo "== mypy";          "$PY" -m mypy
 echo "== import-linter"; lint-imports
 # the documentation site, strictly: a broken link or anchor, a page missing from the nav, a missing

@@ -7,6 +7,8 @@ reference networks built here have the published parameter counts.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -104,11 +106,22 @@ class ResidualBlock(nn.Module):
 
 
 class Net(nn.Module):
-    """Stem, body blocks, optional 1x1 head conv, global pooling, dropout, linear classifier."""
+    """Stem, body blocks, optional 1x1 head conv, global pooling, dropout, linear classifier.
 
-    def __init__(self, arch: Arch, num_classes: int, in_chans: int, dropout: float) -> None:
+    With ``features_only``, the backbone alone: stem, blocks and head conv, returning the feature
+    map ``(N, feature_chs, H / reduction, W / reduction)``; no pooling, dropout or classifier.
+
+    Attributes:
+        feature_chs: channels of the feature map (the head conv's, else the last block's).
+        reduction: how much smaller than the input the feature map is on each side (the strides' product).
+        features_only: whether the network ends at the feature map.
+    """
+
+    def __init__(self, arch: Arch, num_classes: int, in_chans: int, dropout: float,
+                 features_only: bool = False) -> None:
         super().__init__()
         self.arch = arch
+        self.features_only = features_only
         self.stem = conv_bn(in_chans, arch.stem_chs, 3, 2, act=arch.act)
         blocks: list[nn.Module] = []
         chs = arch.stem_chs
@@ -117,26 +130,31 @@ class Net(nn.Module):
             chs = b.out_chs
         self.blocks = nn.Sequential(*blocks)
         self.head: nn.Module = conv_bn(chs, arch.head_chs, 1, act=arch.act) if arch.head_chs else nn.Identity()
-        feat = arch.head_chs or chs
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(feat, num_classes)
+        self.feature_chs = arch.head_chs or chs
+        self.reduction = 2 * math.prod(b.stride for b in arch.blocks)
+        if not features_only:
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.dropout = nn.Dropout(dropout)
+            self.classifier = nn.Linear(self.feature_chs, num_classes)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.blocks(self.stem(x)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.features_only:
+            return self.forward_features(x)
         x = torch.flatten(self.pool(self.forward_features(x)), 1)
         return self.classifier(self.dropout(x))
 
 
-def build(arch: Arch, num_classes: int = 1000, in_chans: int = 3, dropout: float = 0.2) -> Net:
-    """Build the PyTorch network of ``arch``.
+def build(arch: Arch, num_classes: int = 1000, in_chans: int = 3, dropout: float = 0.2,
+          features_only: bool = False) -> Net:
+    """Build the PyTorch network of ``arch`` (``features_only``: the backbone alone, see :class:`Net`).
 
     Weights use torchvision's initialisation scheme (Kaiming-normal convs, zeroed biases,
     unit BatchNorm, small-uniform classifier).
     """
-    net = Net(arch, num_classes, in_chans, dropout)
+    net = Net(arch, num_classes, in_chans, dropout, features_only)
     for m in net.modules():
         if isinstance(m, nn.Conv2d):
             if m.weight.device.type != "meta":

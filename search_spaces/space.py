@@ -65,7 +65,12 @@ class Decision:
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """A typed search space. Build one with :func:`load_space` or :meth:`from_dict`."""
+    """A typed search space. Build one with :func:`load_space` or :meth:`from_dict`.
+
+    ``features_only`` (YAML key ``features_only: true``): a candidate is a backbone, its stem, blocks
+    and head conv, returning the feature map, without global pooling and classifier (for a task
+    head of the user's own: detection, segmentation, ...; see :func:`search_spaces.builder.build`).
+    """
 
     name: str
     activation: tuple[str, ...]
@@ -74,6 +79,7 @@ class SearchSpace:
     stages: tuple[Stage, ...]
     description: str = ""
     source: str = field(default="<dict>", compare=False)
+    features_only: bool = False
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -309,7 +315,7 @@ def _block_problem(st: Stage, j: int, b: Block, stage_width: int) -> str:
 
 # ---------------------------------------------------------------------- YAML parsing
 
-_TOP_KEYS = {"name", "description", "activation", "stem_chs", "head_chs", "block", "stages"}
+_TOP_KEYS = {"name", "description", "activation", "stem_chs", "head_chs", "block", "stages", "features_only"}
 _STAGE_KEYS = {"depth", "out_chs", "stride", "block"}
 _BLOCK_KEYS = ("block_type", "exp_ratio", "kernel_size", "se_ratio")
 
@@ -446,7 +452,10 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
     desc = data.get("description", "")
     if not isinstance(desc, str):
         raise SpaceConfigError(src, "description", f"must be a string, got {type(desc).__name__}")
-    return SearchSpace(name, activation, stem, head, tuple(stages), desc, src)
+    features_only = data.get("features_only", False)
+    if not isinstance(features_only, bool):
+        raise SpaceConfigError(src, "features_only", f"must be true or false, got {_short(features_only)}")
+    return SearchSpace(name, activation, stem, head, tuple(stages), desc, src, features_only)
 
 
 def available_spaces() -> list[str]:

@@ -275,7 +275,8 @@ class RemoteEstimator:
         measure_dict = dict(measure or {})
         MeasureConfig.from_dict(dict(measure_dict))  # a bad protocol setting fails here, not on every agent
         self.name = backend
-        self.input_shape: tuple[int, ...] = validate_input_shape(input_shape)
+        # Any channel count: the networks are built for the shape's (one channel for a spectrogram, say).
+        self.input_shape: tuple[int, ...] = validate_input_shape(input_shape, in_chans=None)
         self.num_classes = int(num_classes)
         self.backend_options = options
         self.measure_settings = measure_dict

@@ -24,8 +24,9 @@ INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
 
 
-def validate_input_shape(shape: Sequence[int], in_chans: int = 3) -> tuple[int, int, int, int]:
-    """Check that ``shape`` is a batch of images the network can take: ``(N, in_chans, H, W)``.
+def validate_input_shape(shape: Sequence[int], in_chans: int | None = 3) -> tuple[int, int, int, int]:
+    """Check that ``shape`` is a batch of images the network can take: ``(N, in_chans, H, W)``
+    (``in_chans`` None: any channel count, the network being built for the shape's).
 
     Raises:
         ConfigError: not four positive integers, or the wrong channel count.
@@ -39,7 +40,7 @@ def validate_input_shape(shape: Sequence[int], in_chans: int = 3) -> tuple[int, 
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, int) or d < 1:
             raise ConfigError(f"input_shape dimensions must be positive integers, got {list(dims)}")
-    if dims[1] != in_chans:
+    if in_chans is not None and dims[1] != in_chans:
         raise ConfigError(
             f"input_shape has {dims[1]} channels but the network takes {in_chans}: use (N, {in_chans}, H, W)"
         )

@@ -67,8 +67,9 @@ from types import FrameType
 from typing import Any, Protocol
 
 from latency_predictor import LatencyError
+from nas.core import plugins
 from nas.core.config import LatencyConfig, RayConfig, SearchAlgConfig
-from nas.core.errors import ClusterError
+from nas.core.errors import ClusterError, UserCodeError
 from nas.core.record import COMPLETED, CRASHED, RUNNING, Candidate, candidate_from_reports
 from nas.core.sampling import Outcome, Sampler
 from nas.core.workers import OrphanReaper, children
@@ -254,15 +255,25 @@ def joins_cluster(cfg: RayConfig) -> bool:
     return cfg.address is not None or bool(os.environ.get(RAY_ADDRESS_ENV, "").strip())
 
 
-def connect(cfg: RayConfig) -> Cluster:
+def connect(cfg: RayConfig, py_modules: list[Path] | None = None) -> Cluster:
     """Start a local Ray cluster, or join ``cfg.address``; reuse Ray if it is already initialised.
 
     With ``cfg.address`` unset and ``$RAY_ADDRESS`` set (``ray job submit`` sets it for the
     command it starts), the cluster at ``$RAY_ADDRESS`` is joined, as ``ray.init`` would.
 
+    ``py_modules``: the user's modules and packages (files and folders) to send to every worker of
+    this search, as Ray's runtime environment ``py_modules``: Ray uploads each once and every node
+    that runs a trial unpacks it onto the trial's import path. ``py_modules`` rather than a
+    ``working_dir``: only the code travels (not the folder the search started in, with its data,
+    store and checkpoints), trials keep their working folders, and it combines with the
+    ``working_dir`` of ``ray job submit --working-dir``, which Ray does not let a second one
+    override. In a process where Ray was already started, that start's runtime environment stays.
+
     Raises:
-        ClusterError: the address is a Ray Client address or cannot be reached.
+        ClusterError: the address is a Ray Client address or cannot be reached, or Ray refuses the
+            runtime environment.
     """
+    runtime_env = {"py_modules": [str(p) for p in py_modules]} if py_modules else None
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     for name in _STATE_LOGGERS:
@@ -276,12 +287,18 @@ def connect(cfg: RayConfig) -> Cluster:
         address = "existing"
     elif target is not None:
         try:
-            ray.init(address=target, logging_level=logging.WARNING, include_dashboard=False)
+            ray.init(address=target, logging_level=logging.WARNING, include_dashboard=False, runtime_env=runtime_env)
         except AuthenticationError as err:
             raise ClusterError(f"{source} {target!r}: cannot join the Ray cluster: {err}") from None
         except (ConnectionError, RuntimeError) as err:
             hint = "" if os.environ.get("RAY_AUTH_MODE", "") == "token" else f". {AUTH_HELP}"
             raise ClusterError(f"{source} {target!r}: cannot join the Ray cluster: {err}{hint}") from None
+        except ValueError as err:  # the job's own runtime environment (ray job submit) already has py_modules
+            raise ClusterError(
+                f"{source} {target!r}: Ray refused to add the user's modules to this job's runtime environment "
+                f"({' '.join(str(err).split())[:300]}); pass them with the job's own --py-modules and set "
+                "ray.ship_code=false"
+            ) from None
         address, joined = target, True
     else:
         # address="local": a new cluster here, even where `ray start` (or another program) left a
@@ -300,7 +317,7 @@ def connect(cfg: RayConfig) -> Cluster:
         reaper = OrphanReaper((), adopt_except=children(os.getpid()))
         try:
             ray.init(address="local", num_cpus=cfg.num_cpus, logging_level=logging.WARNING,
-                     include_dashboard=False)
+                     include_dashboard=False, runtime_env=runtime_env)
         except BaseException:
             reaper.stop()
             raise
@@ -337,6 +354,32 @@ def check_latency_on_trial_node(
     if error is not None:
         raise error
     return str(device_name)
+
+
+def check_user_code_on_trial_node(refs: dict[str, str], resources: dict[str, float]) -> None:
+    """Import the user's functions (setting -> ``module:function``) once in a Ray task with a trial's
+    ``resources``, where trials run: a module the nodes cannot import (not sent, a package missing
+    there) stops the search before any trial.
+
+    Raises:
+        UserCodeError: a function that cannot be imported there (naming the node).
+    """
+    task = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"])(_import_check)
+    error, node = ray.get(task.remote(refs))
+    if error is not None:
+        error.add_note(f"on the trial node {node}")
+        raise error
+
+
+def _import_check(refs: dict[str, str]) -> tuple[UserCodeError | None, str]:
+    # The error is returned, not raised: a raised error would come back wrapped in Ray's own type.
+    node = ray.util.get_node_ip_address()
+    try:
+        for key, ref in refs.items():
+            plugins.load_function(key, ref)
+    except UserCodeError as err:
+        return err, node
+    return None, node
 
 
 def _latency_check(cfg: LatencyConfig, num_classes: int, space: SearchSpace) -> tuple[LatencyError | None, str]:
@@ -777,7 +820,10 @@ def run_trials(
     searcher = ArchSearcher(sampler, front)
     callback = _RecordCallback(searcher, on_record, search.max_retries, watch)
     trainable = tune.with_resources(tune.with_parameters(_trainable, ctx=ctx), resources)
-    scheduler = _scheduler(search, ctx.train.epochs, earlier, ctx.accuracy.estimator == "supernet")
+    # A custom evaluator's score comes after its own reports (context.report), one more than the epochs
+    # it is given: ASHA's horizon includes it, so its last report is not taken for the horizon's end.
+    horizon = ctx.train.epochs + (ctx.accuracy.estimator == "custom")
+    scheduler = _scheduler(search, horizon, earlier, ctx.accuracy.estimator == "supernet")
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(

@@ -32,7 +32,7 @@ from nas.core.errors import ConfigError
 from nas.core.record import SORT_KEYS
 from nas.core.reward import REWARDS
 
-DATASETS = ("digits", "cifar10", "image_folder")
+DATASETS = ("digits", "cifar10", "image_folder", "custom")
 STREAM_MODES = ("auto", "always", "never")
 OPTIMIZERS = ("sgd", "adam")
 LR_SCHEDULES = ("cosine", "constant")
@@ -40,7 +40,7 @@ AUGMENTS = ("auto", "none", "crop", "crop_flip", "resized_crop", "resized_crop_f
 AMP_MODES = ("auto", "off", "bf16", "fp16")
 CHANNELS_LAST = ("auto", "on", "off")
 ZERO_COST_ESTIMATORS = ("naswot", "synflow", "grad_norm", "jacob_cov")
-ESTIMATORS = ("train", "supernet", *ZERO_COST_ESTIMATORS)
+ESTIMATORS = ("train", "supernet", *ZERO_COST_ESTIMATORS, "custom")
 SAMPLERS = ("tpe", "random", "nsga2", "evolution")
 SCHEDULERS = ("fifo", "asha")
 LATENCY_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -138,7 +138,8 @@ class DataConfig:
     Attributes:
         name: ``digits`` (scikit-learn's, shipped with it: a demonstration proxy),
             ``image_folder`` (``<path>/<class>/<image>``, a folder or a ``.tar``/``.tar.gz``
-            archive of one) or ``cifar10`` (the CIFAR-10 python pickle folder).
+            archive of one), ``cifar10`` (the CIFAR-10 python pickle folder) or ``custom`` (the
+            training and validation datasets your function ``fn`` returns; docs/custom.md).
         label: what the data is called in logs, the MLflow record (param ``data.label``, tag
             ``dataset``) and reports, e.g. ``cifar10_jpeg`` for CIFAR-10 read as an
             ``image_folder``; None: ``name``. ``name`` stays the loader.
@@ -159,6 +160,15 @@ class DataConfig:
             (stream from disk) or ``never`` (load into memory).
         stream_above_mb: ``stream=auto`` streams a dataset whose decoded images would take more.
         loader_workers: DataLoader processes per trial when streaming.
+        fn: ``custom``: your function as ``module:function`` (e.g. ``my_pkg.my_module:datasets``),
+            returning the training and validation datasets (``torch.utils.data.Dataset``s of
+            ``(input, target)`` pairs) as a pair or a mapping with ``train`` and ``val``; it is
+            called with ``options`` as keyword arguments, once by the driver and once in each trial
+            process, and must return the same split every time.
+        options: ``custom``: keyword arguments of ``fn`` (a new key with ``+``: ``+data.options.n=512``).
+        num_classes: ``custom``: the candidates' outputs (classes, or regression targets); None:
+            the ``num_classes`` a mapping returned by ``fn`` gives, else the length of the training
+            dataset's ``classes`` attribute.
     """
 
     name: str = one_of(DATASETS, "digits")
@@ -176,6 +186,9 @@ class DataConfig:
     stream: str = one_of(STREAM_MODES, "auto")
     stream_above_mb: float = 4096.0
     loader_workers: int = 2
+    fn: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    num_classes: int | None = None
 
     @property
     def display_name(self) -> str:
@@ -237,7 +250,8 @@ class AccuracyConfig:
         estimator: ``train`` (brief training, validation accuracy), ``supernet`` (the validation
             accuracy of the candidate's subnet of a trained supernet, :mod:`nas.trial.subnet`) or a
             training-free score used in place of accuracy by the reward: ``naswot`` (Mellor et al.
-            2021), ``synflow``, ``grad_norm`` or ``jacob_cov`` (see :mod:`nas.trial.zero_cost`).
+            2021), ``synflow``, ``grad_norm`` or ``jacob_cov`` (see :mod:`nas.trial.zero_cost`), or
+            ``custom``: your own evaluator, ``fn``.
         batch_size: images a training-free score looks at; with ``supernet``, images per batch of
             the BatchNorm recalibration.
         checkpoint: ``supernet``: the supernet checkpoint (``python -m nas.supernet``'s
@@ -246,6 +260,13 @@ class AccuracyConfig:
             recalibrated on before it is validated.
         calibration_samples: with ``latency.precision=int8`` and ``train``: training images the
             int8 network whose accuracy the reward uses is calibrated on (:mod:`nas.trial.precision`).
+        fn: ``custom``: your evaluator as ``module:function`` (e.g. ``my_pkg.my_module:evaluate``):
+            it gets the candidate network and a context (device, seed, budget, data, a report
+            function for early stopping, a working folder) and returns a score, higher is better,
+            >= 0 (the reward multiplies it), or a mapping with ``score`` and further metrics
+            (:mod:`nas.trial.custom`, docs/custom.md).
+        options: ``custom``: settings handed to ``fn`` as ``context.options`` (a new key with ``+``:
+            ``+accuracy.options.lr=0.01``).
     """
 
     estimator: str = one_of(ESTIMATORS, "train")
@@ -253,6 +274,8 @@ class AccuracyConfig:
     checkpoint: str | None = None
     bn_batches: int = 10
     calibration_samples: int = 256
+    fn: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -347,12 +370,20 @@ class RayConfig:
         cpus_per_trial: CPUs reserved per trial (also torch's thread count in the trial).
         gpus_per_trial: GPUs reserved per trial; None: ``visible GPUs / max_concurrent`` on a
             local cluster (0 when there are none), 0 on an existing cluster.
+        ship_code: send the modules of ``accuracy.fn`` and ``data.fn`` (the top-level package,
+            or the single file) and ``py_modules`` to every trial with Ray's runtime environment
+            (``py_modules``), so nodes that do not have them can run them; false: they must be
+            importable on every node already (installed there). Installed packages are never sent.
+        py_modules: further modules your functions import that are not installed on the nodes:
+            module names (``helpers``) or paths (a ``.py`` file or a package folder), sent the same way.
     """
 
     address: str | None = None
     num_cpus: int | None = None
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None
+    ship_code: bool = True
+    py_modules: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -443,6 +474,25 @@ def _in_range(key: str, value: float, low: float, high: float, text: str) -> Non
         raise ConfigError(key, f"must be in {text}, got {value!r}")
 
 
+FUNCTION_REF = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+"""A user's function: ``module:function`` (a dotted module path, then a dotted attribute path)."""
+
+
+def _user_function(group: str, fn: str | None, kind: str) -> None:
+    """``<group>.fn``: set exactly when ``<group>=custom``, and shaped ``module:function``."""
+    key = f"{group}.fn"
+    chosen = kind == "custom"
+    if chosen and not fn:
+        example = "my_pkg.my_module:evaluate" if group == "accuracy" else "my_pkg.my_module:datasets"
+        raise ConfigError(key, f"{group}=custom calls your function: set {key}={example} (module:function, "
+                          "importable from the folder the search starts in, or installed)")
+    if fn and not chosen:
+        raise ConfigError(key, f"is called by {group}=custom only, not {group}={kind}: add {group}=custom or "
+                          f"drop {key}")
+    if fn and not FUNCTION_REF.fullmatch(fn):
+        raise ConfigError(key, f"{fn!r} is not module:function (e.g. my_pkg.my_module:evaluate)")
+
+
 def check_rungs(rungs: list[RungConfig], scheduler: str, estimator: str) -> None:
     """``search.rungs``: at least two (the supernet's estimate counts as one), each larger than the
     one below, promoted by ASHA.
@@ -453,9 +503,9 @@ def check_rungs(rungs: list[RungConfig], scheduler: str, estimator: str) -> None
     Raises:
         ConfigError: naming ``search.rungs`` and what is wrong.
     """
-    if estimator not in ("train", "supernet"):
-        raise ConfigError("search.rungs", f"train candidates for longer at each rung: they need accuracy=train "
-                          f"(or accuracy=supernet as the bottom rung), not {estimator}")
+    if estimator not in ("train", "supernet", "custom"):
+        raise ConfigError("search.rungs", f"train candidates for longer at each rung: they need accuracy=train, "
+                          f"accuracy=custom (or accuracy=supernet as the bottom rung), not {estimator}")
     least = 1 if estimator == "supernet" else 2  # the supernet's estimate is a rung of its own
     if len(rungs) < least:
         raise ConfigError("search.rungs", f"needs at least two rungs to promote between, got {len(rungs)}"
@@ -544,7 +594,12 @@ def validate(cfg: SearchConfig) -> None:
         _int_at_least("data.max_train_samples", data.max_train_samples, 1)
     if data.max_val_samples is not None:
         _int_at_least("data.max_val_samples", data.max_val_samples, 1)
-    if data.name != "digits" and not data.path:
+    _user_function("data", data.fn, data.name)
+    if data.num_classes is not None:
+        _int_at_least("data.num_classes", data.num_classes, 1)
+    if data.options and data.name != "custom":
+        raise ConfigError("data.options", f"are keyword arguments of data.fn (data=custom), not of data={data.name}")
+    if data.name not in ("digits", "custom") and not data.path:
         what = "a local folder or .tar/.tar.gz archive" if data.name == "image_folder" else "a local folder"
         raise ConfigError("data.path", f"data={data.display_name} reads {what}: set data.path=/path/to/it")
     _in_range("data.max_bad_fraction", data.max_bad_fraction, 0.0, 1.0, "[0, 1)")
@@ -572,6 +627,16 @@ def validate(cfg: SearchConfig) -> None:
         raise ConfigError("accuracy.checkpoint", "accuracy=supernet needs the supernet's checkpoint: "
                           "accuracy.checkpoint=/path/to/supernet.pt (made by python -m nas.supernet)")
     _int_at_least("accuracy.calibration_samples", acc.calibration_samples, 1)
+    _user_function("accuracy", acc.fn, acc.estimator)
+    if acc.options and acc.estimator != "custom":
+        raise ConfigError("accuracy.options", f"are settings of accuracy.fn (accuracy=custom), not of "
+                          f"accuracy={acc.estimator}")
+    if data.name == "custom" and acc.estimator in ZERO_COST_ESTIMATORS:
+        raise ConfigError("accuracy", f"{acc.estimator} is a training-free score of image classifiers on the built-in "
+                          "data; with data=custom use accuracy=train or accuracy=custom")
+    if data.name == "custom" and acc.estimator == "supernet":
+        raise ConfigError("accuracy", "supernet checkpoints are trained on the built-in image data; with data=custom "
+                          "use accuracy=train, a training-free score or accuracy=custom")
 
     s = cfg.search
     _int_at_least("search.n_trials", s.n_trials, 1)
@@ -590,9 +655,9 @@ def validate(cfg: SearchConfig) -> None:
         _positive("search.trial_timeout_s", s.trial_timeout_s)
     _int_at_least("search.max_retries", s.max_retries, 0)
     if s.scheduler == "asha":
-        if acc.estimator != "train" and not (s.rungs and acc.estimator == "supernet"):
-            raise ConfigError("search.scheduler", "asha stops trials between epochs: it needs accuracy=train "
-                              "(or accuracy=supernet with search.rungs)")
+        if acc.estimator not in ("train", "custom") and not (s.rungs and acc.estimator == "supernet"):
+            raise ConfigError("search.scheduler", "asha stops trials between epochs: it needs accuracy=train, "
+                              "accuracy=custom (reporting with context.report) or accuracy=supernet with search.rungs")
         if s.sampler == "nsga2":
             raise ConfigError("search.scheduler", "asha ranks trials by reward; nsga2 is multi-objective: use fifo")
         if not s.rungs and s.grace_period >= tr.epochs:
@@ -619,6 +684,9 @@ def validate(cfg: SearchConfig) -> None:
         _in_range("ray.gpus_per_trial", r.gpus_per_trial, 0.0, math.inf, "[0, inf)")
     if r.address is None and r.num_cpus is not None and r.cpus_per_trial > r.num_cpus:
         raise ConfigError("ray.cpus_per_trial", f"{r.cpus_per_trial} exceeds ray.num_cpus ({r.num_cpus})")
+    for i, module in enumerate(r.py_modules):
+        if not str(module).strip():
+            raise ConfigError(f"ray.py_modules[{i}]", "must name a module or a path, got an empty string")
 
     if not cfg.tracking.experiment.strip():
         raise ConfigError("tracking.experiment", "must be a non-empty name")

@@ -71,6 +71,25 @@ class CorruptStoreError(TrackingError):
     """The MLflow store's SQLite file is damaged (truncated, overwritten, not a database); nothing was written to it."""
 
 
+class UserCodeError(NASError):
+    """The user's own function (``accuracy.fn``, ``data.fn``) could not be imported, raised, or returned
+    something LatNAS cannot use; the message names the setting, the function and the cause.
+
+    In a trial it FAILS the candidate and the search goes on; in the driver's pre-flight call it
+    stops the search before any trial.
+    """
+
+    def __init__(self, key: str, ref: str, problem: str) -> None:
+        self.key = key
+        self.ref = ref
+        self.problem = problem
+        super().__init__(f"{key}={ref}: {problem}")
+
+    def __reduce__(self) -> tuple[type[UserCodeError], tuple[str, str, str]]:
+        # Pickled across processes (a trial's report, Ray's error transport) with its three parts.
+        return type(self), (self.key, self.ref, self.problem)
+
+
 class ClusterError(NASError):
     """The Ray cluster cannot be reached or started."""
 

@@ -69,6 +69,29 @@ _PER_RUNG = re.compile(r"(accuracy|reward)_rung\d+")
 PREPROCESSING_METRICS = ("latency_model_p50", "latency_preprocessing_p50")
 """End-to-end latency (``latency.preprocessing``): the network's own p50 and the input pipeline's."""
 
+USER_METRICS = "user_metrics"
+"""The report key of a custom evaluator's own metrics (``accuracy=custom``): a JSON object of name ->
+number, each recorded on the candidate's run under its own name (per report, so a metric given
+with every ``context.report`` has a history)."""
+_METRIC_NAME = re.compile(r"[A-Za-z0-9_\-. /]{1,200}")
+_RESERVED = re.compile(r"(latency|accuracy|reward|rung|server|throughput|params|macs|meets|epoch|retries|trial|"
+                       r"measure|train_seconds)([_.].*)?")
+
+
+def metric_name_problem(name: str) -> str:
+    """Why a custom evaluator may not record a metric called ``name`` (empty: it may).
+
+    Names MLflow accepts only, and none that LatNAS records itself or may record later (latency
+    figures, accuracy and reward per rung, the final pass's ``latency_in_search_*``, ...).
+    """
+    if not _METRIC_NAME.fullmatch(name):
+        return "a metric name is 1 to 200 letters, digits, '_', '-', '.', ' ' or '/'"
+    if name in ("val_loss", "train_loss"):
+        return ""  # the recipe's own losses: a custom evaluator may give them, and they are kept as such
+    if name in FINAL_METRICS or name.endswith("_score") or _RESERVED.fullmatch(name):
+        return "LatNAS records a metric of that name (or family) itself; rename it"
+    return ""
+
 
 @dataclass
 class Candidate:
@@ -258,6 +281,18 @@ def _num(v: Any) -> float | None:
     return None
 
 
+def _user_metrics(report: dict[str, Any]) -> dict[str, float]:
+    raw = report.get(USER_METRICS)
+    if not isinstance(raw, str):
+        return {}
+    out = {}
+    for k, v in json.loads(raw).items():
+        x = _num(v)
+        if x is not None:
+            out[str(k)] = x
+    return out
+
+
 def candidate_from_reports(
     trial_id: str,
     arch: str,
@@ -318,6 +353,7 @@ def candidate_from_reports(
             if v is not None:
                 metrics[key] = v
         metrics["epochs_completed"] = float(last.get("epoch", 0))
+        metrics.update(_user_metrics(last))
     else:
         for key in ("latency_ms", "latency_p90", "latency_p95", "latency_p99", "params", "macs", "measure_seconds",
                     "trial_seconds"):
@@ -325,15 +361,16 @@ def candidate_from_reports(
             if v is not None:
                 metrics["latency_p50" if key == "latency_ms" else key] = v
 
-    history = []
+    steps: dict[float, dict[str, float]] = {}  # a later report of the same epoch adds to (and overrides) an earlier
     for r in results:
         if r.get("status") in (RUNNING, COMPLETED) and r.get("epoch"):
-            row = {"epoch": float(r["epoch"])}
+            row = steps.setdefault(float(r["epoch"]), {"epoch": float(r["epoch"])})
             for key in EPOCH_METRICS:
                 v = _num(r.get(key))
                 if v is not None:
                     row[key] = v
-            history.append(row)
+            row.update(_user_metrics(r))
+    history = list(steps.values())
 
     latency = json.loads(last["latency_json"]) if isinstance(last.get("latency_json"), str) else None
     return Candidate(

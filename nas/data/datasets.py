@@ -82,6 +82,7 @@ class Dataset:
     skipped: int = 0
 
     streamed = False
+    images = True
 
     @property
     def num_classes(self) -> int:
@@ -92,6 +93,11 @@ class Dataset:
     def resolution(self) -> int:
         """Image side length in pixels."""
         return int(self.x_train.shape[-1])
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """One image's shape as the network takes it: ``(3, R, R)``."""
+        return (3, self.resolution, self.resolution)
 
     @property
     def n_train(self) -> int:
@@ -169,6 +175,9 @@ def load_dataset(cfg: DataConfig) -> ProxyData:
         x, y, classes, source = _digits(cfg.resolution)
     elif cfg.name == "cifar10":
         x, y, classes, source = _cifar10(_existing(cfg.path, folder=True), cfg.resolution)
+    elif cfg.name == "custom":
+        raise DataError(f"data=custom ({cfg.fn}) is the user's own data, which only a search takes "
+                        "(nas.data.load_task); this command needs image data: choose digits, cifar10 or image_folder")
     else:
         raise DataError(f"data.name: unknown dataset {cfg.name!r}; choose digits, cifar10 or image_folder")
     return _in_memory(cfg, x, y, classes, source)

@@ -79,11 +79,17 @@ class StreamedDataset:
     loader_workers: int = 2
 
     streamed = True
+    images = True
 
     @property
     def num_classes(self) -> int:
         """Number of classes."""
         return len(self.classes)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """One image's shape as the network takes it: ``(3, R, R)``."""
+        return (3, self.resolution, self.resolution)
 
     @property
     def n_train(self) -> int:

@@ -64,8 +64,9 @@ from nas.core.record import (
 )
 from nas.core.sampling import Outcome, Sampler, StartFirst
 from nas.core.table import accuracy_label, budget_used, format_best, format_table
-from nas.data import ProxyData, load_dataset
+from nas.data import ProxyData, TaskData, load_task
 from nas.driver.final_pass import FinalPass, run_final_pass
+from nas.driver.preflight import check_user_code, code_to_ship, user_refs
 from nas.driver.progress import Progress, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
 from nas.trial.evaluate import TrialContext, latency_estimator, measure_preprocessing_cost, preprocessing_spec
@@ -205,7 +206,7 @@ def _check_latency(cfg: SearchConfig, num_classes: int, space: SearchSpace) -> s
     return est.environment().get("device_name", "unknown")
 
 
-def _preprocessing_cost(cfg: SearchConfig, data: ProxyData, on_cluster: bool, status: Callable[[str], None]
+def _preprocessing_cost(cfg: SearchConfig, data: TaskData, on_cluster: bool, status: Callable[[str], None]
                         ) -> LatencyStats | None:
     """The input pipeline's cost (``latency.preprocessing``), measured once here; None when not asked for.
 
@@ -319,11 +320,14 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     if problem:
         raise ConfigError("output_dir", f"cannot write {str(output_dir)!r}: {problem}; choose a folder you can write")
 
-    status(f"search {name}: loading data ({cfg.data.display_name}{', ' + cfg.data.path if cfg.data.path else ''})")
-    data = load_dataset(cfg.data)
+    where = cfg.data.path or cfg.data.fn
+    status(f"search {name}: loading data ({cfg.data.display_name}{', ' + where if where else ''})")
+    data = load_task(cfg.data)
     check_top_rung(cfg.search.rungs, data.n_train)
+    check_user_code(cfg, space, data, lambda text: status(f"search {name}: {text}"))
+    ship = code_to_ship(cfg)
     if cfg.accuracy.estimator == "supernet":  # a checkpoint for another setting is refused before any trial
-        check_supernet(cast(str, cfg.accuracy.checkpoint), space, data, cfg.data)
+        check_supernet(cast(str, cfg.accuracy.checkpoint), space, cast(ProxyData, data), cfg.data)
     params = _params(cfg, space, data.summary())
     changed = check_resumable(previous, params, _space_hash(cfg)) if previous is not None else {}
     faults = _fault_plan(output_dir)
@@ -349,13 +353,16 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     begun = False
     try:
         with search_log(output_dir / "search.log"):
-            status(f"search {name}: starting Ray ({cfg.ray.address or 'a local cluster'}); files in {output_dir}")
-            cluster = ray_tune.connect(cfg.ray)
+            status(f"search {name}: starting Ray ({cfg.ray.address or 'a local cluster'}); files in {output_dir}"
+                   + (f"; sending {', '.join(p.name for p in ship)} to the trials" if ship else ""))
+            cluster = ray_tune.connect(cfg.ray, ship)
             try:
                 resources = ray_tune.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
                 if on_cluster:
                     # Checked where trials run: the driver's machine may lack their device (a CPU-only head node).
                     device_name = ray_tune.check_latency_on_trial_node(cfg.latency, data.num_classes, space, resources)
+                    if user_refs(cfg):  # and their Python: what was sent, what is installed there
+                        ray_tune.check_user_code_on_trial_node(user_refs(cfg), resources)
                 if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
                     raise ConfigError("ray.gpus_per_trial",
                                       f"is 0 but train.device={cfg.train.device}: give trials a GPU")
@@ -367,6 +374,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                     preprocessing=preprocessing, rungs=tuple(cfg.search.rungs),
                     reduction_factor=cfg.search.reduction_factor,
                     checkpoints=RungCheckpoints(output_dir / "checkpoints") if cfg.search.rungs else None,
+                    workdir=output_dir / "trials",
                 )
                 run = _Run(name, output_dir, params, previous, changed, resume_command(command, name),
                            device_name or "")

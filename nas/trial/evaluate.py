@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -41,12 +42,13 @@ from latency_predictor.measurement.preprocess import Preprocessing, add_preproce
 from latency_predictor.measurement.protocol import LatencyStats
 from latency_predictor.measurement.scenario import check_scenario
 from latency_predictor.measurement.slot import device_work
-from latency_predictor.measurement.statistic import check_runs, protocol_for
+from latency_predictor.measurement.statistic import check_runs, protocol_for, stat_value
 from nas.core.config import AccuracyConfig, LatencyConfig, RungConfig, TrainConfig
 from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
 from nas.core.objective import Objective
 from nas.core.record import COMPLETED, FAILED, RUNNING
-from nas.data import ProxyData
+from nas.data import ProxyData, TaskData
+from nas.trial.custom import EvalContext, Evaluator, candidate_network, in_chans, user_figures
 from nas.trial.faults import FaultPlan
 from nas.trial.precision import precision_evaluator
 from nas.trial.rungs import RUNG_STEP, RungCheckpoints, fingerprint, milestone
@@ -80,10 +82,12 @@ class TrialContext:
         rungs: multi-fidelity rungs (``search.rungs``; empty: one training of ``train.epochs``).
         reduction_factor: ASHA's reduction factor (the rungs' milestones, :mod:`nas.trial.rungs`).
         checkpoints: where finished rungs are saved (None: not saved).
+        workdir: the folder of the candidates' own folders (``accuracy=custom``: ``context.workdir``);
+            None: none.
     """
 
     space: SearchSpace
-    data: ProxyData
+    data: TaskData
     train: TrainConfig
     accuracy: AccuracyConfig
     latency: LatencyConfig
@@ -96,6 +100,7 @@ class TrialContext:
     rungs: tuple[RungConfig, ...] = ()
     reduction_factor: int = 2
     checkpoints: RungCheckpoints | None = None
+    workdir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -316,14 +321,17 @@ def _evaluate(
 
     device = resolve_device(ctx.train.device)
     guard = _work_guard(ctx.latency, device)
+    if ctx.accuracy.estimator == "custom":
+        _custom(arch, ctx, base, report, deadline, device, guard, scoring, final_latency, lambda: lat)
+        return
     if ctx.accuracy.estimator == "supernet" and ctx.rungs:  # the supernet's estimate is the bottom rung
         at_precision = precision_evaluator(ctx.latency.precision, ctx.data, device,
                                            ctx.accuracy.calibration_samples, ctx.train.seed, ctx.threads)
         with guard():
             net, normed, res = _supernet_start(arch, ctx, device)
         deadline.check("the end of the supernet evaluation")
-        _train_rungs(arch, net, ctx, base, report, deadline, device, guard, at_precision, scoring, final_latency,
-                     lambda: lat, normed, res)
+        _train_rungs(arch, net, ctx, base, report, deadline, guard, at_precision, scoring, final_latency,
+                     lambda: lat, normed, _recipe_rungs(net, ctx, device, guard, deadline), res)
         return
     if ctx.accuracy.estimator == "supernet":  # one-shot: the subnet of a trained supernet
         t0 = time.perf_counter()
@@ -337,14 +345,15 @@ def _evaluate(
         })
         return
     torch.manual_seed(ctx.train.seed)
-    model = build(arch, num_classes=ctx.data.num_classes, in_chans=3, dropout=ctx.train.dropout)
+    model = build(arch, num_classes=ctx.data.num_classes, in_chans=in_chans(ctx.data), dropout=ctx.train.dropout)
     if ctx.faults is not None:
         ctx.faults.before_training(arch.arch_id, model, device)
     t0 = time.perf_counter()
-    if ctx.accuracy.estimator != "train":  # a training-free score
+    if ctx.accuracy.estimator != "train":  # a training-free score (built-in images only: validate() says so)
         name = ctx.accuracy.estimator
         with guard():
-            score = zero_cost_score(name, model, ctx.data, ctx.accuracy.batch_size, device, ctx.train.seed)
+            score = zero_cost_score(name, model, cast(ProxyData, ctx.data), ctx.accuracy.batch_size, device,
+                                    ctx.train.seed)
         deadline.check(f"the end of the {name} score")
         train_seconds = time.perf_counter() - t0
         settled = final_latency(score)
@@ -357,8 +366,8 @@ def _evaluate(
     at_precision = precision_evaluator(ctx.latency.precision, ctx.data, device, ctx.accuracy.calibration_samples,
                                        ctx.train.seed, ctx.threads)
     if ctx.rungs:
-        _train_rungs(arch, model, ctx, base, report, deadline, device, guard, at_precision, scoring, final_latency,
-                     lambda: lat, ctx.data)
+        _train_rungs(arch, model, ctx, base, report, deadline, guard, at_precision, scoring, final_latency,
+                     lambda: lat, ctx.data, _recipe_rungs(model, ctx, device, guard, deadline))
         return
 
     def on_epoch(e: EpochResult) -> None:
@@ -374,6 +383,99 @@ def _evaluate(
 
     train_briefly(model, ctx.data, ctx.train, device, on_epoch, step_guard=guard,
                   step_check=lambda: deadline.check("a training step"))
+
+
+def _custom(
+    arch: Arch, ctx: TrialContext, base: dict[str, Any], report: Report, deadline: Deadline, device: torch.device,
+    guard: Callable[[], AbstractContextManager[Any]], scoring: Objective,
+    final_latency: Callable[[float], LatencyResult], latency_now: Callable[[], LatencyResult],
+) -> None:
+    """``accuracy=custom``: the user's evaluator scores the candidate (:mod:`nas.trial.custom`).
+
+    Each ``context.report`` is a RUNNING report at the next step (an early-stopping scheduler acts
+    on it); the score returned is the COMPLETED one, at the last step reported. The call holds the
+    device's measurement slot shared, as training does, so no latency measurement overlaps it.
+    """
+    evaluator = Evaluator.load(cast(str, ctx.accuracy.fn), ctx.accuracy.options)
+    model = candidate_network(arch, ctx.space, ctx.data, ctx.train.seed, ctx.train.dropout)
+    if ctx.faults is not None:
+        ctx.faults.before_training(arch.arch_id, model, device)
+    if ctx.rungs:
+        _train_rungs(arch, model, ctx, base, report, deadline, guard, None, scoring, final_latency, latency_now,
+                     ctx.data, _custom_rungs(evaluator, model, ctx, device, guard, deadline, arch, latency_now))
+        return
+    t0 = time.perf_counter()
+    steps = 0
+
+    def on_report(score: float, metrics: dict[str, float]) -> None:
+        nonlocal steps
+        deadline.check("a report of accuracy.fn")
+        steps += 1
+        report({**base, **user_figures(metrics), "status": RUNNING, "epoch": steps, "accuracy": score,
+                "train_seconds": time.perf_counter() - t0, "reward": scoring.score(score, latency_now())})
+
+    context = _eval_context(ctx, device, arch, latency_now(), ctx.train.epochs, None, ctx.data, on_report)
+    with guard():
+        score, metrics = evaluator(model, context)
+    deadline.check("the end of accuracy.fn")
+    settled = final_latency(score)
+    report({**base, **user_figures(metrics), "status": COMPLETED, "epoch": steps, "accuracy": score,
+            "accuracy_precision": "fp32", "train_seconds": time.perf_counter() - t0,
+            "reward": scoring.score(score, settled)})
+
+
+def _eval_context(ctx: TrialContext, device: torch.device, arch: Arch, lat: LatencyResult, epochs: int,
+                  rung: int | None, data: TaskData, on_report: Callable[[float, dict[str, float]], None]
+                  ) -> EvalContext:
+    return EvalContext(
+        device=device, seed=ctx.train.seed, epochs=epochs, rung=rung, data=data, options=ctx.accuracy.options,
+        arch=arch.encode(), arch_id=arch.arch_id, latency_ms=stat_value(lat, ctx.latency.target_stat),
+        threads=ctx.threads, _report=on_report, _workdir=ctx.workdir,
+    )
+
+
+RungEpoch = Callable[[EpochResult, bool, dict[str, Any]], None]
+"""Called with each epoch's figures at a rung, whether it is the rung's last, and further report fields."""
+RungTrainer = Callable[[int, RungConfig, TaskData, RungEpoch], None]
+"""Trains the network for one rung ``(k, rung, data, on_epoch)``, calling ``on_epoch`` as it goes."""
+
+
+def _recipe_rungs(model: torch.nn.Module, ctx: TrialContext, device: torch.device,
+                  guard: Callable[[], AbstractContextManager[Any]], deadline: Deadline) -> RungTrainer:
+    """Each rung trained with the ``train`` group's recipe for the rung's epochs."""
+
+    def train_rung(k: int, rung: RungConfig, data: TaskData, on_epoch: RungEpoch) -> None:
+        train_briefly(model, data, replace(ctx.train, epochs=rung.epochs), device,
+                      lambda e: on_epoch(e, e.epoch == rung.epochs, {}), step_guard=guard,
+                      step_check=lambda: deadline.check("a training step"))
+
+    return train_rung
+
+
+def _custom_rungs(evaluator: Evaluator, model: torch.nn.Module, ctx: TrialContext, device: torch.device,
+                  guard: Callable[[], AbstractContextManager[Any]], deadline: Deadline, arch: Arch,
+                  latency_now: Callable[[], LatencyResult]) -> RungTrainer:
+    """Each rung scored by the user's evaluator, given the rung's budget and the same network."""
+
+    def train_rung(k: int, rung: RungConfig, data: TaskData, on_epoch: RungEpoch) -> None:
+        t0 = time.perf_counter()
+        steps = 0
+
+        def on_report(score: float, metrics: dict[str, float]) -> None:
+            nonlocal steps
+            deadline.check("a report of accuracy.fn")
+            steps += 1
+            on_epoch(EpochResult(steps, score, math.nan, math.nan, time.perf_counter() - t0), False,
+                     user_figures(metrics))
+
+        context = _eval_context(ctx, device, arch, latency_now(), rung.epochs, k, data, on_report)
+        with guard():
+            score, metrics = evaluator(model, context)
+        deadline.check("the end of accuracy.fn")
+        on_epoch(EpochResult(rung.epochs, score, math.nan, math.nan, time.perf_counter() - t0), True,
+                 user_figures(metrics))
+
+    return train_rung
 
 
 def _deployed_accuracy(
@@ -398,12 +500,13 @@ def _deployed_accuracy(
 
 def _train_rungs(
     arch: Arch, model: torch.nn.Module, ctx: TrialContext, base: dict[str, Any], report: Report, deadline: Deadline,
-    device: torch.device, guard: Callable[[], AbstractContextManager[Any]],
+    guard: Callable[[], AbstractContextManager[Any]],
     at_precision: Callable[[torch.nn.Module], float] | None, scoring: Objective,
-    final_latency: Callable[[float], LatencyResult], latency_now: Callable[[], LatencyResult], task: ProxyData,
-    supernet: SubnetResult | None = None,
+    final_latency: Callable[[float], LatencyResult], latency_now: Callable[[], LatencyResult], task: TaskData,
+    train_rung: RungTrainer, supernet: SubnetResult | None = None,
 ) -> None:
-    """Train rung after rung (:mod:`nas.trial.rungs`), reporting each epoch and each rung's end.
+    """Train rung after rung (:mod:`nas.trial.rungs`) with ``train_rung`` (the recipe, or the user's
+    evaluator), reporting each epoch and each rung's end.
 
     A rung's last report is ``COMPLETED`` with the figures at that rung (``rung``, its size, and
     ``accuracy_rung<k>``/``reward_rung<k>`` of every rung so far); ASHA may stop the trial there.
@@ -450,23 +553,21 @@ def _train_rungs(
         figures = {"rung": k, "rung_train_images": rung.train_images, "rung_epochs": rung.epochs,
                    **({"resumed_rungs": first} if first else {})}
 
-        def on_epoch(e: EpochResult, k: int = k, rung: RungConfig = rung, figures: dict[str, Any] = figures,
-                     offset: int = offset) -> None:
-            last = e.epoch == rung.epochs
+        def on_epoch(e: EpochResult, last: bool, fields: dict[str, Any], k: int = k,
+                     figures: dict[str, Any] = figures, offset: int = offset) -> None:
             accuracy, extra = _deployed_accuracy(e, last, model, ctx, at_precision, guard, deadline)
             settled = final_latency(accuracy) if last else latency_now()
             reward = scoring.score(accuracy, settled)
             row = {
                 **base, **figures, **extra, "epoch": offset + e.epoch, "accuracy": accuracy, "val_loss": e.val_loss,
-                "train_loss": e.train_loss, "train_seconds": time.perf_counter() - t0, "reward": reward,
+                "train_loss": e.train_loss, **fields, "train_seconds": time.perf_counter() - t0, "reward": reward,
             }
             if not last:
                 report({**row, "status": RUNNING, RUNG_STEP: milestone(k - 1, rf) if k else 0})
                 return
             rung_end(k, row)
 
-        train_briefly(model, data, replace(ctx.train, epochs=rung.epochs), device, on_epoch, step_guard=guard,
-                      step_check=lambda: deadline.check("a training step"))
+        train_rung(k, rung, data, on_epoch)
         offset += rung.epochs
 
 
@@ -475,8 +576,9 @@ def _supernet_start(arch: Arch, ctx: TrialContext, device: torch.device) -> tupl
     """The candidate's subnet with the supernet's weights (BatchNorm recalibrated), the data
     normalised as the supernet's training normalised it, and the subnet's validation figures."""
     acc = ctx.accuracy
-    loaded = load_supernet(cast(str, acc.checkpoint), ctx.space, SupernetTarget.of(ctx.space, ctx.data), device)
-    normed = loaded.normalised_like_training(ctx.data)
+    data = cast(ProxyData, ctx.data)  # a supernet is trained on built-in images: validate() refuses data=custom
+    loaded = load_supernet(cast(str, acc.checkpoint), ctx.space, SupernetTarget.of(ctx.space, data), device)
+    normed = loaded.normalised_like_training(data)
     t0 = time.perf_counter()
     net, n = recalibrated_subnet(loaded.net, arch, normed, acc.bn_batches, acc.batch_size, device, ctx.train.seed)
     accuracy, loss = evaluate(net, normed, device)
@@ -487,8 +589,9 @@ def _supernet_accuracy(arch: Arch, ctx: TrialContext, device: torch.device) -> S
     # The supernet is loaded once per worker process (load_supernet keeps it); the search checked
     # the checkpoint against the space, the data and its split before the first trial.
     acc = ctx.accuracy
-    loaded = load_supernet(cast(str, acc.checkpoint), ctx.space, SupernetTarget.of(ctx.space, ctx.data), device)
-    return subnet_accuracy(loaded, arch, ctx.data, acc.bn_batches, acc.batch_size, device, ctx.train.seed)
+    data = cast(ProxyData, ctx.data)
+    loaded = load_supernet(cast(str, acc.checkpoint), ctx.space, SupernetTarget.of(ctx.space, data), device)
+    return subnet_accuracy(loaded, arch, data, acc.bn_batches, acc.batch_size, device, ctx.train.seed)
 
 
 def _work_guard(latency: LatencyConfig, device: torch.device) -> Callable[[], AbstractContextManager[Any]]:

@@ -29,14 +29,14 @@ from torch import nn
 
 from latency_predictor.measurement.export import INPUT_NAME, OUTPUT_NAME, export_onnx
 from latency_predictor.measurement.quantize import quantize_qdq
-from nas.data import ProxyData
+from nas.data import TaskData
 
 EVAL_BATCH = 64
 """Batch of the exported evaluation model (the last validation batch is padded to it)."""
 
 
 def precision_evaluator(
-    precision: str, data: ProxyData, device: torch.device, calibration_samples: int, seed: int, threads: int = 1,
+    precision: str, data: TaskData, device: torch.device, calibration_samples: int, seed: int, threads: int = 1,
 ) -> Callable[[nn.Module], float] | None:
     """The validation accuracy of a trained network at ``precision``, or None where it is not evaluated.
 
@@ -58,14 +58,14 @@ def precision_evaluator(
     return None
 
 
-def int8_accuracy(model: nn.Module, data: ProxyData, calibration_samples: int, seed: int, threads: int = 1) -> float:
+def int8_accuracy(model: nn.Module, data: TaskData, calibration_samples: int, seed: int, threads: int = 1) -> float:
     """Validation accuracy of ``model`` quantised to int8 by ONNX Runtime (static QDQ), run by ONNX Runtime.
 
     Raises:
         LatencyError: the network cannot be exported or quantised.
     """
     net = copy.deepcopy(model).to("cpu").eval()
-    shape = (EVAL_BATCH, 3, data.resolution, data.resolution)
+    shape = (EVAL_BATCH, *data.input_shape)
     xb, _ = data.sample_train(calibration_samples, seed)
     calibration = data.normalise(xb).numpy()
     if len(calibration) < EVAL_BATCH:  # fewer training images than one batch: repeat them
@@ -88,7 +88,7 @@ def int8_accuracy(model: nn.Module, data: ProxyData, calibration_samples: int, s
     return correct / n
 
 
-def cast_accuracy(model: nn.Module, data: ProxyData, device: torch.device, dtype: torch.dtype) -> float:
+def cast_accuracy(model: nn.Module, data: TaskData, device: torch.device, dtype: torch.dtype) -> float:
     """Validation accuracy of ``model`` with weights and inputs cast to ``dtype`` (as the torch backend runs it)."""
     net = copy.deepcopy(model).to(device=device, dtype=dtype).eval()
     correct = n = 0

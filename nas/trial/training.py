@@ -26,7 +26,7 @@ from torch import nn
 
 from nas.core.config import TrainConfig
 from nas.core.errors import TrainingError
-from nas.data import ProxyData
+from nas.data import TaskData
 from nas.trial.augment import make_augment
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -150,7 +150,7 @@ def recalibrate_batchnorm(net: nn.Module, batches: Iterable[torch.Tensor]) -> No
     net.eval()
 
 
-def evaluate(model: nn.Module, data: ProxyData, device: torch.device, batch_size: int = 256,
+def evaluate(model: nn.Module, data: TaskData, device: torch.device, batch_size: int = 256,
              autocast: torch.dtype | None = None, channels_last: bool = False) -> tuple[float, float]:
     """Validation accuracy and mean cross-entropy of ``model`` on ``data``."""
     model.eval()
@@ -170,7 +170,7 @@ def evaluate(model: nn.Module, data: ProxyData, device: torch.device, batch_size
 
 def train_briefly(
     model: nn.Module,
-    data: ProxyData,
+    data: TaskData,
     cfg: TrainConfig,
     device: torch.device,
     on_epoch: Callable[[EpochResult], None] | None = None,
@@ -182,7 +182,7 @@ def train_briefly(
 
     Args:
         model: a freshly built network (its initialisation is the caller's, seeded).
-        data: the proxy task (in memory or streamed).
+        data: the proxy task (in memory, streamed, or the user's datasets).
         cfg: the recipe: epochs, batch size, optimiser, learning rate, warm-up and schedule,
             label smoothing, augmentation, mixed precision, memory format, seed.
         device: where to train.
@@ -210,7 +210,9 @@ def train_briefly(
     warmup = min(total, round(cfg.warmup_epochs * steps_per_epoch))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, warmup, cfg.lr_schedule))
     scaler = torch.amp.GradScaler(device.type, enabled=autocast is torch.float16)
-    augment = make_augment(cfg.augment, data.resolution, data.mirror_invariant)
+    # ``auto`` crops and flips images; the user's data (data=custom) may be anything else: only a named crop.
+    augment = make_augment(cfg.augment if data.images or cfg.augment != "auto" else "none", data.resolution,
+                           data.mirror_invariant)
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     results: list[EpochResult] = []

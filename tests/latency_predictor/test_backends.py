@@ -98,11 +98,18 @@ def test_contract(backend: str, opts: dict[str, Any], tiny_arch: Arch, slot_dir:
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize(
-    "shape", [(1, 1, 32, 32), (3, 32, 32), (1, 3, 0, 32), (1, 3, -4, 32), (1, 3, 32, 32, 1), (1, 3, 32.0, 32)]
+    "shape", [(1, 0, 32, 32), (3, 32, 32), (1, 3, 0, 32), (1, 3, -4, 32), (1, 3, 32, 32, 1), (1, 3, 32.0, 32)]
 )
 def test_bad_input_shape_is_a_config_error_before_any_work(backend: str, shape: tuple[Any, ...]) -> None:
     with pytest.raises(ConfigError, match="input_shape"):
         make_estimator(backend, input_shape=shape)
+
+
+def test_a_network_of_one_input_channel_is_timed_at_its_shape(tiny_arch: Arch, slot_dir: Path) -> None:
+    # A spectrogram or a grey image: the network is built for the shape's channels.
+    est = make_estimator("onnxruntime", input_shape=(1, 1, 32, 32), measure=FAST, slot_dir=slot_dir)
+    r = est.measure(tiny_arch)
+    assert r.input_shape == (1, 1, 32, 32) and r.latency_ms > 0
 
 
 def test_unknown_backend_and_option() -> None:

@@ -152,7 +152,8 @@ class MeasuredBackend(ABC):
         num_classes: int = 1000,
         keep_samples: bool = False,
     ) -> None:
-        self.input_shape: tuple[int, ...] = validate_input_shape(input_shape)
+        # Any channel count: the networks are built for the shape's (one channel for a spectrogram, say).
+        self.input_shape: tuple[int, ...] = validate_input_shape(input_shape, in_chans=None)
         self.precision = precision
         self.device = device
         self.measure_config = as_measure_config(measure)
