@@ -44,7 +44,6 @@ import numpy as np
 import torch
 
 from benchmarks.common import ROOT, spread
-from benchmarks.references import MULTIPLIERS, scale_width
 from benchmarks.render import comparison_lines
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import INPUT_NAME, OUTPUT_NAME, export_onnx
@@ -55,7 +54,7 @@ from nas.data import load_dataset
 from nas.review.fuse import fuse_conv_bn
 from nas.trial.training import train_briefly
 from search_spaces import REFERENCES, Arch, build, count_macs, count_params, reference
-from search_spaces.references import small_input_variant
+from search_spaces.references import MULTIPLIERS, scale_width, small_input_variant
 
 SHAPE = (1, 3, 32, 32)
 EXPORT_DIR = ROOT / "benchmarks" / "cifar10"
