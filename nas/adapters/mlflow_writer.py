@@ -83,14 +83,16 @@ _COLUMN_WIDTHS = {"attributes.`Run Name`": 270, "runDateAndNestInfo": 130, "metr
 def candidate_run_name(cand: Candidate) -> str:
     """A candidate run's name that says what it is at a glance in MLflow's run list and charts, short
     enough for the run-name column: ``3f2a9c1d0b7e acc 0.912 12.31 ms ✓`` (✓ meets the target, ✗
-    misses it; the arch_id is also the param ``arch_id``)."""
+    misses it; the arch_id is also the param ``arch_id``), with ``x0.83`` after the milliseconds when
+    it was measured beside an anchor network (its latency over the anchor's)."""
     if cand.status == "FAILED":
         return f"{cand.arch_id} failed: {cand.tags.get('failure_type', 'error')}"
     est = cand.tags.get("accuracy_estimator", "train")
     figure = f"acc {cand.accuracy:.3f}" if est == "train" else f"{est} {cand.accuracy:.4g}"
     meets = {True: " ✓", False: " ✗", None: ""}[cand.meets_target]
     pruned = f" pruned ep {int(cand.metric('epochs_completed'))}" if cand.status == "PRUNED" else ""
-    return f"{cand.arch_id} {figure} {cand.latency_p50:.2f} ms{meets}{pruned}"
+    anchor = f" x{cand.x_anchor:.2f}" if math.isfinite(cand.x_anchor) else ""
+    return f"{cand.arch_id} {figure} {cand.latency_p50:.2f} ms{anchor}{meets}{pruned}"
 
 
 def view_key(parent_run_id: str) -> str:
