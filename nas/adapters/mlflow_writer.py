@@ -415,10 +415,13 @@ class StoreWriter:
             self.client.set_terminated(run_id, status)
 
     # ------------------------------------------------------------------ the review's writes
-    def log_reference_latencies(self, parent_run_id: str, latencies: Mapping[str, float], device: str) -> None:
-        """Record reference networks' p50 latency on a search's parent run (and the device they ran on)."""
+    def log_reference_latencies(self, parent_run_id: str, latencies: Mapping[str, float], device: str,
+                                x_anchor: Mapping[str, float] | None = None) -> None:
+        """Record reference networks' p50 latency on a search's parent run (and the device they ran on),
+        and their latency over the search's anchor network's (``reference.<name>.x_anchor``)."""
         now = _now_ms()
         metrics = [_metric(f"{REFERENCE_PREFIX}{k}.latency_p50", float(v), now, 0) for k, v in latencies.items()]
+        metrics += [_metric(f"{REFERENCE_PREFIX}{k}.x_anchor", float(v), now, 0) for k, v in (x_anchor or {}).items()]
         with mlflow_errors(lambda: f"cannot log reference latencies on run {parent_run_id}"):
             self.client.log_batch(parent_run_id, metrics=metrics, tags=[RunTag(REFERENCE_DEVICE_TAG, device)])
 

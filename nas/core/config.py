@@ -863,6 +863,10 @@ class ExportLatencyConfig:
         measure: measurement protocol settings, over the search's.
         rounds: the unfused and fused networks are timed alternately this many times and each
             keeps its fastest round, so drifting background load does not favour either.
+        anchor: an anchor network, ``<reference>[@<width>]``, timed right after the fused network in
+            each round: the report gives the fused network's ``x_anchor`` (the median over the rounds
+            of its p50 over the anchor's) and the anchor's ms; None: the search's anchor
+            (``latency.anchor`` or ``target_anchor``), if it had one.
     """
 
     backend: str | None = None
@@ -870,6 +874,7 @@ class ExportLatencyConfig:
     options: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)
     rounds: int = 3
+    anchor: str | None = None
 
 
 @dataclass
@@ -960,6 +965,11 @@ def validate_export(cfg: ExportConfig) -> None:
     """
     check_choices(cfg)
     _int_at_least("latency.rounds", cfg.latency.rounds, 1)
+    if cfg.latency.anchor is not None:
+        try:
+            parse_anchor(cfg.latency.anchor)
+        except SearchSpaceError as err:
+            raise ConfigError("latency.anchor", str(err)) from None
     _int_at_least("check.batches", cfg.check.batches, 1)
     for key in ("atol", "rtol"):
         _in_range(f"check.{key}", getattr(cfg.check, key), 0.0, math.inf, "[0, inf)")
@@ -1231,6 +1241,9 @@ def validate_optimize(cfg: OptimizeConfig) -> None:
     for key in ("atol", "rtol"):
         _in_range(f"check.{key}", getattr(ch, key), 0.0, math.inf, "[0, inf)")
     _int_at_least("latency.rounds", cfg.latency.rounds, 1)
+    if cfg.latency.anchor is not None:
+        raise ConfigError("latency.anchor", "nas.optimize times its variants against each other; an anchor network "
+                          "is timed beside a candidate by nas.export (latency.anchor there)")
     _int_at_least("train.epochs", cfg.train.epochs, 0)
     sub = SearchConfig(space={}, target_ms=1.0, train=cfg.train, tracking=cfg.tracking,
                        data=cfg.data or DataConfig())
