@@ -62,6 +62,17 @@ def test_a_relative_target_scores_x_anchor_against_target_x_in_the_same_formula(
     assert Objective.of_search(cfg).target == 0.9 and Objective.of_search(SearchConfig(target_ms=5.0)).target == 5.0
 
 
+def test_the_review_commands_check_their_anchor_before_any_work() -> None:
+    from nas.core.config import ExportConfig, ExportLatencyConfig, OptimizeConfig, validate_export, validate_optimize
+    from nas.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^latency.anchor: unknown anchor network 'mobilenet'"):
+        validate_export(ExportConfig(latency=ExportLatencyConfig(anchor="mobilenet@0.35")))
+    validate_export(ExportConfig(latency=ExportLatencyConfig(anchor=SPEC)))
+    with pytest.raises(ConfigError, match=r"^latency.anchor: nas.optimize times its variants against each other"):
+        validate_optimize(OptimizeConfig(candidate="x", latency=ExportLatencyConfig(anchor=SPEC)))
+
+
 # ---------------------------------------------------------------------- one trial
 
 
