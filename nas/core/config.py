@@ -395,7 +395,7 @@ class SearchConfig:
         target_x: the factor of ``target_anchor``: a candidate meets the target when its latency is
             at most ``target_x`` times the anchor's (1.0: no slower than it).
         name: the search's name (MLflow parent run name, Ray experiment name); None:
-            ``<space>-<target>ms-<date>-<time>``.
+            ``<space>-<target>ms-<date>-<time>`` (a relative target: ``<space>-x<target_x>-<anchor>-...``).
         output_dir: absolute folder for this search's files (Ray Tune state, artifacts, log);
             None: ``<home>/searches/<name>`` (:mod:`nas.core.paths`).
         top_k: candidates shown in the final table.
