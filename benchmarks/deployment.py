@@ -40,7 +40,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.references import MULTIPLIERS, scale_width
 from latency_predictor import LatencyResult
 from latency_predictor.measurement.backends import OnnxRuntimeBackend, make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
@@ -50,7 +49,7 @@ from nas.core.record import Candidate, pareto_front
 from nas.deploy.optimize import OUT, run_optimize
 from nas.review.export import run_export
 from search_spaces import Arch, reference
-from search_spaces.references import small_input_variant
+from search_spaces.references import MULTIPLIERS, scale_width, small_input_variant
 
 SHAPE = (1, 3, 32, 32)
 FULL: dict[str, Any] = {"search_n": 16, "train_samples": 30000, "epochs": 10, "val": 2000, "ratios": [0.3, 0.5],

@@ -7,8 +7,9 @@ For each target (1 thread, 1x3x224x224, measured):
   its best candidates by reward are measured and the best-rewarded one whose *measured* latency
   meets the target is kept;
 * **hand-designed**: MobileNetV2, EfficientNet-B0 and MnasNet-B1 (:mod:`search_spaces.references`),
-  each width-scaled (:func:`scale_width`) to the largest multiplier of :data:`MULTIPLIERS` whose
-  measured latency meets the target (the smallest one when none does).
+  each width-scaled (:func:`search_spaces.references.scale_width`) to the largest multiplier of
+  :data:`~search_spaces.references.MULTIPLIERS` whose measured latency meets the target (the
+  smallest one when none does).
 
 Every network is then trained with the same budget (:func:`nas.accuracy.train_briefly`, same
 optimiser, epochs and batch order) on the same proxy data (digits at 32x32), with several weight
@@ -18,7 +19,6 @@ fastest searched network at least as accurate as each reference, median over see
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -35,26 +35,10 @@ from nas.core.evolution import RegularisedEvolution
 from nas.core.reward import squared_penalty
 from nas.trial.training import train_briefly
 from search_spaces import REFERENCES, Arch, build, count_params, load_space
+from search_spaces.references import MULTIPLIERS, scale_width
 
 TARGETS_MS = (6.0, 10.0)
-MULTIPLIERS = (0.35, 0.5, 0.75, 1.0, 1.25)
 MEASURED_CANDIDATES = 6
-
-
-def round8(x: float) -> int:
-    """``x`` rounded to the nearest multiple of 8, at least 8, never more than 10% below ``x``."""
-    r = max(8, int(x + 4) // 8 * 8)
-    return r + 8 if r < 0.9 * x else r
-
-
-def scale_width(arch: Arch, multiplier: float) -> Arch:
-    """``arch`` with every channel count multiplied by ``multiplier`` and rounded to 8.
-
-    As in MobileNetV2, the head is only widened (``multiplier > 1``), never narrowed.
-    """
-    blocks = tuple(dataclasses.replace(b, out_chs=round8(b.out_chs * multiplier)) for b in arch.blocks)
-    head = round8(arch.head_chs * multiplier) if arch.head_chs and multiplier > 1 else arch.head_chs
-    return dataclasses.replace(arch, stem_chs=round8(arch.stem_chs * multiplier), blocks=blocks, head_chs=head)
 
 
 def _measure(arch: Arch, cache: dict[Arch, float]) -> float:

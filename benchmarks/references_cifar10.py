@@ -44,10 +44,10 @@ import numpy as np
 import torch
 
 from benchmarks.common import ROOT, spread
-from benchmarks.references import MULTIPLIERS, scale_width
 from benchmarks.render import comparison_lines
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import INPUT_NAME, OUTPUT_NAME, export_onnx
+from latency_predictor.measurement.paired import alternate
 from latency_predictor.measurement.timing import MeasureConfig
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import die_with_parent
@@ -55,7 +55,7 @@ from nas.data import load_dataset
 from nas.review.fuse import fuse_conv_bn
 from nas.trial.training import train_briefly
 from search_spaces import REFERENCES, Arch, build, count_macs, count_params, reference
-from search_spaces.references import small_input_variant
+from search_spaces.references import MULTIPLIERS, scale_width, small_input_variant
 
 SHAPE = (1, 3, 32, 32)
 EXPORT_DIR = ROOT / "benchmarks" / "cifar10"
@@ -86,29 +86,23 @@ class Paired:
 
 
 def paired_ratios(archs: list[Arch], anchor: Arch, measure: Callable[[Arch], float], rounds: int) -> dict[Arch, Paired]:
-    """Each network against ``anchor``: in every round the network, then the anchor, measured back to back.
+    """Each network against ``anchor``: in every round the network, then the anchor, measured back to back
+    (:func:`latency_predictor.measurement.paired.alternate`, as a search's final latency pass measures).
 
     A network's ratio is the median over the rounds of (its p50 / the anchor's p50 measured right after
     it); a shift of this host's speed between rounds moves both figures of a pair, and one that falls
     inside a pair is outvoted by the other rounds. The anchor itself has ratio 1 by definition, and
     its latency is the median of all its measurements here.
     """
-    mine: dict[Arch, list[float]] = {a: [] for a in archs}
-    theirs: dict[Arch, list[float]] = {a: [] for a in archs}
-    for _ in range(rounds):
-        for a in archs:
-            if a == anchor:
-                continue
-            mine[a].append(measure(a))
-            theirs[a].append(measure(anchor))
-    own = [t for a in archs for t in theirs[a]] or [measure(anchor) for _ in range(rounds)]
+    pairs = alternate(archs, anchor, measure, rounds)
+    own = [t for a in archs for _, t in pairs[a]] or [measure(anchor) for _ in range(rounds)]
     out = {}
     for a in archs:
         if a == anchor:
             out[a] = Paired(float(np.median(own)), 1.0, (1.0,) * rounds)
             continue
-        ratios = tuple(m / t for m, t in zip(mine[a], theirs[a], strict=True))
-        out[a] = Paired(float(np.median(mine[a])), float(np.median(ratios)), ratios)
+        ratios = tuple(m / t for m, t in pairs[a])
+        out[a] = Paired(float(np.median([m for m, _ in pairs[a]])), float(np.median(ratios)), ratios)
     return out
 
 

@@ -43,7 +43,6 @@ import yaml
 
 from benchmarks import fidelity
 from benchmarks.common import QUICK_DIR, RECORDS_DIR, ROOT, spread
-from benchmarks.references import scale_width
 from nas.core.config import (
     DataConfig,
     ExportConfig,
@@ -58,7 +57,7 @@ from nas.oneshot.train import run_supernet
 from nas.studies.fidelity import RECORDS, REFERENCE, SUPERNET, choose_archs, run_fidelity, table
 from nas.trial.subnet import SupernetTarget, load_supernet, read_checkpoint, subnet_accuracy
 from search_spaces import Arch, reference
-from search_spaces.references import small_input_variant
+from search_spaces.references import scale_width, small_input_variant
 from search_spaces.space import SPACES_DIR, SearchSpace
 from search_spaces.supernet import Supernet, sandwich_ends
 

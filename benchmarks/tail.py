@@ -80,9 +80,8 @@ def p99_protocol(batch_sizes: tuple[int, ...] = (1,), stat: str = "p99") -> Meas
 
 def networks(extra: list[str]) -> list[tuple[str, Any]]:
     """(label, Arch) of the reference networks and the searched ones."""
-    from benchmarks.references import scale_width
     from search_spaces import Arch, reference
-    from search_spaces.references import small_input_variant
+    from search_spaces.references import scale_width, small_input_variant
 
     out: list[tuple[str, Any]] = [(f"{name} x{m:g}", scale_width(small_input_variant(reference(name)), m))
                                   for name, m in REFERENCES]

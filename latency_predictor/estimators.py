@@ -93,6 +93,20 @@ def make_latency_estimator(
     return make_estimator(backend, input_shape=list(input_shape), measure=dict(measure), precision=precision, **opts)
 
 
+def measuring_part(estimator: LatencyEstimator) -> LatencyEstimator | None:
+    """What measures for ``estimator``: itself (a measuring backend, measurement agents), hybrid mode's
+    measuring backend, or None for a predictor alone (it measures nothing).
+
+    An anchor network paired with a candidate is measured with it: a prediction of the anchor would
+    compare two predictions, which a drifting host does not move.
+    """
+    if isinstance(estimator, HybridEstimator):
+        return cast(LatencyEstimator, estimator.backend)
+    if isinstance(estimator, PredictorEstimator):
+        return None
+    return estimator
+
+
 _Options = TypeVar("_Options", "PredictorOptions", "RemoteOptions")
 
 

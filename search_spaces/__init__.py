@@ -16,13 +16,13 @@ from search_spaces.errors import (
     SpaceConfigError,
 )
 from search_spaces.profile import Profile, count_macs, count_params, profile
-from search_spaces.references import REFERENCES, reference, resolve_arch
+from search_spaces.references import REFERENCES, anchor_network, reference, resolve_arch
 from search_spaces.space import Decision, SearchSpace, Stage, available_spaces, load_space
 
 __all__ = [
     "ACTIVATIONS", "BLOCK_TYPES", "REFERENCES", "Arch", "ArchDecodeError", "ArchError", "Block",
     "Decision", "OutOfSpaceError", "Profile", "SearchSpace", "SearchSpaceError", "SpaceConfigError",
-    "Stage", "arch_id_of", "available_spaces", "build", "count_macs", "count_params", "load_space",
+    "Stage", "anchor_network", "arch_id_of", "available_spaces", "build", "count_macs", "count_params", "load_space",
     "profile", "reference", "resolve_arch",
 ]
 

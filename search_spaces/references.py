@@ -10,11 +10,16 @@ mobilenetv2_100    3,504,872    ~300 M
 efficientnet_b0    5,288,548    ~390 M
 mnasnet_b1         4,383,312    ~315 M
 =================  ===========  =================
+
+Each can be width-scaled (:func:`scale_width`) and laid out for 32x32 inputs
+(:func:`small_input_variant`); :func:`anchor_network` reads the ``<name>[@<width>]`` form a search
+names an anchor network with (``latency.anchor``, ``target_anchor``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from search_spaces.arch import Arch, Block
 from search_spaces.errors import SearchSpaceError
@@ -110,3 +115,67 @@ def resolve_arch(text: str) -> Arch:
     if text in REFERENCES:
         return REFERENCES[text]()
     return Arch.decode(text)
+
+
+MULTIPLIERS = (0.35, 0.5, 0.75, 1.0, 1.25)
+"""The width multipliers the benchmarks scale the references to (and 0.25 below them)."""
+
+WIDTH_RANGE = (0.25, 1.4)
+"""The widths an anchor network may have: from 0.25, the narrowest the benchmarks scale a reference
+to, to 1.4, MobileNetV2's widest published width."""
+
+SMALL_INPUT_MAX = 64
+"""Inputs up to this many pixels a side take the 32x32 layout (:func:`small_input_variant`)."""
+
+
+def round8(x: float) -> int:
+    """``x`` rounded to the nearest multiple of 8, at least 8, never more than 10% below ``x``."""
+    r = max(8, int(x + 4) // 8 * 8)
+    return r + 8 if r < 0.9 * x else r
+
+
+def scale_width(arch: Arch, multiplier: float) -> Arch:
+    """``arch`` with every channel count multiplied by ``multiplier`` and rounded to 8.
+
+    As in MobileNetV2, the head is only widened (``multiplier > 1``), never narrowed.
+    """
+    blocks = tuple(dataclasses.replace(b, out_chs=round8(b.out_chs * multiplier)) for b in arch.blocks)
+    head = round8(arch.head_chs * multiplier) if arch.head_chs and multiplier > 1 else arch.head_chs
+    return dataclasses.replace(arch, stem_chs=round8(arch.stem_chs * multiplier), blocks=blocks, head_chs=head)
+
+
+def parse_anchor(spec: str) -> tuple[str, float]:
+    """The reference name and width of an anchor written ``<name>[@<width>]`` (no width: 1).
+
+    Raises:
+        SearchSpaceError: an unknown name (the known ones are listed) or a width that is not a
+            number within :data:`WIDTH_RANGE`.
+    """
+    name, at, width_text = str(spec).strip().partition("@")
+    if name not in REFERENCES:
+        raise SearchSpaceError(f"unknown anchor network {name!r} in {spec!r}: write <reference>[@<width>] with a "
+                               f"reference of {sorted(REFERENCES)}, e.g. mobilenetv2_100@0.35")
+    if not at:
+        return name, 1.0
+    lo, hi = WIDTH_RANGE
+    try:
+        width = float(width_text)
+    except ValueError:
+        width = math.nan
+    if not (math.isfinite(width) and lo <= width <= hi):
+        raise SearchSpaceError(f"anchor network {spec!r}: the width after '@' must be a number from {lo:g} to "
+                               f"{hi:g}, e.g. {name}@0.35")
+    return name, width
+
+
+def anchor_network(spec: str, input_hw: int) -> Arch:
+    """The anchor network ``spec`` (``<name>[@<width>]``, e.g. ``mobilenetv2_100@0.35``) for inputs of
+    ``input_hw`` pixels a side: the reference width-scaled (:func:`scale_width`), in its 32x32 layout
+    (:func:`small_input_variant`) for inputs up to :data:`SMALL_INPUT_MAX` pixels.
+
+    Raises:
+        SearchSpaceError: see :func:`parse_anchor`.
+    """
+    name, width = parse_anchor(spec)
+    base = REFERENCES[name]()
+    return scale_width(small_input_variant(base) if input_hw <= SMALL_INPUT_MAX else base, width)

@@ -159,3 +159,44 @@ def test_the_readmes_links_name_files_and_sections_that_exist() -> None:
         if anchor:
             headings = re.findall(r"^#+ (.+)$", (ROOT / target).read_text(), re.M)
             assert anchor in {_github_anchor(h) for h in headings}, f"README.md: {target} has no section #{anchor}"
+
+
+# --- example searches --------------------------------------------------------------------------
+
+SEARCH_LINE = re.compile(r"^ {4,}(?:.* -- +)?python -m nas\.search (.+)$", re.M)
+
+
+def _example_searches() -> list[tuple[str, str]]:
+    """Every ``python -m nas.search`` command of an indented code block, continuation lines joined."""
+    out = []
+    for doc in DOCS:
+        text = doc.read_text().replace("\\\n", " ")
+        for m in SEARCH_LINE.finditer(text):
+            args = " ".join(re.split(r"\s{2,}#", m.group(1))[0].split())  # without a trailing comment
+            if "..." not in args and "<" not in args:
+                out.append((f"{doc.name}: {args[:60]}", args))
+    return out
+
+
+EXAMPLE_SEARCHES = _example_searches()
+
+
+@pytest.mark.parametrize("args", [a for _, a in EXAMPLE_SEARCHES], ids=[w for w, _ in EXAMPLE_SEARCHES])
+def test_every_example_search_is_a_valid_configuration_whose_target_binds_anywhere(args: str) -> None:
+    """Each example composes and passes the checks a search makes before its first trial; and its
+    target is relative to an anchor network, or says why not: the main command (fixed by design), a
+    predictor's milliseconds (those of its device), or milliseconds with an anchor measured beside them."""
+    import shlex
+
+    from nas.cli import compose_search_config
+    from nas.core.config import validate
+
+    argv = [a.replace("$PWD", "/abs") for a in shlex.split(args)]
+    validate(compose_search_config(*argv))
+    if any(a.startswith("target_ms=") for a in argv):
+        why = {"target_ms=50", "latency=predictor"} & set(argv) or {a for a in argv if a.startswith("latency.anchor=")}
+        assert why, f"{args}: a target in ms that means something else on another machine; use target_anchor="
+
+
+def test_the_documents_have_example_searches() -> None:
+    assert len(EXAMPLE_SEARCHES) >= 15, [w for w, _ in EXAMPLE_SEARCHES]

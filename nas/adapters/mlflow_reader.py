@@ -241,11 +241,15 @@ def reference_latencies(parent: RunInfo) -> tuple[dict[str, float], str | None]:
 def search_from_run(parent: RunInfo, experiment_id: str) -> SearchRecord:
     """The :class:`SearchRecord` of a search's parent run."""
     target = parse_param(parent.params.get("target_ms", "None"))
+    target_anchor = parse_param(parent.params.get("target_anchor", "None"))
+    target_x = parse_param(parent.params.get("target_x", "None"))
     dataset = parse_param(parent.params.get("dataset", "None"))
     refs, _ = reference_latencies(parent)
     return SearchRecord(
         run_id=parent.run_id, name=parent.tags.get(SEARCH_TAG, parent.name), experiment_id=experiment_id,
         status=parent.status, target_ms=float(target) if isinstance(target, int | float) else None,
+        target_anchor=str(target_anchor) if target_anchor else None,
+        target_x=float(target_x) if target_anchor and isinstance(target_x, int | float) else None,
         space=parent.params.get("space"), latency=parent.config("latency"), data=parent.config("data"),
         num_classes=int(dataset["classes"]) if isinstance(dataset, dict) and "classes" in dataset else None,
         accuracy_estimator=parent.tags.get("accuracy_estimator"), device_name=parent.tags.get("latency_device_name"),

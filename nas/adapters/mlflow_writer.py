@@ -83,14 +83,16 @@ _COLUMN_WIDTHS = {"attributes.`Run Name`": 270, "runDateAndNestInfo": 130, "metr
 def candidate_run_name(cand: Candidate) -> str:
     """A candidate run's name that says what it is at a glance in MLflow's run list and charts, short
     enough for the run-name column: ``3f2a9c1d0b7e acc 0.912 12.31 ms ✓`` (✓ meets the target, ✗
-    misses it; the arch_id is also the param ``arch_id``)."""
+    misses it; the arch_id is also the param ``arch_id``), with ``x0.83`` after the milliseconds when
+    it was measured beside an anchor network (its latency over the anchor's)."""
     if cand.status == "FAILED":
         return f"{cand.arch_id} failed: {cand.tags.get('failure_type', 'error')}"
     est = cand.tags.get("accuracy_estimator", "train")
     figure = f"acc {cand.accuracy:.3f}" if est == "train" else f"{est} {cand.accuracy:.4g}"
     meets = {True: " ✓", False: " ✗", None: ""}[cand.meets_target]
     pruned = f" pruned ep {int(cand.metric('epochs_completed'))}" if cand.status == "PRUNED" else ""
-    return f"{cand.arch_id} {figure} {cand.latency_p50:.2f} ms{meets}{pruned}"
+    anchor = f" x{cand.x_anchor:.2f}" if math.isfinite(cand.x_anchor) else ""
+    return f"{cand.arch_id} {figure} {cand.latency_p50:.2f} ms{anchor}{meets}{pruned}"
 
 
 def view_key(parent_run_id: str) -> str:
@@ -413,10 +415,13 @@ class StoreWriter:
             self.client.set_terminated(run_id, status)
 
     # ------------------------------------------------------------------ the review's writes
-    def log_reference_latencies(self, parent_run_id: str, latencies: Mapping[str, float], device: str) -> None:
-        """Record reference networks' p50 latency on a search's parent run (and the device they ran on)."""
+    def log_reference_latencies(self, parent_run_id: str, latencies: Mapping[str, float], device: str,
+                                x_anchor: Mapping[str, float] | None = None) -> None:
+        """Record reference networks' p50 latency on a search's parent run (and the device they ran on),
+        and their latency over the search's anchor network's (``reference.<name>.x_anchor``)."""
         now = _now_ms()
         metrics = [_metric(f"{REFERENCE_PREFIX}{k}.latency_p50", float(v), now, 0) for k, v in latencies.items()]
+        metrics += [_metric(f"{REFERENCE_PREFIX}{k}.x_anchor", float(v), now, 0) for k, v in (x_anchor or {}).items()]
         with mlflow_errors(lambda: f"cannot log reference latencies on run {parent_run_id}"):
             self.client.log_batch(parent_run_id, metrics=metrics, tags=[RunTag(REFERENCE_DEVICE_TAG, device)])
 

@@ -31,6 +31,8 @@ from latency_predictor.measurement.statistic import TARGET_STATS
 from nas.core.errors import ConfigError
 from nas.core.record import SORT_KEYS
 from nas.core.reward import REWARDS
+from search_spaces import SearchSpaceError
+from search_spaces.references import parse_anchor
 
 DATASETS = ("digits", "cifar10", "image_folder", "custom")
 STREAM_MODES = ("auto", "always", "never")
@@ -115,6 +117,14 @@ class LatencyConfig:
             by the driver with the same protocol (:mod:`latency_predictor.measurement.preprocess`); None
             (default): the network alone.
         source_size: ``[height, width]`` of the arriving image (``preprocessing``).
+        anchor: an anchor network, ``<reference>[@<width>]`` (e.g. ``mobilenetv2_100@0.35``; the
+            references of :mod:`search_spaces.references`, widths 0.25 to 1.4, in their 32x32 layout
+            for inputs up to 64 pixels): measured back to back with the candidates (in each trial
+            right after its candidate; in alternating rounds in the final pass, the leaderboard's
+            and the export's re-measurements), so that every measured candidate also gets
+            ``x_anchor``, its latency over the anchor's at ``target_stat`` (the median over the
+            rounds), which a drifting host does not move; None: no anchor. ``target_anchor`` sets it.
+        anchor_rounds: rounds of that pairing wherever candidates are measured side by side.
     """
 
     backend: str = "onnxruntime"
@@ -129,6 +139,8 @@ class LatencyConfig:
     final_pass_top_k: int = 5
     preprocessing: str | None = None
     source_size: list[int] = field(default_factory=lambda: [480, 640])
+    anchor: str | None = None
+    anchor_rounds: int = 3
 
 
 @dataclass
@@ -406,9 +418,15 @@ class SearchConfig:
     Attributes:
         space: the search-space mapping (``+space=<name>`` loads ``search_spaces/spaces/<name>.yaml``).
         space_source: where ``space`` came from, for error messages.
-        target_ms: the latency target in milliseconds.
+        target_ms: the latency target in milliseconds (or ``target_anchor``: one of the two).
+        target_anchor: a latency target relative to a network, ``<reference>[@<width>]`` (e.g.
+            ``mobilenetv2_100@0.35``: "no slower than MobileNetV2 x0.35 on this device"): that
+            network is the anchor (``latency.anchor``), and the reward and "meets target" use each
+            candidate's ``x_anchor`` against ``target_x`` in place of its milliseconds.
+        target_x: the factor of ``target_anchor``: a candidate meets the target when its latency is
+            at most ``target_x`` times the anchor's (1.0: no slower than it).
         name: the search's name (MLflow parent run name, Ray experiment name); None:
-            ``<space>-<target>ms-<date>-<time>``.
+            ``<space>-<target>ms-<date>-<time>`` (a relative target: ``<space>-x<target_x>-<anchor>-...``).
         output_dir: absolute folder for this search's files (Ray Tune state, artifacts, log);
             None: ``<home>/searches/<name>`` (:mod:`nas.core.paths`).
         top_k: candidates shown in the final table.
@@ -420,6 +438,8 @@ class SearchConfig:
     space: dict[str, Any] | None = None
     space_source: str = field(default="<config>", metadata={HIDDEN: True})
     target_ms: float | None = None
+    target_anchor: str | None = None
+    target_x: float = 1.0
     name: str | None = None
     output_dir: str | None = None
     top_k: int = 10
@@ -432,6 +452,11 @@ class SearchConfig:
     search: SearchAlgConfig = field(default_factory=SearchAlgConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    @property
+    def anchor(self) -> str | None:
+        """The anchor network the candidates are measured beside: ``target_anchor``, else ``latency.anchor``."""
+        return self.target_anchor or self.latency.anchor
 
 
 GROUP_SCHEMAS: dict[str, type] = {
@@ -535,6 +560,37 @@ def check_top_rung(rungs: list[RungConfig], n_train: int) -> None:
                           "data.max_train_samples (null: all)")
 
 
+def _check_anchor(cfg: SearchConfig) -> None:
+    """``target_anchor``, ``target_x`` and ``latency.anchor``: known networks, widths in range, and an
+    estimator that measures something to pair the anchor with."""
+    _positive("target_x", cfg.target_x)
+    if cfg.target_anchor is None and cfg.target_x != 1.0:
+        raise ConfigError("target_x", f"scales target_anchor, which is not set (target_x={cfg.target_x:g}); with "
+                          "target_ms, state the target in milliseconds")
+    lat = cfg.latency
+    _int_at_least("latency.anchor_rounds", lat.anchor_rounds, 1)
+    named = {}
+    for key, spec in (("target_anchor", cfg.target_anchor), ("latency.anchor", lat.anchor)):
+        if spec is not None:
+            try:
+                named[key] = parse_anchor(spec)
+            except SearchSpaceError as err:
+                raise ConfigError(key, str(err)) from None
+    if len(named) == 2 and named["target_anchor"] != named["latency.anchor"]:
+        raise ConfigError("latency.anchor", f"{lat.anchor!r} is not the network of target_anchor="
+                          f"{cfg.target_anchor!r}, which is the anchor: leave latency.anchor unset")
+    if not named:
+        return
+    key = next(iter(named))
+    if lat.backend == "predictor" and not lat.options.get("hybrid"):
+        raise ConfigError(key, "the anchor is measured back to back with the candidates, but latency=predictor "
+                          "predicts them and measures nothing to pair it with: add latency.options.hybrid=true (its "
+                          "measuring backend then measures the anchor), or measure (latency=onnxruntime, ...)")
+    if lat.scenario == "server":
+        raise ConfigError(key, "compares one image's latency with the anchor's; the server scenario bounds a batch's "
+                          "latency: use target_ms there")
+
+
 def validate(cfg: SearchConfig) -> None:
     """Check every value's range and choice; raise on the first bad one.
 
@@ -545,9 +601,16 @@ def validate(cfg: SearchConfig) -> None:
     """
     if cfg.space is None:
         raise ConfigError("space", "no search space chosen; add +space=<name> (e.g. +space=mobile)")
-    if cfg.target_ms is None:
-        raise ConfigError("target_ms", "the latency target is required, e.g. target_ms=50")
-    _positive("target_ms", cfg.target_ms)
+    if cfg.target_ms is not None and cfg.target_anchor is not None:
+        raise ConfigError("target_anchor", "target_ms and target_anchor are two targets: give one, target_ms=<ms> "
+                          "or target_anchor=<reference>[@<width>] (relative to that network, measured beside the "
+                          "candidates)")
+    if cfg.target_ms is None and cfg.target_anchor is None:
+        raise ConfigError("target_ms", "the latency target is required, e.g. target_ms=50, or target_anchor="
+                          "mobilenetv2_100@0.35 (no slower than that network on this device)")
+    if cfg.target_ms is not None:
+        _positive("target_ms", cfg.target_ms)
+    _check_anchor(cfg)
     _run_name(cfg.name)
     _int_at_least("top_k", cfg.top_k, 1)
     if cfg.resume and cfg.name is None:
@@ -868,6 +931,10 @@ class ExportLatencyConfig:
         measure: measurement protocol settings, over the search's.
         rounds: the unfused and fused networks are timed alternately this many times and each
             keeps its fastest round, so drifting background load does not favour either.
+        anchor: an anchor network, ``<reference>[@<width>]``, timed right after the fused network in
+            each round: the report gives the fused network's ``x_anchor`` (the median over the rounds
+            of its p50 over the anchor's) and the anchor's ms; None: the search's anchor
+            (``latency.anchor`` or ``target_anchor``), if it had one.
     """
 
     backend: str | None = None
@@ -875,6 +942,7 @@ class ExportLatencyConfig:
     options: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)
     rounds: int = 3
+    anchor: str | None = None
 
 
 @dataclass
@@ -965,6 +1033,11 @@ def validate_export(cfg: ExportConfig) -> None:
     """
     check_choices(cfg)
     _int_at_least("latency.rounds", cfg.latency.rounds, 1)
+    if cfg.latency.anchor is not None:
+        try:
+            parse_anchor(cfg.latency.anchor)
+        except SearchSpaceError as err:
+            raise ConfigError("latency.anchor", str(err)) from None
     _int_at_least("check.batches", cfg.check.batches, 1)
     for key in ("atol", "rtol"):
         _in_range(f"check.{key}", getattr(cfg.check, key), 0.0, math.inf, "[0, inf)")
@@ -1236,6 +1309,9 @@ def validate_optimize(cfg: OptimizeConfig) -> None:
     for key in ("atol", "rtol"):
         _in_range(f"check.{key}", getattr(ch, key), 0.0, math.inf, "[0, inf)")
     _int_at_least("latency.rounds", cfg.latency.rounds, 1)
+    if cfg.latency.anchor is not None:
+        raise ConfigError("latency.anchor", "nas.optimize times its variants against each other; an anchor network "
+                          "is timed beside a candidate by nas.export (latency.anchor there)")
     _int_at_least("train.epochs", cfg.train.epochs, 0)
     sub = SearchConfig(space={}, target_ms=1.0, train=cfg.train, tracking=cfg.tracking,
                        data=cfg.data or DataConfig())

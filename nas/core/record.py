@@ -51,13 +51,13 @@ folder): the error, in one line. Resuming the search removes it."""
 
 PLACEMENT_TAGS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
 _REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "latency_precision", "latency_target_stat",
-                "latency_scenario", "accuracy_estimator",
+                "latency_scenario", "latency_anchor", "target_anchor", "accuracy_estimator",
                 "accuracy_precision", *PLACEMENT_TAGS, "latency_confirm_reason")
 
 SORT_KEYS: dict[str, bool] = {
     # key -> descending
     "reward": True, "accuracy": True, "latency_p50": False, "latency_p90": False, "latency_p95": False,
-    "latency_p99": False, "params": False, "macs": False,
+    "latency_p99": False, "x_anchor": False, "params": False, "macs": False,
 }
 
 
@@ -88,9 +88,15 @@ def metric_name_problem(name: str) -> str:
         return "a metric name is 1 to 200 letters, digits, '_', '-', '.', ' ' or '/'"
     if name in ("val_loss", "train_loss"):
         return ""  # the recipe's own losses: a custom evaluator may give them, and they are kept as such
-    if name in FINAL_METRICS or name.endswith("_score") or _RESERVED.fullmatch(name):
+    if name in FINAL_METRICS or name in ANCHOR_METRICS or name.endswith("_score") or _RESERVED.fullmatch(name):
         return "LatNAS records a metric of that name (or family) itself; rename it"
     return ""
+
+
+ANCHOR_METRICS = ("x_anchor", "anchor_latency_ms")
+"""With an anchor network (``latency.anchor``, ``target_anchor``): the candidate's latency over the
+anchor's at the target's statistic (the median over the rounds that paired them), and the anchor's
+own figure in ms."""
 
 
 @dataclass
@@ -169,6 +175,22 @@ class Candidate:
         return self.metric("latency_p99")
 
     @property
+    def x_anchor(self) -> float:
+        """Its latency over the anchor network's (NaN: no anchor, or not measured beside it)."""
+        return self.metric("x_anchor")
+
+    @property
+    def relative_target(self) -> bool:
+        """Whether its search's target is relative to an anchor network (``target_anchor``)."""
+        return bool(self.tags.get("target_anchor"))
+
+    @property
+    def target_figure(self) -> float:
+        """The figure its search's target bounds: ``x_anchor`` for a relative target, else the latency
+        at :attr:`target_stat` in ms."""
+        return self.x_anchor if self.relative_target else self.metric(f"latency_{self.target_stat}")
+
+    @property
     def rung(self) -> int:
         """The highest rung of a multi-fidelity search the candidate reached (0: the first, or no rungs)."""
         r = self.metric("rung")
@@ -228,7 +250,9 @@ class SearchRecord:
         name: the search's name.
         experiment_id: its MLflow experiment.
         status: the parent run's status (``RUNNING``, ``FINISHED``, ``FAILED``, ``KILLED``).
-        target_ms: the latency target.
+        target_ms: the latency target in ms (None: the target is relative to an anchor network).
+        target_anchor: the network a relative target is stated against (``target_anchor``), or None.
+        target_x: the factor of that relative target, or None.
         space: the search space's name.
         latency: the latency settings the search used (``backend``, ``input_shape``, ``options``,
             ``measure``), as logged.
@@ -247,6 +271,8 @@ class SearchRecord:
     experiment_id: str
     status: str = ""
     target_ms: float | None = None
+    target_anchor: str | None = None
+    target_x: float | None = None
     space: str | None = None
     latency: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
@@ -257,6 +283,12 @@ class SearchRecord:
     references: dict[str, float] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def anchor(self) -> str | None:
+        """The anchor network the search measured its candidates beside (``target_anchor``, else
+        ``latency.anchor``), or None."""
+        return self.target_anchor or self.latency.get("anchor") or None
 
 
 FIGURE_DIGITS = 5
@@ -347,7 +379,7 @@ def candidate_from_reports(
         scores = tuple(k for k in last if k.endswith("_score"))  # a training-free estimator's own figure
         per_rung = tuple(k for k in last if _PER_RUNG.fullmatch(k))
         for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms", "accuracy_fp32", *SERVER_METRICS,
-                    *PREPROCESSING_METRICS, *RUNG_METRICS, *per_rung):
+                    *PREPROCESSING_METRICS, *ANCHOR_METRICS, *RUNG_METRICS, *per_rung):
             src = "latency_ms" if key == "latency_p50" else key
             v = _num(last.get(src))
             if v is not None:
@@ -355,8 +387,8 @@ def candidate_from_reports(
         metrics["epochs_completed"] = float(last.get("epoch", 0))
         metrics.update(_user_metrics(last))
     else:
-        for key in ("latency_ms", "latency_p90", "latency_p95", "latency_p99", "params", "macs", "measure_seconds",
-                    "trial_seconds"):
+        for key in ("latency_ms", "latency_p90", "latency_p95", "latency_p99", *ANCHOR_METRICS, "params", "macs",
+                    "measure_seconds", "trial_seconds"):
             v = _num(last.get(key))
             if v is not None:
                 metrics["latency_p50" if key == "latency_ms" else key] = v
@@ -477,11 +509,12 @@ def rank(
     return out
 
 
-def target_shares(candidates: Sequence[Candidate], target_ms: float, top: int = 3) -> list[float]:
-    """The share of the latency target (at the statistic it bounds) each of the ``top`` ranked
-    candidates uses, best first (empty when none completed or a figure is missing)."""
+def target_shares(candidates: Sequence[Candidate], target: float, top: int = 3) -> list[float]:
+    """The share of the latency target each of the ``top`` ranked candidates uses, best first (empty
+    when none completed or a figure is missing): their :attr:`Candidate.target_figure` over
+    ``target`` (``target_ms``, or ``target_x`` for a target relative to an anchor network)."""
     ranked = [r.candidate for r in rank(candidates, top_k=top)]
-    shares = [c.metric(f"latency_{c.target_stat}") / target_ms for c in ranked]
+    shares = [c.target_figure / target for c in ranked]
     return shares if all(math.isfinite(x) for x in shares) else []
 
 
@@ -528,8 +561,8 @@ def latency_provenance(c: Candidate) -> str:
 
 LEADERBOARD_COLUMNS = (
     "rank", "arch_id", "status", "rung", "accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99",
-    "latency_source", "latency_in_search_p50", "params", "macs", "reward", "meets_target", "train_seconds",
-    "measure_seconds", "accuracy_estimator", "run_id", "failure_reason", "arch",
+    "latency_source", "latency_in_search_p50", "x_anchor", "anchor_latency_ms", "params", "macs", "reward",
+    "meets_target", "train_seconds", "measure_seconds", "accuracy_estimator", "run_id", "failure_reason", "arch",
 )
 """Columns of a leaderboard row (``leaderboard.csv``, the leaderboard's CSV and JSON)."""
 
@@ -548,7 +581,8 @@ def leaderboard_row(ranked: Ranked) -> dict[str, Any]:
         "accuracy": num("accuracy"),
         "val_loss": num("val_loss"), "latency_p50": num("latency_p50"), "latency_p90": num("latency_p90"),
         "latency_p99": num("latency_p99"), "latency_source": latency_provenance(c) or None,
-        "latency_in_search_p50": num("latency_in_search_p50"),
+        "latency_in_search_p50": num("latency_in_search_p50"), "x_anchor": num("x_anchor"),
+        "anchor_latency_ms": num("anchor_latency_ms"),
         "params": None if params is None else int(params), "macs": None if macs is None else int(macs),
         "reward": num("reward"), "meets_target": c.meets_target, "train_seconds": num("train_seconds"),
         "measure_seconds": num("measure_seconds"), "accuracy_estimator": c.tags.get("accuracy_estimator"),

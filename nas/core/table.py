@@ -59,6 +59,8 @@ _CELLS: dict[str, Callable[[Candidate, str], str]] = {
     "latency_p90": _num(".2f"),
     "latency_p99": _num(".2f"),
     "latency_in_search_p50": _num(".2f"),
+    "x_anchor": _num(".3f"),
+    "anchor_latency_ms": _num(".2f"),
     "latency_source": _source,
     "params": lambda c, k: human(c.metric(k)),
     "macs": lambda c, k: human(c.metric(k)),
@@ -68,12 +70,12 @@ _CELLS: dict[str, Callable[[Candidate, str], str]] = {
 }
 _HEADERS = {
     "latency_p50": "p50_ms", "latency_p90": "p90_ms", "latency_p99": "p99_ms", "latency_source": "latency",
-    "latency_in_search_p50": "in_search_p50",
+    "latency_in_search_p50": "in_search_p50", "anchor_latency_ms": "anchor_ms",
     "meets_target": "meets",
 }
 TABLE_COLUMNS = (
     "rank", "arch_id", "rung", "accuracy", "latency_p50", "latency_p99", "latency_source", "latency_in_search_p50",
-    "params", "macs", "reward", "meets_target", "status", "failure_reason",
+    "x_anchor", "anchor_latency_ms", "params", "macs", "reward", "meets_target", "status", "failure_reason",
 )
 _LEFT = {"arch_id", "status", "latency_source", "failure_reason"}
 
@@ -95,6 +97,8 @@ def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, a
         cols.remove("rung")  # not a multi-fidelity search
     if columns is None and not any(math.isfinite(r.candidate.metric("latency_in_search_p50")) for r in rows):
         cols.remove("latency_in_search_p50")  # no final latency pass: one latency per candidate
+    if columns is None and not any(math.isfinite(r.candidate.x_anchor) for r in rows):
+        cols = [c for c in cols if c not in ("x_anchor", "anchor_latency_ms")]  # no anchor network
     headers = dict(_HEADERS, accuracy=accuracy_label.replace(" ", "_"))
     lines = [[headers.get(c, c) for c in cols]]
     for r in rows:
@@ -111,30 +115,51 @@ def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, a
     return "\n".join(out)
 
 
-def budget_used(candidates: Sequence[Candidate], target_ms: float, top: int = 3) -> str:
+def _target_text(c: Candidate, target: float) -> str:
+    """The target ``c``'s search bounds, in words: ``1 ms``, ``1 ms p99``, ``x1 mobilenetv2_100@0.35``."""
+    stat = "" if c.target_stat == "p50" else f" {c.target_stat}"
+    if c.relative_target:
+        return f"x{target:g} {c.tags['target_anchor']}{stat}"
+    return f"{target:g} ms{stat}"
+
+
+def budget_used(candidates: Sequence[Candidate], target: float, top: int = 3) -> str:
     """How much of the latency target the best ``top`` candidates use, e.g.
-    ``Latency budget used by the top 3: 92%, 71%, 44% of the 1 ms p50 target.`` (empty: none completed)."""
-    shares = target_shares(candidates, target_ms, top)
+    ``Latency budget used by the top 3: 92%, 71%, 44% of the 1 ms p50 target.`` (empty: none completed).
+
+    ``target`` is ``target_ms``, or ``target_x`` when the search's target is relative to an anchor
+    network (the candidates' paired ratio to it is then what uses the budget)."""
+    shares = target_shares(candidates, target, top)
     if not shares:
         return ""
-    stat = next(r.candidate.target_stat for r in rank(candidates, top_k=1))
+    first = rank(candidates, top_k=1)[0].candidate
     used = ", ".join(f"{x:.0%}" if x >= 0.1 else f"{x:.1%}" for x in shares)
-    return f"Latency budget used by the top {len(shares)}: {used} of the {target_ms:g} ms {stat} target."
+    if first.relative_target:
+        return f"Latency budget used by the top {len(shares)}: {used} of the {_target_text(first, target)} target."
+    return f"Latency budget used by the top {len(shares)}: {used} of the {target:g} ms {first.target_stat} target."
 
 
-def format_best(candidates: Sequence[Candidate], target_ms: float, accuracy_label: str = "accuracy") -> str:
-    """One line on the best candidate (or why there is none)."""
+def format_best(candidates: Sequence[Candidate], target: float, accuracy_label: str = "accuracy") -> str:
+    """One line on the best candidate (or why there is none).
+
+    ``target`` is ``target_ms``, or ``target_x`` for a target relative to an anchor network: the line
+    then gives the candidate's ``x_anchor`` and the anchor's milliseconds beside its own."""
     best = best_of(candidates)
     if best is None:
         return "No candidate completed."
     verdict = "meets" if best.meets_target else "misses"
     stat = best.target_stat  # the statistic the target bounds is the one shown beside it
-    target = f"{target_ms:g} ms" if stat == "p50" else f"{target_ms:g} ms {stat}"
-    tail = "" if stat == "p50" else f"; p50 {best.latency_p50:.2f} ms"
     at = f" at rung {best.rung_label}" if best.rung_label else ""
     when = f" {IN_SEARCH}" if measured_in_search(best) else ""
+    latency = f"latency {stat} {best.metric(f'latency_{stat}'):.2f} ms{when}"
+    if best.relative_target:
+        figure = f"x_anchor {best.x_anchor:.3f} ({latency}, the anchor {best.metric('anchor_latency_ms'):.2f} ms)"
+        tail = ""
+    else:
+        figure = latency
+        tail = "" if stat == "p50" else f"; p50 {best.latency_p50:.2f} ms"
     return (
         f"Best: {best.arch_id}  reward {best.reward:.4f}  {accuracy_label} {best.accuracy:.4f}{at}  "
-        f"latency {stat} {best.metric(f'latency_{stat}'):.2f} ms{when} ({verdict} the {target} target{tail})"
+        f"{figure} ({verdict} the {_target_text(best, target)} target{tail})"
         f"\n      {best.arch}"
     )

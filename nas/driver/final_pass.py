@@ -11,6 +11,13 @@ search used as ``reward_in_search``), and each re-measured candidate is tagged
 ``latency_final_pass=true``. The reward and ``meets_target`` are scored again as the trial
 scored them (:class:`nas.core.objective.Objective`: the statistic the target bounds, the scenario).
 
+With an anchor network (``latency.anchor``, ``target_anchor``) each candidate is measured back to
+back with the anchor in ``latency.anchor_rounds`` alternating rounds
+(:func:`latency_predictor.measurement.paired.measure_paired`): its figures are those of its median
+round, and its ``x_anchor`` the median over the rounds of its figure over the anchor's, at the
+target's statistic (a target relative to the anchor is judged on it). The trial's single pairing is
+kept as ``x_anchor_in_search``.
+
 A re-measured figure can move a candidate off the front (or out of the top) and so let in one that
 still carries its in-search figure; the pass then measures that one too, round after round, until
 the top and the front hold only re-measured candidates (at most :data:`MAX_ROUNDS` rounds; each
@@ -34,19 +41,21 @@ from dataclasses import dataclass, field
 
 from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
 from latency_predictor.estimators import predictor_measuring_backend
+from latency_predictor.measurement.paired import anchor_figures, measure_paired
 from latency_predictor.measurement.protocol import LatencyStats
 from latency_predictor.measurement.statistic import check_runs
 from nas.core.config import SearchConfig
 from nas.core.objective import Objective
 from nas.core.record import FINAL_PASS_TAG, Candidate, figure, pareto_front, rank
 from nas.trial.evaluate import latency_estimator, with_preprocessing
-from search_spaces import Arch, SearchSpace
+from search_spaces import Arch, SearchSpace, anchor_network
 
 log = logging.getLogger(__name__)
 
 IN_SEARCH = {"latency_p50": "latency_in_search_p50", "latency_p90": "latency_in_search_p90",
              "latency_p95": "latency_in_search_p95", "latency_p99": "latency_in_search_p99",
-             "throughput_per_s": "throughput_in_search_per_s", "reward": "reward_in_search"}
+             "throughput_per_s": "throughput_in_search_per_s", "reward": "reward_in_search",
+             "x_anchor": "x_anchor_in_search", "anchor_latency_ms": "anchor_latency_in_search_ms"}
 """Metric -> the name its in-search value keeps after the final pass."""
 
 MAX_ROUNDS = 5
@@ -66,6 +75,9 @@ class FinalPass:
         failed: candidates whose re-measurement failed (they keep their in-search figures).
         unsettled: members of the top or the front still with their in-search figures when the
             last round allowed (:data:`MAX_ROUNDS`) had ended.
+        anchor: the anchor network the candidates were measured beside (None: none).
+        anchor_rounds: rounds of that pairing per candidate.
+        anchor_ms: per re-measured candidate, the anchor's figure paired with it (ms).
     """
 
     measured: list[Candidate] = field(default_factory=list)
@@ -75,6 +87,9 @@ class FinalPass:
     rounds: int = 0
     failed: list[Candidate] = field(default_factory=list)
     unsettled: list[Candidate] = field(default_factory=list)
+    anchor: str | None = None
+    anchor_rounds: int = 0
+    anchor_ms: list[float] = field(default_factory=list)
 
     def summary_line(self) -> str | None:
         """One line for the search's final output (None when the pass is off)."""
@@ -95,6 +110,10 @@ class FinalPass:
                 f"measured again with no trial running, {rounds}, {self.seconds:.0f} s; in-search / final p50: "
                 f"median {statistics.median(self.ratios):.3f}, range {lo:.3f}-{hi:.3f}. The table uses the final "
                 "figures.")
+        if self.anchor and self.anchor_ms:
+            line += (f" Each candidate was measured back to back with the anchor {self.anchor} in {self.anchor_rounds} "
+                     f"alternating round(s) (the anchor's p50: median {statistics.median(self.anchor_ms):.3f} ms); "
+                     "x_anchor is the median of its ratios to it.")
         if self.unsettled:
             line += (f" After {self.rounds} rounds (the most the pass makes) {len(self.unsettled)} candidate(s) of "
                      "the top or the front still carry in-search figures: "
@@ -108,10 +127,13 @@ class FinalPass:
         """Summary metrics for the search's parent run."""
         if not self.measured:
             return {}
-        return {"final_pass_candidates": float(len(self.measured)),
-                "final_pass_ratio_median": statistics.median(self.ratios),
-                "final_pass_ratio_max": max(self.ratios), "final_pass_ratio_min": min(self.ratios),
-                "final_pass_seconds": self.seconds, "final_pass_rounds": float(self.rounds)}
+        out = {"final_pass_candidates": float(len(self.measured)),
+               "final_pass_ratio_median": statistics.median(self.ratios),
+               "final_pass_ratio_max": max(self.ratios), "final_pass_ratio_min": min(self.ratios),
+               "final_pass_seconds": self.seconds, "final_pass_rounds": float(self.rounds)}
+        if self.anchor_ms:
+            out["final_pass_anchor_latency_ms"] = statistics.median(self.anchor_ms)
+        return out
 
 
 def select(candidates: Sequence[Candidate], top_k: int) -> list[Candidate]:
@@ -161,6 +183,9 @@ def apply(cand: Candidate, result: LatencyResult, objective: Objective) -> dict[
     new.update(latency_ms=p50, latency_p50=p50, latency_p90=result.stats.p90, latency_p95=result.stats.p95,
                latency_p99=result.stats.p99, **objective.figures(result),
                reward=objective.score(cand.accuracy, result))
+    fig = anchor_figures(result)
+    if fig is not None:
+        new.update(x_anchor=fig.x_anchor, anchor_latency_ms=fig.anchor_ms)
     if "preprocessing" in result.extra:
         new.update(latency_model_p50=result.extra["model_stats"]["p50"],
                    latency_preprocessing_p50=result.extra["preprocessing"]["p50"])
@@ -207,7 +232,9 @@ def run_final_pass(
     if est is None:
         out.skipped = "not run: the latencies are a predictor's (latency.options.hybrid=true measures them)"
         return out
-    objective = Objective.of(cfg.latency, float(cfg.target_ms or math.nan), cfg.search.reward)
+    objective = Objective.of_search(cfg)
+    if cfg.anchor is not None:
+        out.anchor, out.anchor_rounds = cfg.anchor, cfg.latency.anchor_rounds
     t0 = time.perf_counter()
     while chosen and out.rounds < max_rounds:
         out.rounds += 1
@@ -233,8 +260,18 @@ def _measure_one(cand: Candidate, est: LatencyEstimator, cfg: SearchConfig, obje
                  preprocessing: LatencyStats | None, record: Callable[[Candidate, dict[str, float]], None],
                  out: FinalPass) -> None:
     before = cand.latency_p50
+    arch = Arch.decode(cand.arch)
+
+    def measure(a: Arch) -> LatencyResult:
+        return with_preprocessing(est.measure(a), cfg.latency, preprocessing)
+
     try:
-        result = with_preprocessing(est.measure(Arch.decode(cand.arch)), cfg.latency, preprocessing)
+        if cfg.anchor is None:
+            result = measure(arch)
+        else:
+            anchor = anchor_network(cfg.anchor, max(cfg.latency.input_shape[2:]))
+            result = measure_paired(measure, anchor, [arch], cfg.latency.anchor_rounds, objective.stat,
+                                    cfg.anchor)[arch]
         changed = apply(cand, result, objective)
     except LatencyError as err:  # one candidate's failure must not cost the others their figures
         log.warning("final latency pass: %s could not be measured again (%s: %s); it keeps its in-search "
@@ -244,6 +281,9 @@ def _measure_one(cand: Candidate, est: LatencyEstimator, cfg: SearchConfig, obje
     record(cand, changed)
     out.measured.append(cand)
     out.ratios.append(before / result.latency_ms)
+    fig = anchor_figures(result)
+    if fig is not None:
+        out.anchor_ms.append(fig.anchor_ms)
     log.info("final latency pass: round %d, %s p50 %.3f ms in the search, %.3f ms now", out.rounds, cand.arch_id,
              before, result.latency_ms)
 

@@ -39,7 +39,7 @@ import yaml
 from latency_predictor import ConfigError as LatencyConfigError
 from latency_predictor.measurement.environment import machine, versions
 from latency_predictor.measurement.protocol import LatencyStats
-from latency_predictor.measurement.statistic import MIN_RUNS
+from latency_predictor.measurement.statistic import MIN_RUNS, stat_value
 from nas.adapters import ray_tune
 from nas.adapters.mlflow_reader import StoreReader, sqlite_path
 from nas.adapters.mlflow_writer import StoreWriter, check_reachable
@@ -47,6 +47,7 @@ from nas.adapters.optuna_sampler import ArchSampler
 from nas.core.config import SearchConfig, check_top_rung, validate
 from nas.core.errors import ConfigError, NASError, NotRecordedError, SearchError, StoreFullError, TrackingError
 from nas.core.evolution import EvolutionSampler
+from nas.core.objective import Objective
 from nas.core.paths import default_tracking_uri, project_home, unwritable
 from nas.core.record import (
     FINAL_PASS_TAG,
@@ -65,23 +66,30 @@ from nas.core.record import (
 from nas.core.sampling import Outcome, Sampler, StartFirst
 from nas.core.table import accuracy_label, budget_used, format_best, format_table
 from nas.data import ProxyData, TaskData, load_task
-from nas.driver.final_pass import FinalPass, run_final_pass
+from nas.driver.final_pass import FinalPass, measuring_estimator, run_final_pass
 from nas.driver.preflight import check_user_code, code_to_ship, user_refs
 from nas.driver.progress import Progress, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
-from nas.trial.evaluate import TrialContext, latency_estimator, measure_preprocessing_cost, preprocessing_spec
+from nas.trial.evaluate import (
+    TrialContext,
+    latency_estimator,
+    measure_preprocessing_cost,
+    preprocessing_spec,
+    with_preprocessing,
+)
 from nas.trial.faults import ENV_VAR as FAULTS_ENV_VAR
 from nas.trial.faults import FaultPlan
 from nas.trial.rungs import RungCheckpoints
 from nas.trial.subnet import check_supernet
-from search_spaces import SearchSpace, SearchSpaceError, resolve_arch
+from search_spaces import SearchSpace, SearchSpaceError, anchor_network, resolve_arch
+from search_spaces.references import SMALL_INPUT_MAX
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEMO_NOTE = (
     "Note: the accuracies above are on scikit-learn's digits, a demonstration proxy: 360 validation images "
     "cannot rank networks. For accuracy you can trust, search on real images, e.g. CIFAR-10:\n"
-    "  python -m nas.search +space=mobile_cifar target_ms=1 latency.input_shape=[1,3,32,32] data=cifar10_jpeg "
-    "data.path=/path/to/cifar10-train-jpeg.tar.gz"
+    "  python -m nas.search +space=mobile_cifar target_anchor=mobilenetv2_100@0.35 target_x=0.5 "
+    "latency.input_shape=[1,3,32,32] data=cifar10_jpeg data.path=/path/to/cifar10-train-jpeg.tar.gz"
 )
 """Printed after a search on the default digits data."""
 
@@ -227,6 +235,38 @@ def _preprocessing_cost(cfg: SearchConfig, data: TaskData, on_cluster: bool, sta
     return cost
 
 
+def _anchor_at_start(cfg: SearchConfig, num_classes: int, space: SearchSpace, preprocessing: LatencyStats | None,
+                     on_cluster: bool, status: Callable[[str], None]) -> float | None:
+    """The anchor network's figure at the target's statistic, measured once here before the trials
+    (None: no anchor, or a joined cluster, whose trials measure on other machines).
+
+    It shows that the anchor runs where the candidates are measured, and says what a target relative
+    to it comes to now; the candidates are judged on their ratio to the anchor measured beside them.
+
+    Raises:
+        LatencyError: the anchor cannot be measured here.
+    """
+    if cfg.anchor is None or (on_cluster and cfg.latency.backend != "remote"):
+        return None
+    est = measuring_estimator(cfg, num_classes, space)
+    if est is None:  # a predictor alone: refused with an anchor by validate()
+        return None
+    lat = cfg.latency
+    hw = max(lat.input_shape[2:])
+    layout = f"{cfg.anchor}, in its 32x32 layout" if hw <= SMALL_INPUT_MAX else cfg.anchor
+    status(f"measuring the anchor network ({layout})")
+    result = with_preprocessing(est.measure(anchor_network(cfg.anchor, hw)), lat, preprocessing)
+    ms = stat_value(result, lat.target_stat)
+    if cfg.target_anchor is not None:
+        status(f"target: no slower than x{cfg.target_x:g} the anchor {cfg.anchor} ({lat.target_stat} {ms:.3f} ms "
+               f"here now, so about {cfg.target_x * ms:.3f} ms), judged on each candidate's ratio to the anchor "
+               "measured beside it (x_anchor)")
+    else:
+        status(f"anchor {cfg.anchor}: {lat.target_stat} {ms:.3f} ms here now; every measured candidate gets "
+               "x_anchor, its latency over the anchor's measured beside it")
+    return ms
+
+
 def _fault_plan(output_dir: Path) -> FaultPlan | None:
     plan = FaultPlan.from_env()
     if plan is None:
@@ -239,8 +279,10 @@ def _fault_plan(output_dir: Path) -> FaultPlan | None:
 def _search_name(cfg: SearchConfig, space: SearchSpace) -> str:
     if cfg.name:
         return cfg.name
+    target = (f"x{cfg.target_x:g}-{cfg.target_anchor.replace('@', '-x')}" if cfg.target_anchor is not None
+              else f"{cfg.target_ms:g}ms")
     # The random part keeps two searches started in the same second apart.
-    return f"{space.name}-{cfg.target_ms:g}ms-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    return f"{space.name}-{target}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 # ---------------------------------------------------------------------- artifacts
@@ -265,6 +307,8 @@ def _write_artifacts(
         files["best_json"].write_text(json.dumps({
             "arch": best.arch, "arch_id": best.arch_id, "space": space.name, "space_source": space.source,
             "decisions": best.decisions, "input_shape": list(cfg.latency.input_shape), "target_ms": cfg.target_ms,
+            **({"target_anchor": cfg.target_anchor, "target_x": cfg.target_x} if cfg.target_anchor else {}),
+            **({"latency_anchor": cfg.anchor} if cfg.anchor else {}),
             "reward_fn": cfg.search.reward, "accuracy_estimator": best.tags.get("accuracy_estimator"),
             "dataset": cfg.data.display_name, "metrics": best.metrics, "latency": best.latency,
             "search": name, "run_id": best.run_id,
@@ -343,6 +387,8 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                    "per-attempt time cap lifted), so that its percentile rests on enough runs")
     device_name = None if on_cluster else _check_latency(cfg, data.num_classes, space)
     preprocessing = _preprocessing_cost(cfg, data, on_cluster, lambda text: status(f"search {name}: {text}"))
+    anchor_ms = _anchor_at_start(cfg, data.num_classes, space, preprocessing, on_cluster,
+                                 lambda text: status(f"search {name}: {text}"))
     if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
 
@@ -369,15 +415,16 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                 # What the trials will train on: Ray shows a trial only the GPUs it reserved.
                 device = cfg.train.device if cfg.train.device != "auto" else ("cuda" if resources["gpu"] > 0 else "cpu")
                 ctx = TrialContext(
-                    space, data, cfg.train, cfg.accuracy, cfg.latency, cast(float, cfg.target_ms), cfg.search.reward,
+                    space, data, cfg.train, cfg.accuracy, cfg.latency, _target_ms(cfg, anchor_ms), cfg.search.reward,
                     threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
                     preprocessing=preprocessing, rungs=tuple(cfg.search.rungs),
                     reduction_factor=cfg.search.reduction_factor,
                     checkpoints=RungCheckpoints(output_dir / "checkpoints") if cfg.search.rungs else None,
                     workdir=output_dir / "trials",
+                    anchor=cfg.anchor, target_x=cfg.target_x if cfg.target_anchor is not None else None,
                 )
                 run = _Run(name, output_dir, params, previous, changed, resume_command(command, name),
-                           device_name or "")
+                           device_name or "", anchor_ms)
                 begun = True  # from here on the search has records: its folder stays whatever happens
                 return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
             finally:
@@ -385,6 +432,14 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     finally:
         if created and not begun:  # refused before the search began: leave no folder behind
             shutil.rmtree(output_dir, ignore_errors=True)
+
+
+def _target_ms(cfg: SearchConfig, anchor_ms: float | None) -> float:
+    """The target in ms the trials hold (hybrid mode confirms candidates near it): ``target_ms``, or for
+    a target relative to the anchor what it came to at the start (NaN when the anchor was not measured)."""
+    if cfg.target_ms is not None:
+        return cfg.target_ms
+    return cfg.target_x * anchor_ms if anchor_ms is not None else float("nan")
 
 
 def start_archs(texts: list[str], space: SearchSpace) -> list[str]:
@@ -436,8 +491,8 @@ REVISED_TAGS = (FINAL_PASS_TAG, "latency_source", "latency_confirm_reason")
 
 @dataclass(frozen=True)
 class _Run:
-    """This run of a search: its name, folder, params, the record it resumes (if any), and the
-    device its latencies are for."""
+    """This run of a search: its name, folder, params, the record it resumes (if any), the device its
+    latencies are for, and the anchor network's figure measured before the trials (None: not measured)."""
 
     name: str
     output_dir: Path
@@ -446,6 +501,7 @@ class _Run:
     changed: dict[str, str]
     resume_command: str | None
     device_name: str
+    anchor_ms: float | None = None
 
 
 def _open_record(
@@ -478,7 +534,10 @@ def _search(
     name, output_dir = run.name, run.output_dir
     tags = {
         **_environment_tags(device), "space": space.name, "dataset": cfg.data.display_name,
-        "target_ms": f"{cfg.target_ms:g}",
+        "target": Objective.of_search(cfg).describe(),
+        **({"target_ms": f"{cfg.target_ms:g}"} if cfg.target_ms is not None else {}),
+        **({"target_anchor": cfg.target_anchor, "target_x": f"{cfg.target_x:g}"} if cfg.target_anchor else {}),
+        **({"latency_anchor": cfg.anchor} if cfg.anchor else {}),
         "sampler": cfg.search.sampler, "accuracy_estimator": cfg.accuracy.estimator,
         "latency_backend": cfg.latency.backend, "latency_device_name": run.device_name,
         "ray_address": cluster.address, "output_dir": str(output_dir),
@@ -576,7 +635,9 @@ def _search(
                 writer.log_table(parent, rows, "leaderboard_table.json")
                 best = best_of(candidates)
                 timings["artifacts_seconds"] = time.perf_counter() - t0
-                summary = _summary(candidates, sampler, best, timings, t_start, cast(float, cfg.target_ms))
+                summary = _summary(candidates, sampler, best, timings, t_start, Objective.of_search(cfg).target)
+                if run.anchor_ms is not None:  # the anchor's figure before the trials
+                    summary["anchor_latency_start_ms"] = run.anchor_ms
                 summary.update(ray_counts, n_optuna_trials=sum(sampler.counts().values()))
                 summary.update(final.metrics())
                 writer.log_summary(parent, summary,
@@ -629,7 +690,7 @@ def _stop_after_failed_write(
 
 def _summary(
     candidates: list[Candidate], sampler: Sampler, best: Candidate | None, timings: dict[str, float],
-    t_start: float, target_ms: float,
+    t_start: float, target: float,
 ) -> dict[str, float]:
     counts = {s: sum(c.status == s for c in candidates) for s in ("COMPLETED", "PRUNED", "FAILED")}
     summary = {
@@ -640,7 +701,7 @@ def _summary(
     summary.update({f"n_latency_{k}": float(v) for k, v in latency_sources(candidates).items()})
     if best is not None:
         summary.update(best_reward=best.reward, best_accuracy=best.accuracy, best_latency_ms=best.latency_p50)
-    summary.update({f"target_share_top{i + 1}": x for i, x in enumerate(target_shares(candidates, target_ms))})
+    summary.update({f"target_share_top{i + 1}": x for i, x in enumerate(target_shares(candidates, target))})
     return summary
 
 
@@ -648,7 +709,7 @@ def _print_summary(
     result: SearchResult, cfg: SearchConfig, writer: StoreWriter, outcome: ray_tune.TuneOutcome,
     resume_command: str | None,
 ) -> None:
-    target_ms = cast(float, cfg.target_ms)
+    objective = Objective.of_search(cfg)
     done = len(result.candidates)
     label = accuracy_label(cfg.accuracy.estimator)
     lines = [""]
@@ -666,10 +727,14 @@ def _print_summary(
     if result.candidates:
         table = rank(result.candidates, top_k=cfg.top_k, include_unfinished=True)[: cfg.top_k]
         lines += ["", format_table(table, accuracy_label=label), ""]
-    lines.append(format_best(result.candidates, target_ms, label))
-    used = budget_used(result.candidates, target_ms)
+    lines.append(format_best(result.candidates, objective.target, label))
+    used = budget_used(result.candidates, objective.target)
     if used:
         lines.append(used)
+    if objective.relative:
+        lines.append(f"Target: x{objective.target_x:g} the anchor {cfg.anchor} ({cfg.latency.target_stat}): the reward "
+                     "and 'meets' use each candidate's x_anchor, its latency over the anchor's measured beside it; "
+                     "the milliseconds are shown beside it.")
     if cfg.data.name == "digits":
         lines += ["", DEMO_NOTE]
     if result.final_pass.summary_line():

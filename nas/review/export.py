@@ -13,7 +13,9 @@ reference network name or an architecture string. The folder ``<output_dir>/<arc
   INT8 engines calibrated on the training images (normalised as training normalises them), and
   the engine run on the check inputs against PyTorch like the ONNX model;
 * ``report.json`` / ``report.md``: latency re-measured now next to the search's figure, before
-  and after Conv+BN fusion, accuracy, parameters, MACs, the checks and their results.
+  and after Conv+BN fusion (with an anchor network, the fused network's ``x_anchor`` and the
+  anchor's ms, the anchor timed right after it in each round), accuracy, parameters, MACs, the
+  checks and their results.
 
 Optionally the network is first trained (``train.epochs=N``, the search's training code) on the
 search's dataset or another one. The exported ONNX model and the folder are logged to MLflow as
@@ -50,6 +52,7 @@ from latency_predictor.measurement.export import (
     sample_input,
     validate_input_shape,
 )
+from latency_predictor.measurement.paired import anchor_figures, pair
 from nas.adapters.mlflow_reader import RUN_ID_RE, StoreReader
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import CheckConfig, DataConfig, ExportConfig, ExportLatencyConfig, validate_export
@@ -66,6 +69,7 @@ from search_spaces import (
     Arch,
     SearchSpace,
     SearchSpaceError,
+    anchor_network,
     build,
     count_macs,
     count_params,
@@ -99,17 +103,21 @@ class ExportTarget:
     @property
     def search_figures(self) -> dict[str, float]:
         """The search's figures of the candidate, and the search's target as ``target_ms``."""
-        keys = ("accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99", "params", "macs", "reward",
-                "meets_target", "epochs_completed", "rung", "rung_train_images", "rung_epochs")
+        keys = ("accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99", "x_anchor", "anchor_latency_ms",
+                "params", "macs", "reward", "meets_target", "epochs_completed", "rung", "rung_train_images",
+                "rung_epochs")
         figures = {k: self.candidate.metrics[k] for k in keys if self.candidate and k in self.candidate.metrics}
         if self.search is not None and self.search.target_ms is not None:
             figures["target_ms"] = self.search.target_ms
+        if self.search is not None and self.search.target_x is not None:
+            figures["target_x"] = self.search.target_x
         return figures
 
     @property
     def search_tags(self) -> dict[str, str]:
         """What the search noted about the candidate (latency backend, device, stability, estimator)."""
-        keys = ("latency_backend", "latency_device", "latency_stable", "accuracy_estimator", "status")
+        keys = ("latency_backend", "latency_device", "latency_stable", "latency_anchor", "target_anchor",
+                "accuracy_estimator", "status")
         return {k: self.candidate.tags[k] for k in keys if self.candidate and k in self.candidate.tags}
 
 
@@ -467,18 +475,30 @@ def _latency(lat: LatencyResult, rounds: list[float]) -> dict[str, Any]:
 
 
 def _measure(backend: str, shape: tuple[int, ...], options: dict[str, Any], measure: dict[str, Any],
-             num_classes: int, arch: Arch, nets: dict[str, nn.Module], rounds: int) -> dict[str, Any]:
+             num_classes: int, arch: Arch, nets: dict[str, nn.Module], rounds: int,
+             anchor: str | None = None) -> dict[str, Any]:
+    """Each of ``nets`` timed once per round, in order, and ``anchor`` (if any) right after the last of them."""
     est = make_estimator(backend, input_shape=list(shape), measure=dict(measure), num_classes=num_classes, **options)
     results: dict[str, list[LatencyResult]] = {name: [] for name in nets}
+    beside: list[LatencyResult] = []
+    anchor_arch = anchor_network(anchor, max(shape[2:])) if anchor is not None else None
     for _ in range(rounds):
         for name, net in nets.items():
             results[name].append(est.measure(arch, net=net))
+        if anchor_arch is not None:
+            beside.append(est.measure(anchor_arch))
     best = {name: min(rs, key=lambda r: r.stats.p50) for name, rs in results.items()}
     out: dict[str, Any] = {"backend": backend, "options": options, "input_shape": list(shape), "rounds": rounds}
     for name, rs in results.items():
         out[name] = _latency(best[name], [r.stats.p50 for r in rs])
     out["speedup_p50"] = best["unfused"].stats.p50 / best["fused"].stats.p50
     out["environment"] = best["fused"].environment
+    last = list(nets)[-1]
+    fig = anchor_figures(pair(results[last], beside, "p50", anchor)) if anchor_arch is not None else None
+    if anchor_arch is not None and fig is not None:
+        out["anchor"] = {"network": anchor, "arch": anchor_arch.encode(), "paired_with": last, "stat": "p50",
+                         "p50_ms": fig.anchor_ms, "x_anchor": fig.x_anchor, "round_ratios": list(fig.ratios),
+                         "round_p50_ms": [r.stats.p50 for r in beside]}
     return out
 
 
@@ -505,6 +525,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
     arch = cand.arch
     space = _space_for(cand, cfg)
     backend, shape, options, measure = latency_settings(cand, cfg)
+    anchor = cfg.latency.anchor or (cand.search.anchor if cand.search else None)
     data_cfg = export_data_config(cand, cfg)
     data = functools.cache(lambda: load_dataset(data_cfg))  # loaded when training or calibrating
     if cfg.init == "supernet":  # inputs normalised as the supernet's training normalised them
@@ -550,8 +571,9 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
 
     nets = {"unfused": net, "fused": fused}
     log(f"export: measuring the latency ({backend}, {cfg.latency.rounds} round(s) of the unfused and the fused "
-        "network" + (", then eager PyTorch" if backend != "torch" else "") + ")")
-    latency = _measure(backend, shape, options, measure, num_classes, arch, nets, cfg.latency.rounds)
+        "network" + (f" and the anchor {anchor}" if anchor else "")
+        + (", then eager PyTorch" if backend != "torch" else "") + ")")
+    latency = _measure(backend, shape, options, measure, num_classes, arch, nets, cfg.latency.rounds, anchor)
     if backend != "torch":
         # Runtimes that compile a graph fold BatchNorm themselves; eager PyTorch does not.
         slot = {"slot": options["slot"]} if "slot" in options else {}

@@ -88,7 +88,19 @@ def render_report(r: dict[str, Any]) -> str:
         )
     lines += ["", "CPU seconds per wall second while timing near 1.0 (per thread) mean the network had its core "
               "to itself; lower values mean other work competed and the figures are pessimistic."]
-    if "target_ms" in sm:
+    if lat.get("anchor"):
+        a = lat["anchor"]
+        lines += ["", f"Beside the anchor network `{a['network']}`, timed right after the {a['paired_with']} network "
+                  f"in each round: x_anchor {a['x_anchor']:.3f} (the median over the rounds of its p50 over the "
+                  f"anchor's; rounds {', '.join(f'{x:.3f}' for x in a['round_ratios'])}), the anchor "
+                  f"{fmt_num(a['p50_ms'])} ms p50."
+                  + (f" In the search: x_anchor {fmt_num(sm['x_anchor'])}, the anchor "
+                     f"{fmt_num(sm.get('anchor_latency_ms'))} ms." if "x_anchor" in sm else "")]
+    target = r["search"].get("tags", {}).get("target_anchor")
+    if "target_x" in sm and target:
+        lines += ["", f"Latency target of the search: x{sm['target_x']:g} `{target}` (no slower than "
+                  f"{sm['target_x']:g} times that network's latency)."]
+    elif "target_ms" in sm:
         lines += ["", f"Latency target of the search: {fmt_num(sm['target_ms'])} ms."]
     fu = r["fusion"]
     lines += [

@@ -2,10 +2,11 @@
 
 Reads the search's candidates from MLflow (:mod:`nas.adapters.mlflow_reader`), ranks them
 (:func:`nas.core.record.rank`) and renders the top ``top_k`` with arch_id, accuracy, latency
-p50/p99 and whether it was measured or predicted, parameters, MACs, reward and whether the
-latency target is met. Options keep only the candidates that meet the target or only the Pareto
-front (accuracy up, latency down), and write CSV or JSON. A Pareto plot (:mod:`nas.review.plot`)
-is saved as PNG and logged on the search's parent run, so the MLflow UI shows it.
+p50/p99 and whether it was measured or predicted (with an anchor network, ``x_anchor`` and the
+anchor's ms), parameters, MACs, reward and whether the latency target is met. Options keep only
+the candidates that meet the target or only the Pareto front (accuracy up, latency down), and
+write CSV or JSON. A Pareto plot (:mod:`nas.review.plot`) is saved as PNG and logged on the
+search's parent run, so the MLflow UI shows it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from latency_predictor.estimators import predictor_measuring_backend
+from latency_predictor.measurement.paired import anchor_figures, measure_paired
 from nas.adapters.mlflow_reader import StoreReader
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import LatencyConfig, LeaderboardConfig, validate_leaderboard
@@ -37,7 +39,7 @@ from nas.core.record import (
 from nas.core.table import accuracy_label, format_table
 from nas.review.plot import plot_pareto
 from nas.trial.evaluate import latency_estimator
-from search_spaces import REFERENCES, reference
+from search_spaces import REFERENCES, anchor_network, reference
 
 
 def to_csv(rows: Sequence[Ranked]) -> str:
@@ -56,11 +58,25 @@ def to_json(rows: Sequence[Ranked], search: SearchRecord) -> str:
     return json.dumps({"search": info, "entries": [leaderboard_row(r) for r in rows]}, indent=2) + "\n"
 
 
-def measure_references(record: SearchRecord, names: Sequence[str] | None = None) -> tuple[dict[str, float], str]:
-    """Measure reference networks now with the search's latency settings, on this machine.
+@dataclass(frozen=True)
+class MeasuredReferences:
+    """Reference networks measured by :func:`measure_references`.
 
-    Returns:
-        name -> p50 ms, and the device they ran on.
+    Attributes:
+        latency_ms: name -> p50 in ms.
+        device: the device they ran on.
+        x_anchor: name -> latency over the search's anchor network's (empty: the search had none).
+    """
+
+    latency_ms: dict[str, float]
+    device: str
+    x_anchor: dict[str, float] = field(default_factory=dict)
+
+
+def measure_references(record: SearchRecord, names: Sequence[str] | None = None) -> MeasuredReferences:
+    """Measure reference networks now with the search's latency settings, on this machine; with the
+    search's anchor network, each back to back with the anchor in its ``latency.anchor_rounds``
+    alternating rounds (:func:`latency_predictor.measurement.paired.measure_paired`).
 
     Raises:
         LeaderboardError: the search's latency settings are not recorded, or this machine is not
@@ -89,8 +105,17 @@ def measure_references(record: SearchRecord, names: Sequence[str] | None = None)
             f"search {record.name!r} measured latency on {record.device_name!r} but this machine is {here!r}: "
             "reference latencies measured here would not be comparable; run the leaderboard there"
         )
-    out = {name: est.measure(reference(name)).latency_ms for name in (names or sorted(REFERENCES))}
-    return out, here or record.device_name or "unknown"
+    archs = {name: reference(name) for name in (names or sorted(REFERENCES))}
+    device = here or record.device_name or "unknown"
+    if record.anchor is None:
+        return MeasuredReferences({name: est.measure(a).latency_ms for name, a in archs.items()}, device)
+    anchor = anchor_network(record.anchor, max(cfg.input_shape[2:]))
+    stat = str(record.latency.get("target_stat") or "p50")
+    rounds = int(record.latency.get("anchor_rounds") or 3)
+    paired = measure_paired(est.measure, anchor, list(archs.values()), rounds, stat, record.anchor)
+    figures = {name: anchor_figures(paired[a]) for name, a in archs.items()}
+    return MeasuredReferences({name: paired[a].latency_ms for name, a in archs.items()}, device,
+                              {name: f.x_anchor for name, f in figures.items() if f is not None})
 
 
 @dataclass
@@ -161,9 +186,13 @@ def run_leaderboard(cfg: LeaderboardConfig) -> LeaderboardResult:
         refs: dict[str, float] = {}
         note = ""
         if cfg.references == "measure":
-            refs, device = measure_references(record)
-            writer.log_reference_latencies(record.run_id, refs, device)
+            measured = measure_references(record)
+            refs, device = measured.latency_ms, measured.device
+            writer.log_reference_latencies(record.run_id, refs, device, measured.x_anchor)
             note = f"reference latencies measured with {record.latency.get('backend')} on {device}"
+            if measured.x_anchor:
+                result.notes.append(f"references beside the anchor {record.anchor}: " + ", ".join(
+                    f"{name} x{x:.2f}" for name, x in measured.x_anchor.items()))
         elif cfg.references == "logged" and record.references:
             refs = record.references
             note = f"reference latencies logged on the search's run ({record.latency.get('backend')})"

@@ -17,6 +17,10 @@ training steps and around the measurement). Any other exception is a bug and pro
 
 The latency estimator is used through its protocol only (``measure``, then ``final_latency`` once
 the candidate's objective is known): a measuring backend, a predictor and hybrid mode look alike.
+With an anchor network (``latency.anchor``, ``target_anchor``) the anchor is measured right after
+the candidate, with the same estimator's measuring part: a trial cannot pair them in rounds, so its
+``x_anchor`` compares the candidate's figure with the anchor's from the nearest measurement (the
+final latency pass pairs them properly).
 
 Faults injected for tests (:mod:`nas.trial.faults`, off unless ``$LATNAS_FAULTS`` is set) act here too.
 """
@@ -37,7 +41,8 @@ from typing import Any, cast
 import torch
 
 from latency_predictor import LatencyEstimator, LatencyResult
-from latency_predictor.estimators import make_latency_estimator
+from latency_predictor.estimators import make_latency_estimator, measuring_part
+from latency_predictor.measurement.paired import anchor_figures, pair
 from latency_predictor.measurement.preprocess import Preprocessing, add_preprocessing, measure_preprocessing
 from latency_predictor.measurement.protocol import LatencyStats
 from latency_predictor.measurement.scenario import check_scenario
@@ -55,7 +60,7 @@ from nas.trial.rungs import RUNG_STEP, RungCheckpoints, fingerprint, milestone
 from nas.trial.subnet import SubnetResult, SupernetTarget, load_supernet, recalibrated_subnet, subnet_accuracy
 from nas.trial.training import EpochResult, evaluate, resolve_device, train_briefly
 from nas.trial.zero_cost import zero_cost_score
-from search_spaces import Arch, SearchSpace, build, count_macs, count_params
+from search_spaces import Arch, SearchSpace, anchor_network, build, count_macs, count_params
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -72,7 +77,9 @@ class TrialContext:
         train: brief-training settings.
         accuracy: which accuracy estimator to use.
         latency: the latency estimator's settings.
-        target_ms: the latency target.
+        target_ms: the latency target in ms; with a target relative to the anchor network, what it
+            came to when the search started (``target_x`` times the anchor's figure then; hybrid mode
+            confirms candidates near it), NaN when not measured.
         reward: the reward's name (see :data:`nas.core.reward.REWARDS`).
         threads: torch threads per trial.
         trial_timeout_s: the trial's time limit in seconds (None: none).
@@ -84,6 +91,9 @@ class TrialContext:
         checkpoints: where finished rungs are saved (None: not saved).
         workdir: the folder of the candidates' own folders (``accuracy=custom``: ``context.workdir``);
             None: none.
+        anchor: the anchor network measured beside each candidate (``<reference>[@<width>]``; None: none).
+        target_x: the target relative to the anchor (the most ``x_anchor`` that meets it); None:
+            ``target_ms`` is the target.
     """
 
     space: SearchSpace
@@ -101,6 +111,8 @@ class TrialContext:
     reduction_factor: int = 2
     checkpoints: RungCheckpoints | None = None
     workdir: Path | None = None
+    anchor: str | None = None
+    target_x: float | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,18 @@ def _estimator(
     return _ESTIMATORS[key]
 
 
+def beside_anchor(lat: LatencyResult, estimator: LatencyEstimator, ctx: TrialContext) -> LatencyResult:
+    """``lat`` paired with the anchor network measured right after it by ``estimator``'s measuring part
+    (:func:`latency_predictor.measurement.paired.pair`, one round), at the target's statistic; ``lat``
+    as it is without an anchor."""
+    measurer = measuring_part(estimator) if ctx.anchor is not None else None
+    if measurer is None or ctx.anchor is None:  # a predictor alone is refused with an anchor before any trial
+        return lat
+    anchor = anchor_network(ctx.anchor, max(ctx.latency.input_shape[2:]))
+    theirs = with_preprocessing(measurer.measure(anchor), ctx.latency, ctx.preprocessing)
+    return pair([lat], [theirs], ctx.latency.target_stat, ctx.anchor)
+
+
 def profile_arch(arch: Arch, num_classes: int, input_shape: list[int]) -> tuple[int, int]:
     """Trainable parameters (with ``num_classes`` outputs) and MACs at ``input_shape``."""
     with torch.device("meta"):
@@ -226,6 +250,9 @@ def latency_metrics(lat: LatencyResult) -> dict[str, Any]:
         # hybrid predictor mode: the prediction a confirming measurement replaced, and why
         **({"latency_predicted_ms": lat.extra["predicted_ms"], "latency_confirm_reason": lat.extra["confirm_reason"]}
            if "confirm_reason" in lat.extra else {}),
+        # beside an anchor network: the candidate's figure over the anchor's, and the anchor's
+        **({"x_anchor": fig.x_anchor, "anchor_latency_ms": fig.anchor_ms}
+           if (fig := anchor_figures(lat)) is not None else {}),
     }
 
 
@@ -293,14 +320,19 @@ def _evaluate(
         ctx.faults.before_measure(arch.arch_id, deadline.check)
     deadline.check("the start of the latency measurement")
     t0 = time.perf_counter()
-    estimator = _estimator(ctx.latency, ctx.data.num_classes, ctx.space, ctx.target_ms)
+    estimator = _estimator(ctx.latency, ctx.data.num_classes, ctx.space,
+                           None if math.isnan(ctx.target_ms) else ctx.target_ms)
     lat = with_preprocessing(estimator.measure(arch), ctx.latency, ctx.preprocessing)
     check_runs(lat, ctx.latency.target_stat)
-    scoring = Objective.of(ctx.latency, ctx.target_ms, ctx.reward)
+    lat = beside_anchor(lat, estimator, ctx)
+    scoring = Objective.of(ctx.latency, ctx.target_ms, ctx.reward, ctx.target_x, ctx.anchor)
     base["measure_seconds"] = time.perf_counter() - t0
     deadline.check("the end of the latency measurement")
+    anchored = {"latency_anchor": ctx.anchor} if ctx.anchor else {}
+    if ctx.target_x is not None:
+        anchored["target_anchor"] = str(ctx.anchor)
     base.update(latency_metrics(lat), latency_target_stat=ctx.latency.target_stat,
-                latency_scenario=ctx.latency.scenario, **scoring.figures(lat))
+                latency_scenario=ctx.latency.scenario, **anchored, **scoring.figures(lat))
 
     def final_latency(objective: float) -> LatencyResult:
         # Now that the objective is known, the estimator may settle the latency (hybrid mode
@@ -314,7 +346,7 @@ def _evaluate(
         final = with_preprocessing(estimator.final_latency(arch, lat, objective, front), ctx.latency,
                                    ctx.preprocessing)
         if final is not lat:
-            lat = final
+            lat = beside_anchor(final, estimator, ctx)
             base["measure_seconds"] += time.perf_counter() - t1
             base.update(latency_metrics(lat), **scoring.figures(lat))
         return lat

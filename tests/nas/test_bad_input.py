@@ -110,6 +110,42 @@ def test_a_malformed_fault_spec_fails_before_trials(tmp_path: Path, monkeypatch:
     assert _n_runs(tmp_path) == 0
 
 
+@pytest.mark.parametrize(
+    ("overrides", "key", "says"),
+    [
+        (("target_anchor=mobilenetv2_100@0.35",), "target_anchor",
+         "target_ms and target_anchor are two targets: give one"),
+        (("target_ms=null", "target_anchor=resnet50@0.5"), "target_anchor",
+         r"unknown anchor network 'resnet50'.*\['efficientnet_b0', 'mnasnet_b1', 'mobilenetv2_100'\]"),
+        (("target_ms=null", "target_anchor=mobilenetv2_100@2"), "target_anchor", "must be a number from 0.25 to 1.4"),
+        (("latency.anchor=mnasnet_b1@0.1",), "latency.anchor", "must be a number from 0.25 to 1.4"),
+        (("target_ms=null", "target_anchor=mobilenetv2_100", "target_x=0"), "target_x", "finite number > 0"),
+        (("target_ms=null", "target_anchor=mobilenetv2_100", "target_x=-1.5"), "target_x", "finite number > 0"),
+        (("target_x=1.2",), "target_x", "scales target_anchor, which is not set"),
+        (("target_ms=null", "target_anchor=mobilenetv2_100@0.5", "latency.anchor=mobilenetv2_100@0.35"),
+         "latency.anchor", "is not the network of target_anchor"),
+        (("target_ms=null", "target_anchor=mobilenetv2_100@0.35", "latency=predictor",
+          "latency.options.path=/nonexistent/predictor.json"), "target_anchor",
+         "latency=predictor predicts them and measures nothing to pair it with: add latency.options.hybrid=true"),
+        (("latency.anchor=efficientnet_b0", "latency=predictor", "latency.options.path=/nonexistent/predictor.json"),
+         "latency.anchor", "measures nothing to pair it with"),
+        (("target_ms=null",), "target_ms", "target_anchor=mobilenetv2_100@0.35"),
+    ],
+)
+def test_a_bad_anchor_or_relative_target_fails_before_anything_is_created(
+    tmp_path: Path, overrides: tuple[str, ...], key: str, says: str,
+) -> None:
+    if "latency=predictor" in overrides:  # its group has no protocol settings of its own to shorten
+        cfg = _compose("+space=tiny", "target_ms=5", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                       f"output_dir={tmp_path / 'out'}", *overrides)
+    else:
+        cfg = _config(tmp_path, *overrides)
+    with pytest.raises(ConfigError, match=says) as err:
+        run_search(cfg)
+    assert err.value.key == key
+    assert _n_runs(tmp_path) == 0 and not (tmp_path / "out").exists()
+
+
 def test_resuming_a_search_that_does_not_exist(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^resume: no search named 'ghost'.*check name= and tracking\.uri="):
         run_search(_config(tmp_path, "name=ghost", "resume=true"))

@@ -343,6 +343,13 @@ def test_best_of_a_search_is_exported_under_its_arch_id(small_search: SmallSearc
     assert r["training"]["epochs"] == 1 and 0.0 <= r["training"]["accuracy"] <= 1.0
     md = (best_export.folder / "report.md").read_text()
     assert "final accuracy after 1 epochs on digits" in md
+    # The search measured beside an anchor network: the export times it right after the fused network.
+    anchor = r["latency"]["anchor"]
+    assert anchor["network"] == "mobilenetv2_100@0.35" and anchor["paired_with"] == "fused"
+    assert anchor["x_anchor"] == pytest.approx(anchor["round_ratios"][0]) and anchor["p50_ms"] > 0
+    assert r["search"]["metrics"]["x_anchor"] > 0 and r["search"]["metrics"]["target_x"] == 0.1
+    assert "Beside the anchor network `mobilenetv2_100@0.35`, timed right after the fused network" in md
+    assert "Latency target of the search: x0.1 `mobilenetv2_100@0.35`" in md
 
 
 def test_best_export_onnx_matches_its_trained_weights(best_export: ExportResult) -> None:

@@ -127,6 +127,11 @@ def test_pareto_plot_is_a_png_logged_on_the_parent_run(small_search: SmallSearch
     assert set(refs) == set(REFERENCES) and all(v > 0 for v in refs.values())
     assert device
     assert reader.find_search(small_search.name).references == refs
+    # The search measured its candidates beside an anchor network: the references are timed beside it too.
+    metrics = reader.get_run(small_search.parent_run_id).metrics
+    assert all(metrics[f"reference.{name}.x_anchor"] > 0 for name in REFERENCES)
+    assert any(n.startswith("references beside the anchor mobilenetv2_100@0.35: efficientnet_b0 x")
+               for n in result.notes)
 
 
 def test_unknown_search_and_missing_store_are_clear_errors(small_search: SmallSearch, tmp_path: Path) -> None:
