@@ -44,7 +44,7 @@ def test_cli_samples_a_space_with_the_torch_backend(tmp_path: Path, capsys: pyte
     ("args", "message"),
     [(["mobilenetv2_100", "--backend", "tflite"], "unknown latency backend 'tflite'"),
      (["mobilenetv2_100", "--provider", "cuda"], "install.sh --gpu"),
-     (["mobilenetv2_100", "--input-shape", "1x4x224x224"], "4 channels"),
+     (["mobilenetv2_100", "--input-shape", "1x0x224x224"], "dimensions must be positive integers"),
      (["mobilenetv2_100", "--backend", "torch", "--provider", "cpu"], "does not take option(s) ['provider']"),
      (["mobilenetv2_100", "--backend", "tensorrt"], "latnas[tensorrt]"),
      (["mobilenetv2_100", "--min-runs", "0"], "min_runs"),
