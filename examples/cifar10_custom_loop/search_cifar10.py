@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> SearchResult:
         evaluator=cifar_loop.evaluate, evaluator_options={"lr": args.lr, "batch_size": args.batch_size},
         data="cifar10_jpeg",
         overrides=[
-            f"data.path={args.archive}", f"data.max_train_samples={args.train_samples}",
+            "~data_rungs", f"data.path={args.archive}", f"data.max_train_samples={args.train_samples}",
             f"data.max_val_samples={args.val_samples}", "latency.input_shape=[1,3,32,32]",
             f"train.epochs={args.epochs}", f"search.n_trials={args.trials}", "progress=false", *args.set,
         ],
