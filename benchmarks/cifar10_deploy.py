@@ -403,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step", choices=("widths", "references", "search", "report"), required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a tiny budget, state in a scratch folder")
+    parser.add_argument("--target", type=float, default=None,
+                        help="search step: only the target of this many ms (as widths.json rounds it), "
+                             "so the step may run in parts; default every target")
     args = parser.parse_args(argv)
     if not args.cifar10.is_file():
         parser.error(f"--cifar10 {args.cifar10}: no such file")
@@ -426,7 +429,11 @@ def main(argv: list[str] | None = None) -> int:
         widths = _read_step(state_dir, "widths", "widths")
         size = QUICK_SEARCH if args.quick else SEARCH
         winners = []
-        for t in widths["targets"]:  # both searches, then every winner's trainings (the pool kept full)
+        targets = [t for t in widths["targets"] if args.target is None or round(t["target_ms"], 3) == args.target]
+        if not targets:
+            known = ", ".join(f"{t['target_ms']:.3f}" for t in widths["targets"])
+            parser.error(f"--target {args.target:g}: not a target of widths.json ({known})")
+        for t in targets:  # the searches, then every winner's trainings (the pool kept full)
             path = state_dir / f"search-{t['target_ms']:g}ms.json"
             found = json.loads(path.read_text()) if path.exists() else None
             if found is None:
