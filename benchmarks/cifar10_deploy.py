@@ -213,6 +213,8 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
     )
     started.touch()
     result = run_search(cfg)
+    if result.status == "KILLED":  # interrupted: what ended is recorded, and the same command resumes it
+        raise SystemExit(f"the search at {target_ms:g} ms was interrupted: run the same command again to resume it")
     if result.best is None:
         raise RuntimeError(f"the search at {target_ms:g} ms completed no candidate")
     best = result.best
