@@ -555,8 +555,10 @@ def _train_rungs(
     saved = ctx.checkpoints.load(arch.arch_id, key) if ctx.checkpoints is not None else None
     if saved is not None:  # continue where an earlier trial of this candidate stopped
         model.load_state_dict(saved.state)
-        for r in saved.reports:
-            report({**r, "resumed_rungs": saved.rung + 1})
+        # Only the last saved rung's end is reported again (it carries every earlier rung's figures):
+        # replaying the lower rungs would let the scheduler, whose cut-offs have moved since, stop the
+        # candidate at a rung below the one it already reached and record that lower figure.
+        report({**saved.reports[-1], "resumed_rungs": saved.rung + 1})
         done, first = list(saved.reports), saved.rung + 1
         offset = sum(r.epochs for r in rungs[:first] if r is not None)
     t0 = time.perf_counter()

@@ -138,11 +138,13 @@ def test_a_restarted_trial_continues_from_its_saved_rung_to_the_same_figures(dat
         evaluate_candidate(_arch(), ctx, dies_after_rung_1)
     again: list[dict[str, Any]] = []
     evaluate_candidate(_arch(), ctx, again.append)
-    # the two saved rungs are reported again as they were, then only the last rung is trained
-    assert [(r["rung"], r["status"], r["accuracy"]) for r in again[:2]] == [
-        (r["rung"], r["status"], r["accuracy"]) for r in first]
+    # the last saved rung's end is reported again as it was (with the earlier rung's figures), so the
+    # scheduler judges the candidate at the rung it reached, not below; then only the last rung is trained
+    assert [(r["rung"], r["status"], r["accuracy"]) for r in again[:1]] == [
+        (r["rung"], r["status"], r["accuracy"]) for r in first[-1:]]
+    assert again[0]["accuracy_rung0"] == first[0]["accuracy"] and again[0][RUNG_STEP] == first[-1][RUNG_STEP]
     assert all(r["resumed_rungs"] == 2 for r in again)
-    assert [(r["rung"], r["epoch"]) for r in again[2:]] == [(2, 3), (2, 4)]
+    assert [(r["rung"], r["epoch"]) for r in again[1:]] == [(2, 3), (2, 4)]
     # weights carried over from the saved rung: the figures of an uninterrupted trial, exactly
     assert again[-1]["accuracy"] == whole[-1]["accuracy"] and again[-1]["val_loss"] == whole[-1]["val_loss"]
     # without its saved rung, a candidate trains from its first rung
