@@ -129,7 +129,7 @@ def check_anchor(lat: LatencyConfig, target_anchor: str | None, target_x: float)
 
 def check_data(data: DataConfig) -> None:
     """The ``data`` group: sizes and shares, ``data.fn`` and ``data.options`` with ``data=custom``,
-    and a path where the data is read from one (whether it exists is checked when it is loaded).
+    and ``data.path`` for the data read from disk (whether it exists is checked when it is loaded).
 
     Raises:
         ConfigError: naming the key.
