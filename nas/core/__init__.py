@@ -1,6 +1,7 @@
 """The plain types and pure logic every part of the search shares; no outside system.
 
-* :mod:`nas.core.config`: the configuration schemas of every command and their checks;
+* :mod:`nas.core.config`: the configuration schemas of every command and their checks (the
+  groups, one check per group, one module per command);
 * :mod:`nas.core.errors`: :class:`~nas.core.errors.NASError` and its subclasses;
 * :mod:`nas.core.reward`: accuracy and latency into one number (pure functions of floats);
 * :mod:`nas.core.record`: the one :class:`~nas.core.record.Candidate` type, the search record,
