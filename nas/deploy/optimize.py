@@ -42,6 +42,7 @@ from latency_predictor import LatencyError, LatencyResult
 from latency_predictor.measurement.backends import MeasuredBackend, TensorRTBackend, make_estimator
 from latency_predictor.measurement.export import export_onnx
 from latency_predictor.measurement.quantize import CalibrationData, QuantizeSettings
+from nas.accuracy.training import resolve_device
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import DataConfig, OptimizeConfig, validate_optimize
 from nas.core.errors import ConfigError, OptimizeError
@@ -60,7 +61,6 @@ from nas.deploy.report import FAILED, PASSED, SKIPPED, VariantRow, check_variant
 from nas.deploy.variants import Artefact, Maker, Network, judge, run_all, trt_calibration
 from nas.review.export import LatencySettings, compare_outputs, merged_latency_settings, report_json
 from nas.review.fuse import fuse_conv_bn
-from nas.trial.training import resolve_device
 from search_spaces import SearchSpaceError, count_params, load_space
 from search_spaces.builder import Net
 

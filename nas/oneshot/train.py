@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from nas.accuracy.augment import make_augment
+from nas.accuracy.training import amp_dtype, channels_last_on, lr_factor, make_optimizer
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import SupernetConfig, validate_supernet
 from nas.core.errors import ConfigError, SupernetError, TrainingError
@@ -46,7 +48,6 @@ from nas.core.paths import default_tracking_uri, project_home
 from nas.data import ProxyData, load_dataset
 from nas.oneshot import distributed
 from nas.oneshot.distributed import World
-from nas.trial.augment import make_augment
 from nas.trial.subnet import (
     CHECKPOINT_NAME,
     FORMAT,
@@ -57,7 +58,6 @@ from nas.trial.subnet import (
     read_checkpoint,
     write_checkpoint,
 )
-from nas.trial.training import amp_dtype, channels_last_on, lr_factor, make_optimizer
 from search_spaces import Arch, SearchSpace
 from search_spaces.supernet import Supernet, sandwich_ends
 

@@ -17,6 +17,7 @@ import torch
 import yaml
 from mlflow import MlflowClient
 
+from nas.accuracy.training import train_briefly
 from nas.core.config import (
     AccuracyConfig,
     DataConfig,
@@ -44,7 +45,6 @@ from nas.trial.subnet import (
     recalibrated_subnet,
     subnet_accuracy,
 )
-from nas.trial.training import train_briefly
 from search_spaces import load_space
 from search_spaces.space import SPACES_DIR
 from tests.nas.configs import stored_config
