@@ -53,9 +53,9 @@ from nas.core.config import (
     TrainConfig,
 )
 from nas.data import load_dataset
+from nas.oneshot.subnet import SupernetTarget, load_supernet, read_checkpoint, subnet_accuracy
 from nas.oneshot.train import run_supernet
 from nas.studies.fidelity import RECORDS, REFERENCE, SUPERNET, choose_archs, run_fidelity, table
-from nas.trial.subnet import SupernetTarget, load_supernet, read_checkpoint, subnet_accuracy
 from search_spaces import Arch, reference
 from search_spaces.references import scale_width, small_input_variant
 from search_spaces.space import SPACES_DIR, SearchSpace

@@ -131,7 +131,7 @@ def recalibrate_batchnorm(net: nn.Module, batches: Iterable[torch.Tensor]) -> No
     BatchNorm layers in training mode (dropout and the rest stay in inference mode) and no
     gradients. The network ends in inference mode with its momenta as they were.
 
-    The one home of BatchNorm recalibration: a supernet's subnet (:mod:`nas.trial.subnet`) and a
+    The one home of BatchNorm recalibration: a supernet's subnet (:mod:`nas.oneshot.subnet`) and a
     pruned network (:mod:`nas.deploy.prune`) both use it.
     """
     norms = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]

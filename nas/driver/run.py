@@ -70,6 +70,7 @@ from nas.driver.final_pass import FinalPass, measuring_estimator, run_final_pass
 from nas.driver.preflight import check_user_code, code_to_ship, user_refs
 from nas.driver.progress import Progress, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
+from nas.oneshot.subnet import check_supernet
 from nas.trial.evaluate import (
     TrialContext,
     latency_estimator,
@@ -80,7 +81,6 @@ from nas.trial.evaluate import (
 from nas.trial.faults import ENV_VAR as FAULTS_ENV_VAR
 from nas.trial.faults import FaultPlan
 from nas.trial.rungs import RungCheckpoints
-from nas.trial.subnet import check_supernet
 from search_spaces import SearchSpace, SearchSpaceError, anchor_network, resolve_arch
 from search_spaces.references import SMALL_INPUT_MAX
 

@@ -56,10 +56,10 @@ from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutErro
 from nas.core.objective import Objective
 from nas.core.record import COMPLETED, FAILED, RUNNING
 from nas.data import ProxyData, TaskData
+from nas.oneshot.subnet import SubnetResult, SupernetTarget, load_supernet, recalibrated_subnet, subnet_accuracy
 from nas.trial.custom import EvalContext, Evaluator, candidate_network, in_chans, user_figures
 from nas.trial.faults import FaultPlan
 from nas.trial.rungs import RUNG_STEP, RungCheckpoints, fingerprint, milestone
-from nas.trial.subnet import SubnetResult, SupernetTarget, load_supernet, recalibrated_subnet, subnet_accuracy
 from search_spaces import Arch, SearchSpace, anchor_network, build, count_macs, count_params
 
 Report = Callable[[dict[str, Any]], None]
