@@ -44,7 +44,7 @@ from nas.accuracy.training import train_briefly
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import die_with_parent
 from nas.data import load_dataset
-from nas.review.fuse import fuse_conv_bn
+from nas.deploy.fuse import fuse_conv_bn
 from search_spaces import REFERENCES, Arch, build
 
 SHAPE = (1, 3, 32, 32)

@@ -244,7 +244,7 @@ def _search(archive: Path, size: dict[str, Any], target_ms: float, accuracy: lis
 
 
 def _final(archive: Path, size: dict[str, Any], arch: str, init: str, checkpoint: Path, out: Path) -> dict[str, Any]:
-    from nas.review.export import ExportTarget, export_candidate
+    from nas.deploy.export import ExportTarget, export_candidate
 
     cfg = ExportConfig(candidate=arch, output_dir=str(out), init=init, engine=False,
                        supernet=SupernetEstimateConfig(checkpoint=str(checkpoint), bn_batches=BN_BATCHES),

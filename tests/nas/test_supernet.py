@@ -32,6 +32,7 @@ from nas.core.config import (
 from nas.core.errors import ConfigError, SupernetError, SupernetMismatchError
 from nas.core.record import COMPLETED
 from nas.data import load_dataset
+from nas.deploy.export import ExportTarget, export_candidate
 from nas.driver import run_search
 from nas.oneshot.subnet import (
     SupernetTarget,
@@ -42,7 +43,6 @@ from nas.oneshot.subnet import (
     subnet_accuracy,
 )
 from nas.oneshot.train import SupernetResult, run_supernet
-from nas.review.export import ExportTarget, export_candidate
 from nas.trial.evaluate import TrialContext, evaluate_candidate
 from nas.trial.rungs import RungCheckpoints
 from search_spaces import load_space

@@ -61,9 +61,9 @@ from nas.core.errors import ExportError
 from nas.core.paths import default_tracking_uri, project_home
 from nas.core.record import COMPLETED, Candidate, SearchRecord, latency_provenance
 from nas.data import ProxyData, load_dataset
+from nas.deploy.export_report import dataset_label, fmt_num, render_report, training_warning
+from nas.deploy.fuse import count_batchnorms, fuse_conv_bn
 from nas.oneshot.subnet import data_config_of, normalised_as_supernet, supernet_init
-from nas.review.export_report import dataset_label, fmt_num, render_report, training_warning
-from nas.review.fuse import count_batchnorms, fuse_conv_bn
 from search_spaces import (
     REFERENCES,
     Arch,
