@@ -40,11 +40,11 @@ from benchmarks.references_cifar10 import SCALE_ROUNDS, TARGET_WIDTHS, anchor_ta
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import export_onnx
 from latency_predictor.measurement.timing import MeasureConfig
+from nas.accuracy.training import train_briefly
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import die_with_parent
 from nas.data import load_dataset
-from nas.review.fuse import fuse_conv_bn
-from nas.trial.training import train_briefly
+from nas.deploy.fuse import fuse_conv_bn
 from search_spaces import REFERENCES, Arch, build
 
 SHAPE = (1, 3, 32, 32)

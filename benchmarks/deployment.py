@@ -46,8 +46,8 @@ from latency_predictor.measurement.timing import MeasureConfig
 from nas.core.config import DataConfig, ExportConfig, OptimizeConfig, TrackingConfig, TrainConfig
 from nas.core.errors import OptimizeError
 from nas.core.record import Candidate, pareto_front
+from nas.deploy.export import run_export
 from nas.deploy.optimize import OUT, run_optimize
-from nas.review.export import run_export
 from search_spaces import Arch, reference
 from search_spaces.references import MULTIPLIERS, scale_width, small_input_variant
 

@@ -278,7 +278,7 @@ def _scaled_diff(got: np.ndarray, want: np.ndarray) -> float:
 def _ort_check(ctx: Context, provider: str, precision: str) -> dict[str, Any]:
     from latency_predictor.measurement.backends import OnnxRuntimeBackend
     from latency_predictor.measurement.export import sample_input
-    from nas.review.export import ENGINE_RTOL
+    from nas.deploy.export import ENGINE_RTOL
 
     arch, net = _small_net()
     est = OnnxRuntimeBackend(SMALL_SHAPE, provider=provider, precision=precision, num_classes=10,
@@ -314,7 +314,7 @@ def check_ort_cuda_no_cpu_fallback(ctx: Context) -> dict[str, Any]:
 def _engine_outputs(ctx: Context, precision: str) -> dict[str, Any]:
     from latency_predictor.measurement.backends import TensorRTBackend
     from latency_predictor.measurement.export import export_onnx, sample_input
-    from nas.review.export import ENGINE_RTOL
+    from nas.deploy.export import ENGINE_RTOL
 
     _, net = _small_net()
     trt = TensorRTBackend(SMALL_SHAPE, precision=precision, num_classes=10, cache_dir=ctx.work / "engines",
@@ -417,7 +417,7 @@ def check_graph_replay_after_empty_cache(ctx: Context) -> dict[str, Any]:
 def check_engine_cache_fused_after_unfused(ctx: Context) -> dict[str, Any]:
     """The fused network measured after the unfused one is not served the unfused one's engine."""
     from latency_predictor.measurement.backends import TensorRTBackend
-    from nas.review.fuse import fuse_conv_bn
+    from nas.deploy.fuse import fuse_conv_bn
 
     arch, net = _small_net()
     est = TensorRTBackend(SMALL_SHAPE, precision="fp16", num_classes=10, cache_dir=ctx.work / "cache-check",
@@ -506,7 +506,7 @@ def check_search_gpus_per_trial_1(ctx: Context) -> dict[str, Any]:
 def _exported(ctx: Context) -> Path:
     """A small network trained briefly on digits and exported (``nas.export``), once per run of the checks."""
     from nas.core.config import DataConfig, ExportConfig, TrainConfig
-    from nas.review.export import ExportTarget, export_candidate
+    from nas.deploy.export import ExportTarget, export_candidate
     from search_spaces import Arch
 
     folder = ctx.work / "exports" / Arch.decode(SMALL_ARCH).arch_id

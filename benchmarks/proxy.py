@@ -27,9 +27,9 @@ from latency_predictor.prediction.dataset import Dataset as LatencyDataset
 from latency_predictor.prediction.predictor import PredictorEstimator, expected_target, load_predictor
 from latency_predictor.prediction.target import PredictorTarget
 from latency_predictor.prediction.training import fit_predictor
+from nas.accuracy.zero_cost import naswot_score
 from nas.core.config import DataConfig
 from nas.data import ProxyData, load_dataset
-from nas.trial.zero_cost import naswot_score
 from search_spaces import Arch, SearchSpace, build
 
 PREDICTOR_FILE = ROOT / ".latnas" / "predictors" / "mobile-onnxruntime-cpu.json"

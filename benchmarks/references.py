@@ -30,10 +30,10 @@ from benchmarks.proxy import ProxyEvaluator
 from benchmarks.render import comparison_lines
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
+from nas.accuracy.training import train_briefly
 from nas.core.config import TrainConfig
 from nas.core.evolution import RegularisedEvolution
 from nas.core.reward import squared_penalty
-from nas.trial.training import train_briefly
 from search_spaces import REFERENCES, Arch, build, count_params, load_space
 from search_spaces.references import MULTIPLIERS, scale_width
 

@@ -49,11 +49,11 @@ from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import INPUT_NAME, OUTPUT_NAME, export_onnx
 from latency_predictor.measurement.paired import alternate
 from latency_predictor.measurement.timing import MeasureConfig
+from nas.accuracy.training import train_briefly
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import die_with_parent
 from nas.data import load_dataset
-from nas.review.fuse import fuse_conv_bn
-from nas.trial.training import train_briefly
+from nas.deploy.fuse import fuse_conv_bn
 from search_spaces import REFERENCES, Arch, build, count_macs, count_params, reference
 from search_spaces.references import MULTIPLIERS, scale_width, small_input_variant
 

@@ -53,9 +53,9 @@ from nas.core.config import (
     TrainConfig,
 )
 from nas.data import load_dataset
+from nas.oneshot.subnet import SupernetTarget, load_supernet, read_checkpoint, subnet_accuracy
 from nas.oneshot.train import run_supernet
 from nas.studies.fidelity import RECORDS, REFERENCE, SUPERNET, choose_archs, run_fidelity, table
-from nas.trial.subnet import SupernetTarget, load_supernet, read_checkpoint, subnet_accuracy
 from search_spaces import Arch, reference
 from search_spaces.references import scale_width, small_input_variant
 from search_spaces.space import SPACES_DIR, SearchSpace
@@ -244,7 +244,7 @@ def _search(archive: Path, size: dict[str, Any], target_ms: float, accuracy: lis
 
 
 def _final(archive: Path, size: dict[str, Any], arch: str, init: str, checkpoint: Path, out: Path) -> dict[str, Any]:
-    from nas.review.export import ExportTarget, export_candidate
+    from nas.deploy.export import ExportTarget, export_candidate
 
     cfg = ExportConfig(candidate=arch, output_dir=str(out), init=init, engine=False,
                        supernet=SupernetEstimateConfig(checkpoint=str(checkpoint), bn_batches=BN_BATCHES),

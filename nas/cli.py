@@ -7,7 +7,7 @@ function, which never sees a DictConfig:
 
 * ``python -m nas.search``: :func:`search_main` -> :func:`nas.driver.run_search`;
 * ``python -m nas.leaderboard``: :func:`leaderboard_main` -> :func:`nas.review.leaderboard.run_leaderboard`;
-* ``python -m nas.export``: :func:`export_main` -> :func:`nas.review.export.run_export`;
+* ``python -m nas.export``: :func:`export_main` -> :func:`nas.deploy.export.run_export`;
 * ``python -m nas.fidelity``: :func:`fidelity_main` -> :func:`nas.studies.fidelity.run_fidelity`;
 * ``python -m nas.supernet``: :func:`supernet_main` -> :func:`nas.oneshot.train.run_supernet`.
 * ``python -m nas.optimize``: :func:`optimize_main` -> :func:`nas.deploy.optimize.run_optimize`.
@@ -382,7 +382,7 @@ def leaderboard_main() -> None:
 def _export(dcfg: DictConfig) -> None:
     cfg = _run_or_exit(lambda: _typed(dcfg, ExportConfig))
     _run_or_exit(lambda: validate_export(cfg))  # before the export's imports (MLflow, torch): a typo is quick
-    from nas.review.export import run_export, summary
+    from nas.deploy.export import run_export, summary
     result = _run_or_exit(lambda: run_export(cfg, log=lambda line: print(line, flush=True)))
     print(summary(result), flush=True)
 

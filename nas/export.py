@@ -1,6 +1,6 @@
 """``python -m nas.export``: export a candidate as a verified, self-contained folder.
 
-The command line is :func:`nas.cli.export_main`; the export is :func:`nas.review.export.run_export`.
+The command line is :func:`nas.cli.export_main`; the export is :func:`nas.deploy.export.run_export`.
 An export's ``model.pt`` loads back with ``nas.export.load_exported(folder)``.
 """
 
@@ -19,13 +19,13 @@ __all__ = ["export_main", "load_exported"]
 
 def load_exported(folder: str | Path) -> nn.Module:
     """The exported network in ``folder``, with its trained weights, on the CPU and in eval mode
-    (:func:`nas.review.export.load_exported`, imported when called: the command's help and config
+    (:func:`nas.deploy.export.load_exported`, imported when called: the command's help and config
     errors do not wait for torch and MLflow).
 
     Raises:
         ExportError: the folder lacks ``arch.json`` or ``model.pt``, or they do not match.
     """
-    from nas.review.export import load_exported as load
+    from nas.deploy.export import load_exported as load
 
     return load(folder)
 

@@ -1,5 +1,9 @@
-"""After the search: an exported candidate made ready to deploy (``python -m nas.optimize``).
+"""After the search: a candidate exported (``python -m nas.export``) and made ready to deploy
+(``python -m nas.optimize``).
 
+* :mod:`nas.deploy.export`: the export of one candidate as a verified, self-contained folder,
+  its report (:mod:`nas.deploy.export_report`) and the Conv+BN fusion it ships
+  (:mod:`nas.deploy.fuse`);
 * :mod:`nas.deploy.candidate`: the exported candidate read back (weights, shape, preprocessing, record);
 * :mod:`nas.deploy.calibration`: the INT8 calibration set, checked before any work;
 * :mod:`nas.deploy.variants`: each variant as a verified artefact: INT8 (ONNX Runtime static

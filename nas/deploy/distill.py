@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas.trial.training import LossFn
+from nas.accuracy.training import LossFn
 
 
 def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor, alpha: float,
@@ -31,7 +31,8 @@ def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torc
 
 
 def distillation_loss_fn(teacher: nn.Module, alpha: float, temperature: float, label_smoothing: float = 0.0) -> LossFn:
-    """A training loss for :func:`nas.trial.training.train_briefly` that distils ``teacher`` into the trained network.
+    """A training loss for :func:`nas.accuracy.training.train_briefly` that distils ``teacher`` into the trained
+    network.
 
     The teacher is put in inference mode and moved to each batch's device when first asked.
     """

@@ -42,12 +42,15 @@ from latency_predictor import LatencyError, LatencyResult
 from latency_predictor.measurement.backends import MeasuredBackend, TensorRTBackend, make_estimator
 from latency_predictor.measurement.export import export_onnx
 from latency_predictor.measurement.quantize import CalibrationData, QuantizeSettings
+from nas.accuracy.training import resolve_device
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import DataConfig, OptimizeConfig, validate_optimize
 from nas.core.errors import ConfigError, OptimizeError
 from nas.data import ProxyData, load_dataset
 from nas.deploy.calibration import calibration_set, to_input, validation_batches
 from nas.deploy.candidate import ExportedCandidate, find_export, read_export
+from nas.deploy.export import LatencySettings, compare_outputs, merged_latency_settings, report_json
+from nas.deploy.fuse import fuse_conv_bn
 from nas.deploy.prune import (
     MacCounter,
     PruneResult,
@@ -58,9 +61,6 @@ from nas.deploy.prune import (
 )
 from nas.deploy.report import FAILED, PASSED, SKIPPED, VariantRow, check_variant, render
 from nas.deploy.variants import Artefact, Maker, Network, judge, run_all, trt_calibration
-from nas.review.export import LatencySettings, compare_outputs, merged_latency_settings, report_json
-from nas.review.fuse import fuse_conv_bn
-from nas.trial.training import resolve_device
 from search_spaces import SearchSpaceError, count_params, load_space
 from search_spaces.builder import Net
 
@@ -88,7 +88,7 @@ class OptimizeResult:
 
 def latency_settings(cand: ExportedCandidate, cfg: OptimizeConfig) -> LatencySettings:
     """Backend, input shape, options and protocol settings: the export's (its precision aside: each
-    variant has its own), overridden by ``cfg.latency`` (:func:`~nas.review.export.merged_latency_settings`).
+    variant has its own), overridden by ``cfg.latency`` (:func:`~nas.deploy.export.merged_latency_settings`).
 
     Raises:
         ConfigError: a precision among the options.

@@ -34,12 +34,12 @@ import torch
 from torch import nn
 
 from latency_predictor.prediction.features import FEATURE_NAMES, FeatureExtractor
+from nas.accuracy.training import EpochResult, recalibrate_batchnorm, train_briefly
 from nas.core.config import PruneConfig, TrainConfig
 from nas.core.errors import OptimizeError
 from nas.data import ProxyData
 from nas.deploy.calibration import to_input
 from nas.deploy.distill import distillation_loss_fn
-from nas.trial.training import EpochResult, recalibrate_batchnorm, train_briefly
 from search_spaces import Arch
 from search_spaces.builder import Net
 from search_spaces.prune import PruneUnit, prune_net, prune_units, pruned_arch, widths
@@ -184,7 +184,7 @@ def allocate(arch: Arch, units: list[PruneUnit], points: list[SensitivityPoint],
 def recalibrate_on_training_batches(net: nn.Module, data: ProxyData, input_shape: tuple[int, ...], batches: int,
                                     batch_size: int, device: torch.device, seed: int = 0) -> None:
     """Re-estimate every BatchNorm's running statistics on ``batches`` seeded training batches (no
-    augmentation), as :func:`nas.trial.training.recalibrate_batchnorm` does for a subnet."""
+    augmentation), as :func:`nas.accuracy.training.recalibrate_batchnorm` does for a subnet."""
     net.to(device)
     rng = np.random.default_rng(seed)
     stream = data.train_batches(batch_size, rng, device)

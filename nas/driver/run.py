@@ -40,7 +40,7 @@ from latency_predictor import ConfigError as LatencyConfigError
 from latency_predictor.measurement.environment import machine, versions
 from latency_predictor.measurement.protocol import LatencyStats
 from latency_predictor.measurement.statistic import MIN_RUNS, stat_value
-from nas.adapters import ray_tune
+from nas.adapters import ray_cluster, ray_tune
 from nas.adapters.mlflow_reader import StoreReader, sqlite_path
 from nas.adapters.mlflow_writer import StoreWriter, check_reachable
 from nas.adapters.optuna_sampler import ArchSampler
@@ -70,6 +70,7 @@ from nas.driver.final_pass import FinalPass, measuring_estimator, run_final_pass
 from nas.driver.preflight import check_user_code, code_to_ship, user_refs
 from nas.driver.progress import Progress, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
+from nas.oneshot.subnet import check_supernet
 from nas.trial.evaluate import (
     TrialContext,
     latency_estimator,
@@ -80,7 +81,6 @@ from nas.trial.evaluate import (
 from nas.trial.faults import ENV_VAR as FAULTS_ENV_VAR
 from nas.trial.faults import FaultPlan
 from nas.trial.rungs import RungCheckpoints
-from nas.trial.subnet import check_supernet
 from search_spaces import SearchSpace, SearchSpaceError, anchor_network, resolve_arch
 from search_spaces.references import SMALL_INPUT_MAX
 
@@ -346,7 +346,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     uri = cfg.tracking.uri or default_tracking_uri()
     # Everything is checked before anything is created: a refused search leaves no folder, store or log.
     check_reachable(uri)
-    ray_tune.check_cluster(cfg.ray)
+    ray_cluster.check_cluster(cfg.ray)
     previous = _recorded_search(uri, cfg.tracking.experiment, name)
     if previous is not None and not cfg.resume:
         raise ConfigError(
@@ -375,7 +375,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     params = _params(cfg, space, data.summary())
     changed = check_resumable(previous, params, _space_hash(cfg)) if previous is not None else {}
     faults = _fault_plan(output_dir)
-    on_cluster = ray_tune.joins_cluster(cfg.ray)
+    on_cluster = ray_cluster.joins_cluster(cfg.ray)
     if not on_cluster:
         status(f"search {name}: checking the latency backend ({cfg.latency.backend})")
     stat = cfg.latency.target_stat
@@ -401,14 +401,15 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
         with search_log(output_dir / "search.log"):
             status(f"search {name}: starting Ray ({cfg.ray.address or 'a local cluster'}); files in {output_dir}"
                    + (f"; sending {', '.join(p.name for p in ship)} to the trials" if ship else ""))
-            cluster = ray_tune.connect(cfg.ray, ship)
+            cluster = ray_cluster.connect(cfg.ray, ship)
             try:
-                resources = ray_tune.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
+                resources = ray_cluster.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
                 if on_cluster:
                     # Checked where trials run: the driver's machine may lack their device (a CPU-only head node).
-                    device_name = ray_tune.check_latency_on_trial_node(cfg.latency, data.num_classes, space, resources)
+                    device_name = ray_cluster.check_latency_on_trial_node(
+                        cfg.latency, data.num_classes, space, resources)
                     if user_refs(cfg):  # and their Python: what was sent, what is installed there
-                        ray_tune.check_user_code_on_trial_node(user_refs(cfg), resources)
+                        ray_cluster.check_user_code_on_trial_node(user_refs(cfg), resources)
                 if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
                     raise ConfigError("ray.gpus_per_trial",
                                       f"is 0 but train.device={cfg.train.device}: give trials a GPU")
@@ -428,7 +429,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                 begun = True  # from here on the search has records: its folder stays whatever happens
                 return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
             finally:
-                ray_tune.disconnect(cluster)
+                ray_cluster.disconnect(cluster)
     finally:
         if created and not begun:  # refused before the search began: leave no folder behind
             shutil.rmtree(output_dir, ignore_errors=True)
@@ -528,7 +529,7 @@ def _open_record(
 
 def _search(
     cfg: SearchConfig, space: SearchSpace, run: _Run, writer: StoreWriter, ctx: TrialContext,
-    sampler: Sampler, resources: dict[str, float], cluster: ray_tune.Cluster, device: str,
+    sampler: Sampler, resources: dict[str, float], cluster: ray_cluster.Cluster, device: str,
     t_start: float,
 ) -> SearchResult:
     name, output_dir = run.name, run.output_dir

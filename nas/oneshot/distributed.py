@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from nas.accuracy.training import resolve_device
 from nas.core.config import DistributedConfig
 from nas.core.errors import ConfigError, SupernetError
-from nas.trial.training import resolve_device
 
 
 @dataclass(frozen=True)

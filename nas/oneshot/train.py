@@ -10,7 +10,7 @@ no weight decay on norms, biases and kernel transformations, augmentation on the
 precision and ``channels_last`` on CUDA), every random choice seeded by the epoch and step, so a
 resumed run draws what an uninterrupted one would have.
 
-After every epoch the checkpoint (``<output_dir>/supernet.pt``, :mod:`nas.trial.subnet`) is
+After every epoch the checkpoint (``<output_dir>/supernet.pt``, :mod:`nas.oneshot.subnet`) is
 replaced atomically, with ``history.json`` beside it; a run killed at any moment is continued from
 its last finished epoch by the same command (``resume=true``, the default, which is also what
 ``torchrun`` restarts rely on). A checkpoint of other settings is refused, naming each one. At
@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from nas.accuracy.augment import make_augment
+from nas.accuracy.training import amp_dtype, channels_last_on, lr_factor, make_optimizer
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import SupernetConfig, validate_supernet
 from nas.core.errors import ConfigError, SupernetError, TrainingError
@@ -46,8 +48,7 @@ from nas.core.paths import default_tracking_uri, project_home
 from nas.data import ProxyData, load_dataset
 from nas.oneshot import distributed
 from nas.oneshot.distributed import World
-from nas.trial.augment import make_augment
-from nas.trial.subnet import (
+from nas.oneshot.subnet import (
     CHECKPOINT_NAME,
     FORMAT,
     FORMAT_VERSION,
@@ -57,7 +58,6 @@ from nas.trial.subnet import (
     read_checkpoint,
     write_checkpoint,
 )
-from nas.trial.training import amp_dtype, channels_last_on, lr_factor, make_optimizer
 from search_spaces import Arch, SearchSpace
 from search_spaces.supernet import Supernet, sandwich_ends
 

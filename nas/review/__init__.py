@@ -1,6 +1,7 @@
-"""Reviewing a finished search: the leaderboard and its Pareto plot, and the export of a winner.
+"""Reviewing a finished search: the leaderboard and its Pareto plot (``python -m nas.leaderboard``).
 
-* :mod:`nas.review.leaderboard` and :mod:`nas.review.plot`: ``python -m nas.leaderboard``;
-* :mod:`nas.review.export`, :mod:`nas.review.export_report`, :mod:`nas.review.fuse`:
-  ``python -m nas.export``.
+* :mod:`nas.review.leaderboard`: the ranked candidates of a search, as a table, CSV or JSON;
+* :mod:`nas.review.plot`: the Pareto plot.
+
+Exporting a winner is :mod:`nas.deploy.export`.
 """

@@ -8,10 +8,10 @@ architectures with each cheap estimator:
 
 * ``train_<e>ep``: the same recipe for ``e`` epochs on ``cheap_train_samples`` images (one
   estimator per entry of ``cheap_epochs``; the learning-rate schedule spans its own epochs);
-* the training-free scores of ``zero_cost`` (:mod:`nas.trial.zero_cost`);
+* the training-free scores of ``zero_cost`` (:mod:`nas.accuracy.zero_cost`);
 * the trivial baselines ``params`` and ``macs``;
 * with ``supernet.checkpoint``, ``supernet``: each architecture's subnet of that trained supernet,
-  BatchNorm recalibrated, validated on the same split (:mod:`nas.trial.subnet`); its records name
+  BatchNorm recalibrated, validated on the same split (:mod:`nas.oneshot.subnet`); its records name
   the checkpoint's digest, so another checkpoint is estimated anew, and its cost per candidate
   leaves out the supernet's training, which the JSON record reports beside it.
 
@@ -43,6 +43,8 @@ import torch
 from tqdm import tqdm
 
 from latency_predictor.prediction.features import FeatureExtractor
+from nas.accuracy.training import resolve_device, train_briefly
+from nas.accuracy.zero_cost import zero_cost_score
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import (
     DataConfig,
@@ -56,10 +58,8 @@ from nas.core.errors import NASError
 from nas.core.paths import default_tracking_uri, project_home
 from nas.core.workers import die_with_parent
 from nas.data import ProxyData, load_dataset
+from nas.oneshot.subnet import LoadedSupernet, SupernetTarget, check_supernet, load_supernet, subnet_accuracy
 from nas.studies.stats import Agreement, agreement, noise_ceiling
-from nas.trial.subnet import LoadedSupernet, SupernetTarget, check_supernet, load_supernet, subnet_accuracy
-from nas.trial.training import resolve_device, train_briefly
-from nas.trial.zero_cost import zero_cost_score
 from search_spaces import Arch, SearchSpace, build
 
 REFERENCE = "reference"

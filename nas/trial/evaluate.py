@@ -48,18 +48,18 @@ from latency_predictor.measurement.protocol import LatencyStats
 from latency_predictor.measurement.scenario import check_scenario
 from latency_predictor.measurement.slot import device_work
 from latency_predictor.measurement.statistic import check_runs, protocol_for, stat_value
+from nas.accuracy.precision import precision_evaluator
+from nas.accuracy.training import EpochResult, evaluate, resolve_device, train_briefly
+from nas.accuracy.zero_cost import zero_cost_score
 from nas.core.config import AccuracyConfig, LatencyConfig, RungConfig, TrainConfig
 from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
 from nas.core.objective import Objective
 from nas.core.record import COMPLETED, FAILED, RUNNING
 from nas.data import ProxyData, TaskData
+from nas.oneshot.subnet import SubnetResult, SupernetTarget, load_supernet, recalibrated_subnet, subnet_accuracy
 from nas.trial.custom import EvalContext, Evaluator, candidate_network, in_chans, user_figures
 from nas.trial.faults import FaultPlan
-from nas.trial.precision import precision_evaluator
 from nas.trial.rungs import RUNG_STEP, RungCheckpoints, fingerprint, milestone
-from nas.trial.subnet import SubnetResult, SupernetTarget, load_supernet, recalibrated_subnet, subnet_accuracy
-from nas.trial.training import EpochResult, evaluate, resolve_device, train_briefly
-from nas.trial.zero_cost import zero_cost_score
 from search_spaces import Arch, SearchSpace, anchor_network, build, count_macs, count_params
 
 Report = Callable[[dict[str, Any]], None]

@@ -17,9 +17,9 @@ def ray_cluster() -> Iterator[None]:
     """A local Ray cluster with 2 CPUs, started once; searches reuse it instead of starting their own."""
     import ray
 
-    from nas.adapters import ray_tune  # sets Ray's quiet environment before the cluster starts
+    from nas.adapters import ray_cluster as adapter  # sets Ray's quiet environment before the cluster starts
 
-    del ray_tune
+    del adapter
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()

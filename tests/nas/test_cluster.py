@@ -49,9 +49,9 @@ def three_nodes() -> Iterator[ThreeNodes]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from nas.adapters import ray_tune  # sets Ray's quiet environment before the nodes start
+    from nas.adapters import ray_cluster  # sets Ray's quiet environment before the nodes start
 
-    del ray_tune
+    del ray_cluster
     # The session's local cluster (tests/nas/conftest.py) would be reused instead of joining this
     # one: stop it here and start it again afterwards for the tests that use it.
     was_up = ray.is_initialized()
@@ -125,16 +125,16 @@ def test_ray_address_from_the_environment_joins_that_cluster(
 ) -> None:
     import ray
 
-    from nas.adapters import ray_tune
+    from nas.adapters import ray_cluster
 
     monkeypatch.setenv("RAY_ADDRESS", three_nodes.address)  # what `ray job submit` sets for the search
-    assert ray_tune.joins_cluster(RayConfig())
-    cluster = ray_tune.connect(RayConfig())
+    assert ray_cluster.joins_cluster(RayConfig())
+    cluster = ray_cluster.connect(RayConfig())
     try:
         assert cluster.joined_here and not cluster.started_here
         assert (cluster.address, cluster.nodes, cluster.cpus, cluster.gpus) == (three_nodes.address, 3, 3.0, 2.0)
     finally:
-        ray_tune.disconnect(cluster)
+        ray_cluster.disconnect(cluster)
     assert not ray.is_initialized()
 
 
@@ -143,16 +143,16 @@ def test_without_an_address_a_local_cluster_is_started_not_the_running_one_joine
 ) -> None:
     import ray
 
-    from nas.adapters import ray_tune
+    from nas.adapters import ray_cluster
 
     # The running cluster left its address in Ray's temp folder, which a plain ray.init() joins.
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    cluster = ray_tune.connect(RayConfig(num_cpus=1))
+    cluster = ray_cluster.connect(RayConfig(num_cpus=1))
     try:
         assert cluster.started_here and not cluster.joined_here
         assert (cluster.address, cluster.nodes, cluster.cpus) == ("local", 1, 1.0)
     finally:
-        ray_tune.disconnect(cluster)
+        ray_cluster.disconnect(cluster)
     assert not ray.is_initialized()
 
 

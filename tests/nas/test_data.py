@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+from nas.accuracy.training import train_briefly
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.errors import DataError
 from nas.data import CIFAR10_TRAIN, Dataset, StreamedDataset, load_dataset
-from nas.trial.training import train_briefly
 from search_spaces import build, load_space
 
 CIFAR10_JPEG = Path(os.environ.get("LATNAS_CIFAR10_JPEG", Path(__file__).resolve().parents[3] / "shared" / "data"

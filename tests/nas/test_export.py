@@ -20,7 +20,7 @@ from nas.core.config import DataConfig, ExportConfig, ExportLatencyConfig, Track
 from nas.core.errors import ExportError, TrackingError
 from nas.core.record import SearchRecord
 from nas.data import Dataset, load_dataset
-from nas.review.export import (
+from nas.deploy.export import (
     ExportResult,
     ExportTarget,
     compare_outputs,
@@ -32,8 +32,8 @@ from nas.review.export import (
     summary,
     training_calibration,
 )
-from nas.review.export_report import render_report
-from nas.review.fuse import fuse_conv_bn
+from nas.deploy.export_report import render_report
+from nas.deploy.fuse import fuse_conv_bn
 from search_spaces import Arch, build
 from tests.nas.review_search import SmallSearch, small_search_once
 

@@ -23,10 +23,10 @@ from nas.core.config import (
 )
 from nas.core.errors import ConfigError
 from nas.data import load_dataset
+from nas.oneshot.subnet import SupernetTarget, load_supernet, read_checkpoint, subnet_accuracy
 from nas.oneshot.train import SupernetResult
 from nas.studies.fidelity import REFERENCE, SUPERNET, FidelityError, choose_archs, run_fidelity
 from nas.studies.stats import agreement, top_overlap
-from nas.trial.subnet import SupernetTarget, load_supernet, read_checkpoint, subnet_accuracy
 from search_spaces import load_space
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from nas.review.fuse import count_batchnorms, fuse_conv_bn
+from nas.deploy.fuse import count_batchnorms, fuse_conv_bn
 from search_spaces import build, resolve_arch
 
 NETS = [

@@ -15,8 +15,8 @@ from latency_predictor.measurement.backends import make_estimator
 from nas.core.config import DataConfig, ExportConfig, OptimizeConfig, TrackingConfig, TrainConfig
 from nas.core.errors import ConfigError, OptimizeError
 from nas.deploy.distill import distillation_loss
+from nas.deploy.export import run_export
 from nas.deploy.optimize import OptimizeResult, run_optimize
-from nas.review.export import run_export
 from search_spaces import Arch, build, count_macs
 
 ARCH = "act_relu-stem_c16-mb_k3_e4_c24_s2-mb_k3_e4_c24_s1-rb_k3_c32_s2-head_c64"

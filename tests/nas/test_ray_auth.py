@@ -141,7 +141,7 @@ def test_a_search_without_the_clusters_token_stops_at_once_naming_the_cause(head
 def test_the_clusters_check_accepts_the_right_token(head: Head, tmp_path: Path) -> None:
     # The check's other side: with the token, the same address passes (no false refusals).
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys; from nas.adapters.ray_tune import check_cluster; "
+        [sys.executable, "-c", "import sys; from nas.adapters.ray_cluster import check_cluster; "
          "from nas.core.config import RayConfig; check_cluster(RayConfig(address=sys.argv[1])); print('OK')",
          head.gcs],
         env=_env(tmp_path / "home", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=head.token), capture_output=True,
@@ -190,7 +190,7 @@ def test_a_local_searchs_ray_refuses_clients_without_its_token(tmp_path: Path) -
     # The Ray instance a local search starts, through the search's own adapter, in its own home.
     home = tmp_path / "searcher"
     script = (
-        "import sys; from nas.adapters.ray_tune import connect, disconnect; from nas.core.config import RayConfig; "
+        "import sys; from nas.adapters.ray_cluster import connect, disconnect; from nas.core.config import RayConfig; "
         "import ray; c = connect(RayConfig(num_cpus=1)); print('GCS', ray.get_runtime_context().gcs_address, "
         "flush=True); sys.stdin.readline(); disconnect(c)"
     )
@@ -224,7 +224,7 @@ def test_a_local_searchs_ray_refuses_clients_without_its_token(tmp_path: Path) -
 
 def test_a_local_search_with_authentication_disabled_warns(tmp_path: Path) -> None:
     script = (
-        "import logging; logging.basicConfig(); from nas.adapters.ray_tune import connect, disconnect; "
+        "import logging; logging.basicConfig(); from nas.adapters.ray_cluster import connect, disconnect; "
         "from nas.core.config import RayConfig; disconnect(connect(RayConfig(num_cpus=1)))"
     )
     proc = subprocess.run(

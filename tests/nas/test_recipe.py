@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from nas.accuracy.augment import _flip, make_augment, random_crop, random_resized_crop, resolve
+from nas.accuracy.training import _param_groups, amp_dtype, lr_factor, train_briefly
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.errors import TrainingError
 from nas.data import load_dataset
-from nas.trial.augment import _flip, make_augment, random_crop, random_resized_crop, resolve
-from nas.trial.training import _param_groups, amp_dtype, lr_factor, train_briefly
 from search_spaces import build, load_space
 
 

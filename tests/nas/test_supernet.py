@@ -17,6 +17,7 @@ import torch
 import yaml
 from mlflow import MlflowClient
 
+from nas.accuracy.training import train_briefly
 from nas.core.config import (
     AccuracyConfig,
     DataConfig,
@@ -31,12 +32,9 @@ from nas.core.config import (
 from nas.core.errors import ConfigError, SupernetError, SupernetMismatchError
 from nas.core.record import COMPLETED
 from nas.data import load_dataset
+from nas.deploy.export import ExportTarget, export_candidate
 from nas.driver import run_search
-from nas.oneshot.train import SupernetResult, run_supernet
-from nas.review.export import ExportTarget, export_candidate
-from nas.trial.evaluate import TrialContext, evaluate_candidate
-from nas.trial.rungs import RungCheckpoints
-from nas.trial.subnet import (
+from nas.oneshot.subnet import (
     SupernetTarget,
     check_supernet,
     load_supernet,
@@ -44,7 +42,9 @@ from nas.trial.subnet import (
     recalibrated_subnet,
     subnet_accuracy,
 )
-from nas.trial.training import train_briefly
+from nas.oneshot.train import SupernetResult, run_supernet
+from nas.trial.evaluate import TrialContext, evaluate_candidate
+from nas.trial.rungs import RungCheckpoints
 from search_spaces import load_space
 from search_spaces.space import SPACES_DIR
 from tests.nas.configs import stored_config

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from nas.trial.subnet import read_checkpoint
+from nas.oneshot.subnet import read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 

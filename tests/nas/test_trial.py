@@ -13,6 +13,8 @@ import torch
 
 from latency_predictor import LatencyResult
 from latency_predictor.measurement.scenario import server_point
+from nas.accuracy.training import resolve_device, train_briefly
+from nas.accuracy.zero_cost import naswot_score
 from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, TrainConfig
 from nas.core.errors import TrainingError
 from nas.core.record import COMPLETED, FAILED, RUNNING
@@ -20,8 +22,6 @@ from nas.core.reward import squared_penalty, throughput_reward
 from nas.data import Dataset, load_dataset
 from nas.trial.evaluate import TrialContext, evaluate_candidate, profile_arch
 from nas.trial.faults import FaultPlan
-from nas.trial.training import resolve_device, train_briefly
-from nas.trial.zero_cost import naswot_score
 from search_spaces import build, load_space
 
 FAST_MEASURE = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 1.0,

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from nas.accuracy.zero_cost import ZERO_COST, zero_cost_score
 from nas.core.config import ZERO_COST_ESTIMATORS, DataConfig
 from nas.core.errors import ProxyError
 from nas.data import Dataset, load_dataset
-from nas.trial.zero_cost import ZERO_COST, zero_cost_score
 from search_spaces import build, count_params, load_space
 
 

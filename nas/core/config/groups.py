@@ -212,9 +212,9 @@ class AccuracyConfig:
 
     Attributes:
         estimator: ``train`` (brief training, validation accuracy), ``supernet`` (the validation
-            accuracy of the candidate's subnet of a trained supernet, :mod:`nas.trial.subnet`) or a
+            accuracy of the candidate's subnet of a trained supernet, :mod:`nas.oneshot.subnet`) or a
             training-free score used in place of accuracy by the reward: ``naswot`` (Mellor et al.
-            2021), ``synflow``, ``grad_norm`` or ``jacob_cov`` (see :mod:`nas.trial.zero_cost`), or
+            2021), ``synflow``, ``grad_norm`` or ``jacob_cov`` (see :mod:`nas.accuracy.zero_cost`), or
             ``custom``: your own evaluator, ``fn``.
         batch_size: images a training-free score looks at; with ``supernet``, images per batch of
             the BatchNorm recalibration.
@@ -223,7 +223,7 @@ class AccuracyConfig:
         bn_batches: ``supernet``: training batches each subnet's BatchNorm statistics are
             recalibrated on before it is validated.
         calibration_samples: with ``latency.precision=int8`` and ``train``: training images the
-            int8 network whose accuracy the reward uses is calibrated on (:mod:`nas.trial.precision`).
+            int8 network whose accuracy the reward uses is calibrated on (:mod:`nas.accuracy.precision`).
         fn: ``custom``: your evaluator as ``module:function`` (e.g. ``my_pkg.my_module:evaluate``):
             it gets the candidate network and a context (device, seed, budget, data, a report
             function for early stopping, a working folder) and returns a score, higher is better,

@@ -1,4 +1,4 @@
-"""``report.md`` of an export: the human-readable form of ``report.json`` (see :mod:`nas.review.export`)."""
+"""``report.md`` of an export: the human-readable form of ``report.json`` (see :mod:`nas.deploy.export`)."""
 
 from __future__ import annotations
 

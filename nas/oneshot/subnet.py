@@ -33,10 +33,10 @@ from typing import Any, cast
 import torch
 
 from latency_predictor.prediction.target import space_digest
+from nas.accuracy.training import evaluate, recalibrate_batchnorm
 from nas.core.config import DataConfig
 from nas.core.errors import SupernetError, SupernetMismatchError
 from nas.data import ProxyData
-from nas.trial.training import evaluate, recalibrate_batchnorm
 from search_spaces import Arch, SearchSpace
 from search_spaces.builder import Net
 from search_spaces.supernet import SUPERNET_VERSION, Supernet

@@ -3,7 +3,7 @@
 :func:`train_briefly` runs the ``train`` group's recipe, the one a NAS practitioner expects:
 SGD (Nesterov) or Adam; a linear warm-up then a cosine (or constant) learning rate; label
 smoothing; no weight decay on normalisation layers and biases; batch augmentation on the device
-(:mod:`nas.trial.augment`: padded crop and flip for small images, resized crop and flip for
+(:mod:`nas.accuracy.augment`: padded crop and flip for small images, resized crop and flip for
 larger ones); mixed precision (bf16, or fp16 with loss scaling) and ``channels_last`` on CUDA;
 every random choice seeded. It reports validation accuracy and loss after every epoch (so an
 early-stopping scheduler can act on them). A non-finite loss raises
@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nas.accuracy.augment import make_augment
 from nas.core.config import TrainConfig
 from nas.core.errors import TrainingError
 from nas.data import TaskData
-from nas.trial.augment import make_augment
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """A training loss of ``(logits, labels, inputs)``."""
@@ -131,7 +131,7 @@ def recalibrate_batchnorm(net: nn.Module, batches: Iterable[torch.Tensor]) -> No
     BatchNorm layers in training mode (dropout and the rest stay in inference mode) and no
     gradients. The network ends in inference mode with its momenta as they were.
 
-    The one home of BatchNorm recalibration: a supernet's subnet (:mod:`nas.trial.subnet`) and a
+    The one home of BatchNorm recalibration: a supernet's subnet (:mod:`nas.oneshot.subnet`) and a
     pruned network (:mod:`nas.deploy.prune`) both use it.
     """
     norms = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]

@@ -53,6 +53,7 @@ from latency_predictor.measurement.export import (
     validate_input_shape,
 )
 from latency_predictor.measurement.paired import anchor_figures, pair
+from nas.accuracy.training import EpochResult, resolve_device, train_briefly
 from nas.adapters.mlflow_reader import RUN_ID_RE, StoreReader
 from nas.adapters.mlflow_writer import StoreWriter
 from nas.core.config import CheckConfig, DataConfig, ExportConfig, ExportLatencyConfig, validate_export
@@ -60,10 +61,9 @@ from nas.core.errors import ExportError
 from nas.core.paths import default_tracking_uri, project_home
 from nas.core.record import COMPLETED, Candidate, SearchRecord, latency_provenance
 from nas.data import ProxyData, load_dataset
-from nas.review.export_report import dataset_label, fmt_num, render_report, training_warning
-from nas.review.fuse import count_batchnorms, fuse_conv_bn
-from nas.trial.subnet import data_config_of, normalised_as_supernet, supernet_init
-from nas.trial.training import EpochResult, resolve_device, train_briefly
+from nas.deploy.export_report import dataset_label, fmt_num, render_report, training_warning
+from nas.deploy.fuse import count_batchnorms, fuse_conv_bn
+from nas.oneshot.subnet import data_config_of, normalised_as_supernet, supernet_init
 from search_spaces import (
     REFERENCES,
     Arch,
