@@ -18,7 +18,7 @@ command) and:
   or ``skipped``, with why, pytest's command, exit status, counts and the tail of its output;
 * each test the sets ran: its outcome, seconds, message and the figures it measured (the tests
   under ``tests/gpu/`` write theirs, e.g. p50s and differences from PyTorch, to the file
-  ``$LATNAS_GPU_FIGURES`` names: :func:`tests.gpu.checks.write_figures`).
+  ``$LATNAS_GPU_FIGURES`` names: :func:`tests.gpu.figures.write_figures`).
 
 The correctness checks themselves are tests: ``tests/gpu/test_runtimes.py`` (ONNX Runtime's GPU
 providers, TensorRT engines, CUDA-event clocks, CUDA graphs, the engine cache) and
@@ -43,6 +43,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -56,7 +57,8 @@ import torch
 from benchmarks.common import ROOT, header, write_record
 from latency_predictor.measurement.environment import package_version
 from tests.gpu.budget import BUDGET_SPENT, DEADLINE_ENV
-from tests.gpu.checks import FIGURES_ENV, nvidia_smi
+from tests.gpu.checks import nvidia_smi
+from tests.gpu.figures import FIGURES_ENV
 
 DEFAULT_BUDGET_S = 480.0
 GRACE_S = 60.0
@@ -190,7 +192,7 @@ def junit_cases(path: Path) -> list[dict[str, Any]]:
 
 
 def read_figures(path: Path) -> dict[str, dict[str, Any]]:
-    """The figures the tests wrote (:func:`tests.gpu.checks.write_figures`), by test, later ones updating earlier."""
+    """The figures the tests wrote (:func:`tests.gpu.figures.write_figures`), by test, later ones updating earlier."""
     found: dict[str, dict[str, Any]] = {}
     if path.is_file():
         for line in path.read_text().splitlines():
@@ -209,6 +211,8 @@ def run_set(s: MarkedSet, ctx: Context, deadline: float, keyword: str | None = N
     skipped, and the run is stopped :data:`GRACE_S` after it): its outcome, and each test's."""
     check = f"pytest_{s.name}"
     xml, figures_file = ctx.work / f"pytest-{s.name}.xml", ctx.work / f"figures-{s.name}.jsonl"
+    xml.unlink(missing_ok=True)  # an earlier run's report and figures are not this run's
+    figures_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-m", s.marker, "-q", "-rs", "-p", "no:cacheprovider",
            "-p", "tests.gpu.budget", "-o", "junit_family=xunit1", f"--junitxml={xml}",
            *(["-k", keyword] if keyword else []), *paths]
@@ -234,7 +238,8 @@ def run_set(s: MarkedSet, ctx: Context, deadline: float, keyword: str | None = N
     tally = (f"{ran - failed} passed, {counts.get('failures', 0)} failed, {counts.get('errors', 0)} errors, "
              f"{counts.get('skipped', 0)} skipped")
     if stopped:
-        status, detail = FAILED, f"stopped {GRACE_S:g} s past the time budget ({tally} when stopped)"
+        status, detail = FAILED, f"stopped {GRACE_S:g} s past the time budget: " + (
+            f"{tally} by then" if xml.is_file() else "no report; the tests that wrote figures are listed")
     elif not xml.is_file():
         status, detail = FAILED, f"pytest exited {exit_status} without a report"
     elif failed or exit_status not in (0, 5):
@@ -254,22 +259,44 @@ def run_set(s: MarkedSet, ctx: Context, deadline: float, keyword: str | None = N
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str, bool]:
-    """Run ``cmd`` in a process group of its own; stop the group at ``timeout``: exit status, output, stopped."""
+    """Run ``cmd`` in a process group of its own: exit status, output, and whether it was stopped.
+
+    At ``timeout`` the command gets SIGINT (pytest then ends the session and writes its report),
+    then its group SIGTERM and SIGKILL while it has not ended. When it has ended, whatever it
+    started and left running is killed (a Ray process left by one set would hold the GPU during
+    the next).
+    """
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+    lines: list[str] = []
+
+    def read() -> None:  # read as it comes, so a full pipe never blocks the command
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    stopped = False
     try:
-        output, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, output, False
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+        stopped = True
+        for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 15), (signal.SIGKILL, 15)):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
+                if sig == signal.SIGINT:
+                    os.kill(proc.pid, sig)
+                else:
+                    os.killpg(proc.pid, sig)
             try:
-                output, _ = proc.communicate(timeout=wait)
+                proc.wait(timeout=wait)
                 break
             except subprocess.TimeoutExpired:
-                output = ""
-        return proc.returncode, output or "", True
+                continue
+    with contextlib.suppress(ProcessLookupError):  # what the command started and left running
+        os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(timeout=30)
+    return proc.returncode, "".join(lines), stopped
 
 
 def run_checks(ctx: Context, sets: Sequence[MarkedSet], budget_s: float, keyword: str | None = None,

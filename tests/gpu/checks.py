@@ -1,10 +1,6 @@
-"""What the tests on a real GPU share: their networks, sizes and tolerances, when they skip, the
-verdicts that need no GPU (tested on the CPU in ``tests/gpu/test_checks.py``), and where a test
-writes its figures.
-
-A test's figures (the p50s it measured, how far an engine's outputs were from PyTorch's) go, one
-JSON line per call, to the file ``$LATNAS_GPU_FIGURES`` names; ``scripts/gpu_check.py`` sets it
-and puts them in its record beside each test's outcome. Without it they are not written.
+"""What the tests on a real GPU share: their networks, sizes and tolerances, when they skip, and
+the verdicts that need no GPU (tested on the CPU in ``tests/gpu/test_checks.py``). Where they
+write their figures is ``tests/gpu/figures.py``.
 """
 
 from __future__ import annotations
@@ -40,9 +36,6 @@ SMALL_ARCH = "act_relu-stem_c16-mb_k3_e4_c24_s2_se0.25-mb_k5_e4_c40_s2-rb_k3_c80
 SMALL_SHAPE = (1, 3, 64, 64)
 MEASURE = {"warmup_runs": 20, "warmup_s": 0.2, "min_runs": 200, "min_time_s": 0.5, "max_repeats": 2}
 
-FIGURES_ENV = "LATNAS_GPU_FIGURES"
-"""The environment variable naming the JSON-lines file the tests write their figures to."""
-
 HAS_CUDA = torch.cuda.is_available()
 HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None
 ORT_PROVIDERS = set(ort.get_available_providers())
@@ -57,23 +50,6 @@ def needs_ort(provider: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(provider not in ORT_PROVIDERS,
                               reason=f"ONNX Runtime has no {provider}: its GPU build is not installed "
                                      "(bash scripts/install.sh --gpu)")
-
-
-def write_figures(test: str, figures: dict[str, Any]) -> None:
-    """Append ``{"test": test, "figures": figures}`` to the file ``$LATNAS_GPU_FIGURES`` names, if it is set."""
-    path = os.environ.get(FIGURES_ENV)
-    if not path:
-        return
-    with open(path, "a") as f:
-        f.write(json.dumps({"test": test, "figures": figures}, default=_jsonable) + "\n")
-
-
-def _jsonable(x: object) -> object:
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, (np.ndarray, tuple, set)):
-        return list(x.tolist() if isinstance(x, np.ndarray) else x)
-    return str(x)
 
 
 # ---------------------------------------------------------------------- verdicts (tested on the CPU)

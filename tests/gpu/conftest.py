@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.checks import write_figures
+from tests.gpu.figures import write_figures
 
 
 @pytest.fixture
 def figures(request: pytest.FixtureRequest) -> Callable[..., None]:
     """``figures(name=value, ...)`` writes this test's figures where ``scripts/gpu_check.py`` collects
-    them (:func:`tests.gpu.checks.write_figures`); a test calls it before it asserts, so a failure keeps them."""
+    them (:func:`tests.gpu.figures.write_figures`); a test calls it before it asserts, so a failure keeps them."""
 
     def write(**values: Any) -> None:
         write_figures(request.node.nodeid, values)

@@ -12,14 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.gpu.checks import (
-    FIGURES_ENV,
-    clock_agreement,
-    half_gpu_consistent,
-    half_gpu_task_reports_apart,
-    scaled_diff,
-    write_figures,
-)
+from tests.gpu.checks import clock_agreement, half_gpu_consistent, half_gpu_task_reports_apart, scaled_diff
+from tests.gpu.figures import FIGURES_ENV, write_figures
 
 
 def test_event_and_wall_clock_must_agree_and_time_something() -> None:

@@ -44,7 +44,7 @@ def test_without_a_gpu_the_command_runs_and_says_what_it_skipped(tmp_path: Path)
 SAMPLE = '''
 import pytest
 
-from tests.gpu.checks import write_figures
+from tests.gpu.figures import write_figures
 
 pytestmark = pytest.mark.gpu
 
@@ -71,7 +71,9 @@ def test_in_the_other_set():
 '''
 
 
-def test_a_set_reports_each_test_with_its_figures_and_fails_when_one_failed(tmp_path: Path) -> None:
+def test_a_set_reports_each_test_with_its_figures_and_fails_when_one_failed(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_check, "GRACE_S", 600.0)  # however slow pytest starts on a loaded machine
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: a GPU\n    tensorrt: TensorRT\n")
     ctx = Context(tmp_path, has_gpu=True, has_tensorrt=False, ort_providers=[])
@@ -102,17 +104,34 @@ def test_pytest_counts_come_from_its_junit_report(tmp_path: Path) -> None:
     assert junit_counts(xml) == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1}
 
 
-def test_a_set_still_running_past_its_budget_is_stopped_with_its_children(tmp_path: Path) -> None:
+@pytest.mark.slow  # a window wide enough for pytest to start and reach the slow test on a loaded machine
+def test_a_set_still_running_past_its_budget_is_stopped_with_its_report(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "test_sample.py").write_text(
+        "import time\n\nimport pytest\n\nfrom tests.gpu.figures import write_figures\n\n\n"
+        "@pytest.mark.gpu\ndef test_fast(request):\n    write_figures(request.node.nodeid, {'p50_ms': 1.0})\n\n\n"
+        "@pytest.mark.gpu\ndef test_slow():\n    time.sleep(600)\n")
+    ctx = Context(tmp_path, has_gpu=True, has_tensorrt=False, ort_providers=[])
+    monkeypatch.setattr(gpu_check, "GRACE_S", -480.0)  # stopped 120 s in, though tests may start for 600 s
+    t0 = time.perf_counter()
+    outcome, tests = run_set(SETS[0], ctx, time.time() + 600, paths=["test_sample.py"], cwd=tmp_path)
+    assert time.perf_counter() - t0 < 300
+    assert outcome.status == "failed" and "past the time budget" in outcome.detail, outcome
+    fast = next(t for t in tests if t["test"] == "test_sample.py::test_fast")
+    assert fast["outcome"] == "passed" and fast["figures"] == {"p50_ms": 1.0}  # the report pytest wrote when stopped
+
+
+def test_a_stopped_command_takes_the_processes_it_started_with_it(tmp_path: Path) -> None:
     code = ("import subprocess, sys, time; "
             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
             "print(p.pid, flush=True); time.sleep(120)")
     t0 = time.perf_counter()
-    status, output, stopped = gpu_check._run([sys.executable, "-c", code], tmp_path, dict(os.environ), timeout=5)
-    assert stopped and status is not None and status < 0 and time.perf_counter() - t0 < 60
+    _, output, stopped = gpu_check._run([sys.executable, "-c", code], tmp_path, dict(os.environ), timeout=5)
+    assert stopped and time.perf_counter() - t0 < 60
     child = int(output.split()[0])
     time.sleep(0.5)
     state = Path(f"/proc/{child}/status")
-    assert not state.exists() or "zombie" in state.read_text(), "the set's own child process was left running"
+    assert not state.exists() or "zombie" in state.read_text(), "the command's own child process was left running"
 
 
 def test_a_set_the_machine_cannot_run_or_the_budget_leaves_no_time_for_is_skipped(tmp_path: Path) -> None:
