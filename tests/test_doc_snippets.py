@@ -5,7 +5,7 @@ The snippets are read from the documents themselves (```python fences), so a sni
 something that fails fails here. A snippet that loads ``mobile-cpu.json`` gets the file the
 ``collect`` and ``train`` commands of docs/predictor.md make (fewer architectures, a shorter
 protocol). Links between the pages under docs/ are checked by the strict MkDocs build
-(scripts/test.sh); the README's links, and the modules and files every document names, here.
+(scripts/test.sh); the README's links, and the modules, files and tests every document names, here.
 """
 
 from __future__ import annotations
@@ -143,6 +143,20 @@ def test_every_repository_path_the_documents_cite_exists() -> None:
     missing = sorted(p for p in paths - NOT_IN_A_CHECKOUT
                      if not (list(ROOT.glob(p)) if "*" in p else (ROOT / p).exists()))
     assert not missing, f"the documents cite paths that do not exist: {missing}"
+
+
+CITED_TEST = re.compile(r"`(tests/[\w/]+\.py)::(\w+)")
+
+
+def _defines(path: Path, name: str) -> bool:
+    return path.is_file() and re.search(rf"^def {name}\(", path.read_text(), re.M) is not None
+
+
+def test_every_test_the_documents_cite_exists() -> None:
+    cited = {m.groups() for doc in TEXTS for m in CITED_TEST.finditer(doc.read_text())}
+    assert len(cited) >= 10, sorted(cited)
+    missing = sorted(f"{path}::{name}" for path, name in cited if not _defines(ROOT / path, name))
+    assert not missing, f"the documents cite tests that do not exist: {missing}"
 
 
 def _github_anchor(heading: str) -> str:

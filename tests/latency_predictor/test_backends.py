@@ -1,6 +1,6 @@
 """One contract, run against every backend this machine can give (real runtimes, no mocks).
 
-GPU variants carry the ``gpu`` marker, TensorRT the ``tensorrt`` marker; each skips itself
+GPU variants carry the ``gpu`` marker, TensorRT's the ``tensorrt`` marker too; each skips itself
 where its runtime is missing.
 """
 
@@ -43,7 +43,8 @@ CASES = [
         pytest.mark.gpu, needs_cuda,
         pytest.mark.skipif("CUDAExecutionProvider" not in ORT_GPU, reason="onnxruntime-gpu not installed")]),
     *[pytest.param("onnxruntime", {"provider": "tensorrt", "precision": p}, id=f"onnxruntime-tensorrt-{p}", marks=[
-        pytest.mark.tensorrt, needs_cuda, pytest.mark.skipif(not HAS_TRT, reason="TensorRT not installed"),
+        pytest.mark.tensorrt, pytest.mark.gpu, needs_cuda,
+        pytest.mark.skipif(not HAS_TRT, reason="TensorRT not installed"),
         pytest.mark.skipif("TensorrtExecutionProvider" not in ORT_GPU, reason="onnxruntime-gpu not installed")])
       for p in ("fp32", "fp16")],
     pytest.param("torch", {"device": "cuda:0"}, id="torch-cuda", marks=[pytest.mark.gpu, needs_cuda]),
@@ -52,7 +53,8 @@ CASES = [
     pytest.param("torch", {"device": "cuda:0", "cuda_graphs": True}, id="torch-cuda-graphs",
                  marks=[pytest.mark.gpu, needs_cuda]),
     *[pytest.param("tensorrt", {"precision": p}, id=f"tensorrt-{p}", marks=[
-        pytest.mark.tensorrt, needs_cuda, pytest.mark.skipif(not HAS_TRT, reason="TensorRT not installed"),
+        pytest.mark.tensorrt, pytest.mark.gpu, needs_cuda,
+        pytest.mark.skipif(not HAS_TRT, reason="TensorRT not installed"),
         pytest.mark.skipif(p != "fp32" and TRT_MAJOR >= 11, reason="TensorRT 11 builds fp32 engines only")])
       for p in ("fp32", "fp16", "int8")],
 ]

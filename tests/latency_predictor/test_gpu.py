@@ -2,7 +2,7 @@
 
 Run here against a simulation of ``torch.cuda``'s documented semantics (``simcuda.py``); each
 test first shows that the simulation reproduces the defect, so it is not passing vacuously. The
-same checks on a real GPU are in ``scripts/gpu_check.py``.
+same checks on a real GPU are in ``tests/gpu/test_runtimes.py`` (marked ``gpu``).
 """
 
 from __future__ import annotations

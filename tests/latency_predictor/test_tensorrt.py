@@ -116,6 +116,7 @@ def test_tensorrt_versions_the_backend_cannot_drive_are_refused() -> None:
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 @pytest.mark.tensorrt
+@pytest.mark.gpu
 @needs_trt
 def test_engine_is_built_cached_and_reused(precision: str, tiny_arch: Arch, tmp_path: Path) -> None:
     import tensorrt
@@ -132,6 +133,7 @@ def test_engine_is_built_cached_and_reused(precision: str, tiny_arch: Arch, tmp_
 
 
 @pytest.mark.tensorrt
+@pytest.mark.gpu
 @needs_trt
 def test_parser_errors_become_engine_build_errors(tiny_arch: Arch, tmp_path: Path) -> None:
     est = TensorRTBackend(TINY_SHAPE, cache_dir=tmp_path)

@@ -291,6 +291,7 @@ def test_int8_engine_is_calibrated_on_the_training_images(tmp_path: Path) -> Non
 
 
 @pytest.mark.tensorrt
+@pytest.mark.gpu
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt") is None or not torch.cuda.is_available(),
                     reason="needs TensorRT and a GPU")
 @pytest.mark.parametrize("precision", ["fp16", "int8"])

@@ -1,10 +1,17 @@
-"""The GPU smoke check: on a machine without a GPU it runs and says plainly what it skipped; its verdicts."""
+"""The GPU check (``scripts/gpu_check.py``): on a machine without a GPU it runs and says plainly what it
+skipped; how it runs a test set, reads its report and figures, and keeps to its time budget.
+
+The GPU tests it runs are under ``tests/gpu/`` (and elsewhere, marked ``gpu`` or ``tensorrt``);
+their verdicts that need no GPU are tested in ``tests/gpu/test_checks.py``.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,109 +19,127 @@ import torch
 
 from benchmarks import gpu_check
 from benchmarks.common import ROOT
-from benchmarks.gpu_check import (
-    CHECKS,
-    Check,
-    CheckFailed,
-    Context,
-    clock_agreement,
-    half_gpu_consistent,
-    junit_counts,
-    run_checks,
-)
-
-ISSUE_CHECKS = {
-    "versions", "pytest_gpu", "pytest_tensorrt", "ort_tensorrt_fp32", "ort_tensorrt_fp16", "ort_cuda_no_cpu_fallback",
-    "tensorrt_outputs_fp32", "tensorrt_outputs_fp16", "clocks_torch_eager", "clocks_torch_graphs", "clocks_tensorrt",
-    "graph_not_slower_than_eager", "graph_replay_after_empty_cache", "engine_cache_fused_after_unfused",
-    "ray_half_gpu_tasks", "search_gpus_per_trial_1", "optimize_tensorrt", "optimize_torch_half",
-    "int8_search_trial_tensorrt",
-}
+from benchmarks.gpu_check import SETS, Context, junit_counts, run_checks, run_set
+from tests.gpu.budget import BUDGET_SPENT
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the checks would run")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the test sets would run")
 def test_without_a_gpu_the_command_runs_and_says_what_it_skipped(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--out", str(out)],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     rec = json.loads(out.read_text())
+    assert rec["benchmark"] == "gpu_check" and "tensorrt" in rec["versions"] and rec["machine"]["python"]
     status = {c["name"]: c for c in rec["checks"]}
-    assert set(status) == ISSUE_CHECKS == {c.name for c in CHECKS}
+    assert set(status) == {"versions", "pytest_gpu", "pytest_tensorrt"}
     assert status["versions"]["status"] == "passed" and "torch" in status["versions"]["figures"]
-    for name in ISSUE_CHECKS - {"versions"}:
+    for name in ("pytest_gpu", "pytest_tensorrt"):
         assert status[name]["status"] == "skipped" and "no GPU" in status[name]["detail"], name
-    assert rec["has_gpu"] is False and "every GPU check was skipped" in rec["summary"]
-    assert "every GPU check was skipped" in proc.stdout
+    assert rec["has_gpu"] is False and rec["tests"] == []
+    assert "the gpu and tensorrt test sets were skipped" in rec["summary"]
+    assert "none of the GPU tests ran" in proc.stdout
 
 
-def test_a_failed_check_fails_the_run_and_an_exhausted_budget_skips_the_rest(tmp_path: Path) -> None:
-    def broken(ctx: Context) -> dict[str, object]:
-        raise CheckFailed("the replay timed nothing", {"p50_ms": 0.0})
+SAMPLE = '''
+import pytest
 
-    def crashing(ctx: Context) -> dict[str, object]:
-        raise RuntimeError("CUDA error: an illegal memory access")
+from tests.gpu.figures import write_figures
 
+pytestmark = pytest.mark.gpu
+
+
+def test_ok(request):
+    write_figures(request.node.nodeid, {"p50_ms": 1.5})
+
+
+@pytest.mark.skip(reason="no GPU: torch sees no CUDA device")
+def test_skipped():
+    pass
+
+
+class TestEngine:
+    @pytest.mark.parametrize("precision", ["fp16"])
+    def test_bad(self, precision, request):
+        write_figures(request.node.nodeid, {"scaled_diff_vs_torch": 0.5})
+        assert False, "engine outputs differ from PyTorch"
+
+
+@pytest.mark.tensorrt
+def test_in_the_other_set():
+    pass
+'''
+
+
+def test_a_set_reports_each_test_with_its_figures_and_fails_when_one_failed(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_check, "GRACE_S", 600.0)  # however slow pytest starts on a loaded machine
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: a GPU\n    tensorrt: TensorRT\n")
     ctx = Context(tmp_path, has_gpu=True, has_tensorrt=False, ort_providers=[])
-    checks = [Check("broken", (), broken), Check("crashing", (), crashing), Check("needs_trt", ("tensorrt",), broken)]
-    outcomes = run_checks(ctx, checks, budget_s=60, log=lambda _: None)
-    assert [(o.name, o.status) for o in outcomes] == [("broken", "failed"), ("crashing", "failed"),
-                                                       ("needs_trt", "skipped")]
-    assert outcomes[0].figures == {"p50_ms": 0.0} and "illegal memory access" in outcomes[1].detail
-    assert "TensorRT is not installed" in outcomes[2].detail
-    late = run_checks(ctx, [Check("slow", (), lambda c: {}), Check("next", (), broken)], budget_s=-1,
-                      log=lambda _: None)
-    assert all(o.status == "skipped" and "time budget" in o.detail for o in late)
-    rec = gpu_check.record(ctx, outcomes, "python scripts/gpu_check.py", 1.0)
-    assert rec["counts"] == {"passed": 0, "failed": 2, "skipped": 1}
+    gpu_set = next(s for s in SETS if s.name == "gpu")
+    outcome, tests = run_set(gpu_set, ctx, time.time() + 300, paths=["test_sample.py"], cwd=tmp_path)
+    assert outcome.name == "pytest_gpu" and outcome.status == "failed", outcome
+    assert "1 passed, 1 failed, 0 errors, 1 skipped" in outcome.detail
+    assert outcome.figures["skip_reasons"] == {"no GPU: torch sees no CUDA device": 1}
+    by_id = {t["test"]: t for t in tests}
+    assert set(by_id) == {"test_sample.py::test_ok", "test_sample.py::test_skipped",
+                          "test_sample.py::TestEngine::test_bad[fp16]"}  # the tensorrt test is the other set's
+    assert by_id["test_sample.py::test_ok"]["outcome"] == "passed"
+    assert by_id["test_sample.py::test_ok"]["figures"] == {"p50_ms": 1.5}
+    bad = by_id["test_sample.py::TestEngine::test_bad[fp16]"]
+    assert bad["outcome"] == "failed" and "engine outputs differ" in bad["message"]
+    assert bad["figures"] == {"scaled_diff_vs_torch": 0.5}  # written before it failed
 
-
-def test_event_and_wall_clock_must_agree_and_time_something() -> None:
-    assert clock_agreement(1.0, 1.2)["relative_difference"] == pytest.approx(1 / 6)
-    with pytest.raises(CheckFailed, match="differ by 50%"):
-        clock_agreement(0.5, 1.0)  # events on a stream that ran part of the work
-    with pytest.raises(CheckFailed, match="nothing was timed"):
-        clock_agreement(0.002, 0.012)  # a graph replay that captured nothing
+    # the budget spent before the set started: every test skipped, saying so
+    outcome, tests = run_set(gpu_set, ctx, time.time() - 1, paths=["test_sample.py"], cwd=tmp_path)
+    assert outcome.status == "skipped" and BUDGET_SPENT in outcome.detail, outcome
+    assert {t["outcome"] for t in tests} == {"skipped"}
 
 
 def test_pytest_counts_come_from_its_junit_report(tmp_path: Path) -> None:
-    (tmp_path / "test_sample.py").write_text(
-        "import pytest\n\ndef test_ok():\n    pass\n\n@pytest.mark.skip(reason='no GPU')\n"
-        "def test_skip():\n    pass\n\ndef test_bad():\n    assert False\n"
-    )
     xml = tmp_path / "report.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-                    "-o", "addopts=", str(tmp_path / "test_sample.py")], capture_output=True, cwd=tmp_path, timeout=120)
+    xml.write_text('<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
+                   '<testcase classname="t" name="a"/></testsuite></testsuites>')
     assert junit_counts(xml) == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1}
 
 
-UUID = "GPU-8f0e1c2a-77b4-4d0e-9a51-0c2d7e1f3b6a"
+@pytest.mark.slow  # a window wide enough for pytest to start and reach the slow test on a loaded machine
+def test_a_set_still_running_past_its_budget_is_stopped_with_its_report(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "test_sample.py").write_text(
+        "import time\n\nimport pytest\n\nfrom tests.gpu.figures import write_figures\n\n\n"
+        "@pytest.mark.gpu\ndef test_fast(request):\n    write_figures(request.node.nodeid, {'p50_ms': 1.0})\n\n\n"
+        "@pytest.mark.gpu\ndef test_slow():\n    time.sleep(600)\n")
+    ctx = Context(tmp_path, has_gpu=True, has_tensorrt=False, ort_providers=[])
+    monkeypatch.setattr(gpu_check, "GRACE_S", -480.0)  # stopped 120 s in, though tests may start for 600 s
+    t0 = time.perf_counter()
+    outcome, tests = run_set(SETS[0], ctx, time.time() + 600, paths=["test_sample.py"], cwd=tmp_path)
+    assert time.perf_counter() - t0 < 300
+    assert outcome.status == "failed" and "past the time budget" in outcome.detail, outcome
+    fast = next(t for t in tests if t["test"] == "test_sample.py::test_fast")
+    assert fast["outcome"] == "passed" and fast["figures"] == {"p50_ms": 1.0}  # the report pytest wrote when stopped
 
 
-def _task(visible: str, ids: list[str], key: str) -> dict[str, object]:
-    return {"visible": visible, "gpu_ids": ids, "slot_key": key}
+def test_a_stopped_command_takes_the_processes_it_started_with_it(tmp_path: Path) -> None:
+    code = ("import subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            "print(p.pid, flush=True); time.sleep(120)")
+    t0 = time.perf_counter()
+    _, output, stopped = gpu_check._run([sys.executable, "-c", code], tmp_path, dict(os.environ), timeout=5)
+    assert stopped and time.perf_counter() - t0 < 60
+    child = int(output.split()[0])
+    time.sleep(0.5)
+    state = Path(f"/proc/{child}/status")
+    assert not state.exists() or "zombie" in state.read_text(), "the command's own child process was left running"
 
 
-def test_half_gpu_tasks_must_share_one_gpu_and_name_its_slot_by_uuid() -> None:
-    good = [_task("0", ["0"], f"cuda-{UUID}")] * 2
-    assert half_gpu_consistent(good, UUID)["uuid"] == UUID
-    with pytest.raises(CheckFailed, match="share one GPU"):
-        half_gpu_consistent([_task("0", ["0"], f"cuda-{UUID}"), _task("1", ["1"], f"cuda-{UUID}")], UUID)
-    with pytest.raises(CheckFailed, match="is not the accelerator ids"):
-        half_gpu_consistent([_task("1", ["0"], f"cuda-{UUID}")] * 2, UUID)
-    with pytest.raises(CheckFailed, match="both tasks must hold"):
-        half_gpu_consistent([_task("0", ["0"], "cuda-0")] * 2, UUID)  # keyed by index, not UUID
-
-
-@pytest.mark.slow
-def test_two_half_gpu_ray_tasks_on_a_logical_gpu() -> None:
-    # Ray's bookkeeping only (no CUDA here): each task sees the GPU Ray gave it, both the same one,
-    # and both name the same slot. In its own process: the tests may hold a Ray cluster already.
-    code = ("import json; from benchmarks.gpu_check import half_gpu_task_reports as r; "
-            "reports, uuid = r(); print(json.dumps([reports, uuid]))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    reports, uuid = json.loads(proc.stdout.strip().splitlines()[-1])
-    if uuid is None:  # no CUDA in this torch: the key is the index Ray gave
-        assert {r["slot_key"] for r in reports} == {f"cuda-{reports[0]['gpu_ids'][0]}"}
-    half_gpu_consistent(reports, uuid)
+def test_a_set_the_machine_cannot_run_or_the_budget_leaves_no_time_for_is_skipped(tmp_path: Path) -> None:
+    ctx = Context(tmp_path, has_gpu=True, has_tensorrt=False, ort_providers=[])
+    outcomes, tests = run_checks(ctx, SETS[1:], budget_s=60, log=lambda _: None)
+    assert [(o.name, o.status) for o in outcomes] == [("versions", "passed"), ("pytest_tensorrt", "skipped")]
+    assert "TensorRT is not installed" in outcomes[1].detail and tests == []
+    outcomes, _ = run_checks(ctx, SETS[:1], budget_s=-1, log=lambda _: None)
+    assert outcomes[1].status == "skipped" and "time budget" in outcomes[1].detail
+    rec = gpu_check.record(ctx, outcomes, [], "python scripts/gpu_check.py", 1.0)
+    assert rec["counts"] == {"passed": 1, "failed": 0, "skipped": 1} and rec["benchmark"] == "gpu_check"

@@ -224,7 +224,7 @@ class MeasuredBackend(ABC):
     def prepared(self, arch: Arch, net: nn.Module | None = None) -> Iterator[Prepared]:
         """``arch`` prepared at :attr:`input_shape`, with the run settings and the device's slot held.
 
-        For checks that run or time the prepared network their own way (the GPU check compares
+        For checks that run or time the prepared network their own way (a GPU test compares
         the runtime's clock with the wall clock); :meth:`measure` is the measurement.
         """
         with self._run_scope(), self.held_slot():
