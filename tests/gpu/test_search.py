@@ -20,9 +20,9 @@ from nas.cli import compose_search_config
 from nas.core.config import AccuracyConfig, DataConfig, ExportConfig, LatencyConfig, OptimizeConfig, TrainConfig
 from nas.core.record import COMPLETED
 from nas.data import load_dataset
+from nas.deploy.export import ExportTarget, export_candidate
 from nas.deploy.optimize import run_optimize
 from nas.driver import run_search
-from nas.deploy.export import ExportTarget, export_candidate
 from nas.trial.evaluate import TrialContext, evaluate_candidate
 from search_spaces import Arch, load_space
 from tests.gpu.checks import (
