@@ -6,7 +6,8 @@
 #   bash scripts/test.sh --all     the fast set, then the whole slow set (about 31 minutes more)
 # The fast set is unit and small integration tests; the slow set (marker `slow`) starts real
 # multi-node Ray clusters, kills processes, runs long searches and installs the wheel into a
-# fresh virtual environment. Extra arguments after the option go to pytest.
+# fresh virtual environment. Extra arguments after the option go to pytest; each set ends with its
+# 15 slowest tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -24,8 +25,8 @@ echo "== mkdocs"
 site=$(mktemp -d); trap 'rm -rf "$site"' EXIT
 NO_MKDOCS_2_WARNING=1 "$PY" -m mkdocs build --strict --site-dir "$site"
 echo "== pytest (fast set)"
-"$PY" -m pytest "$@"
+"$PY" -m pytest --durations=15 "$@"
 if [ -n "$slow" ]; then
   echo "== pytest ($slow)"
-  "$PY" -m pytest -m "$slow and not gpu and not tensorrt" "$@"
+  "$PY" -m pytest -m "$slow and not gpu and not tensorrt" --durations=15 "$@"
 fi

@@ -82,7 +82,6 @@ def _runs(tmp_path: Path, result: SearchResult) -> tuple[Run, list[Run]]:
     return parent, children
 
 
-@pytest.mark.ci
 def test_trials_spread_over_the_nodes_and_each_records_its_node(tmp_path: Path, three_nodes: ThreeNodes) -> None:
     cfg = _config(
         tmp_path, f"ray.address={three_nodes.address}", "ray.gpus_per_trial=0", "search.n_trials=4",

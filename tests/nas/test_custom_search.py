@@ -61,7 +61,6 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.ci
 @pytest.mark.usefixtures("ray_cluster")
 def test_an_api_search_goes_on_past_a_candidate_the_evaluator_fails_on(tmp_path: Path) -> None:
     from nas.api import search
@@ -267,8 +266,9 @@ def two_nodes(tmp_path: Path, user_folder: Path) -> Iterator[tuple[str, dict[str
         _stop(head)
 
 
-# Not in CI's set: two `ray start` nodes and a search in another process take about twice the minute a CI
-# test may take on two cores. CI runs both examples' modules on a local cluster (above).
+# In CI's set: the one test there of a cluster of two nodes started with `ray start` (trials spread over
+# both, each recording its node), and of the user's module reaching a node that never saw its folder.
+@pytest.mark.ci
 def test_the_users_module_reaches_a_node_that_cannot_see_its_folder(
         tmp_path: Path, user_folder: Path, two_nodes: tuple[str, dict[str, str], bool]) -> None:
     address, env, hidden = two_nodes

@@ -465,7 +465,6 @@ def _title(p: _Proc) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_a_killed_drivers_ray_processes_are_gone_before_its_resume_records_anything(tmp_path: Path) -> None:
     """The local Ray cluster a driver started ends with it, SIGKILL included: Ray's agents
     (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``), which Ray itself leaves running for about
@@ -494,7 +493,6 @@ def test_a_killed_drivers_ray_processes_are_gone_before_its_resume_records_anyth
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     args, db = _cli(tmp_path, "interrupted", "search.n_trials=40"), tmp_path / "mlflow.db"
     with _driver(args, tmp_path) as (proc, seen):
