@@ -228,7 +228,7 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
         "candidates": len(result.candidates), "wall_seconds": result.wall_seconds,
         "per_rung": {str(k): sum(c.rung >= k for c in result.candidates) for k in range(len(size["rungs"]))},
         "top_rung": [{"arch_id": c.arch_id, "accuracy": c.accuracy, "latency_ms": c.latency_p50,
-                      "x_anchor": c.x_anchor, "share_of_target": c.x_anchor} for c in top],
+                      "x_anchor": c.x_anchor} for c in top],
         "settings": size,
     }
 
