@@ -189,8 +189,9 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
     """LatNAS's multi-fidelity search at the target of ``target_ms`` from ``start`` (resumed where a run of it
     stopped). The target is relative (``target_anchor``): no slower than MobileNetV2 at ``anchor_width``,
     measured beside each candidate. Two trainings share the two cores while candidates are timed, which
-    inflates every figure alike (about 4x here), so milliseconds against ``target_ms`` would call nearly
-    every candidate too slow; the ratio to the anchor timed at the same moment does not move with the load."""
+    inflates every figure alike (benchmarks/notes/cifar10_deploy.md), so milliseconds against ``target_ms``
+    would call nearly every candidate too slow; the ratio to the anchor timed at the same moment does not
+    move with the load."""
     from nas.cli import compose_search_config
     from nas.driver import run_search
 
