@@ -258,6 +258,10 @@ def run_set(s: MarkedSet, ctx: Context, deadline: float, keyword: str | None = N
     return Outcome(check, status, detail, seconds, out), tests
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str, bool]:
     """Run ``cmd`` in a process group of its own: exit status, output, and whether it was stopped.
 
@@ -266,8 +270,11 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tupl
     started and left running is killed (a Ray process left by one set would hold the GPU during
     the next).
     """
+    # SIGINT back to its default in the command: started from a background job (`nohup ... &`, a CI
+    # runner) it inherits SIGINT ignored, and Python then never raises KeyboardInterrupt, so pytest
+    # would not stop and write its report at the timeout
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     lines: list[str] = []
 
     def read() -> None:  # read as it comes, so a full pipe never blocks the command
