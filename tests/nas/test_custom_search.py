@@ -96,6 +96,32 @@ def test_an_api_search_goes_on_past_a_candidate_the_evaluator_fails_on(tmp_path:
         assert [h.step for h in client.get_metric_history(child.info.run_id, "val_mse")] == [1]
 
 
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_custom_search_resumes_with_its_evaluator_and_keeps_what_it_recorded(tmp_path: Path) -> None:
+    from nas.api import search
+
+    space = load_space("tiny")
+    small = space.extremes()[0]
+    common = dict(evaluator=f"{MODULE}:fit_regression", data=f"{MODULE}:regression",
+                  data_options={"n_train": 32, "n_val": 16}, name="custom-resume", output_dir=tmp_path / "out",
+                  tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    quick = ["latency.input_shape=[1,1,32,32]", "train.epochs=1", "search.max_concurrent=1", "progress=false",
+             f"search.start=[{small.encode()}]", *QUICK_LATENCY]
+    first = search("tiny", 1.0, overrides=[*quick, "search.n_trials=1"], **common)
+    assert first.status == "FINISHED" and len(first.candidates) == 1
+    (kept,) = first.candidates
+    resumed = search("tiny", 1.0, overrides=[*quick, "search.n_trials=3", "resume=true"], **common)
+    assert resumed.status == "FINISHED" and len(resumed.candidates) == 3
+    assert sum(c.arch == small.encode() for c in resumed.candidates) == 1  # not evaluated again
+    parent, children = _children(tmp_path / "mlflow.db", "custom-resume")
+    assert parent.data.tags["resume_count"] == "1" and parent.data.params["accuracy.fn"] == f"{MODULE}:fit_regression"
+    assert len(children) == 3 and str(kept.run_id) in {c.info.run_id for c in children}
+    for child in children:  # each scored by the user's evaluator, the resumed ones too
+        m = child.data.metrics
+        assert child.data.tags["status"] == COMPLETED and child.data.tags["accuracy_estimator"] == "custom"
+        assert m["accuracy"] == pytest.approx(1 / (1 + m["val_mse"]), rel=1e-3) and m["train_items"] == 32
+
+
 def _fake_cifar(folder: Path) -> Path:
     """A CIFAR-10-like archive: ``train/<class>/<n>.jpg``, 32x32, two classes a network can tell apart."""
     from PIL import Image
