@@ -9,6 +9,7 @@ token (its ports listen on every interface: the token is what keeps others out).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -108,12 +109,13 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
             pytest.fail(f"the head node did not start:\n{proc.stdout.read() if proc.stdout else ''}")
         yield Head(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash}", token)
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # nothing of this head is kept: a short grace, then the whole group
             os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 def _runs(db: Path) -> list:
