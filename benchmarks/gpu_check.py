@@ -57,7 +57,7 @@ import torch
 from benchmarks.common import ROOT, header, write_record
 from latency_predictor.measurement.environment import package_version
 from tests.gpu.budget import BUDGET_SPENT, DEADLINE_ENV
-from tests.gpu.checks import nvidia_smi
+from tests.gpu.checks import NO_CUDA, NO_TENSORRT, nvidia_smi
 from tests.gpu.figures import FIGURES_ENV
 
 DEFAULT_BUDGET_S = 480.0
@@ -112,8 +112,8 @@ class Context:
     def missing(self, needs: Sequence[str]) -> str | None:
         """Why a set needing ``needs`` cannot run here, or None."""
         reasons = {
-            "gpu": (self.has_gpu, "no GPU: torch sees no CUDA device"),
-            "tensorrt": (self.has_tensorrt, "TensorRT is not installed (pip install 'latnas[tensorrt]')"),
+            "gpu": (self.has_gpu, NO_CUDA),
+            "tensorrt": (self.has_tensorrt, NO_TENSORRT),
         }
         for need in needs:
             ok, why = reasons[need]

@@ -18,11 +18,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the controller has --dist; its workers are told by the `loadgroup` flag
     if getattr(config.option, "dist", "no") != "loadgroup" and not getattr(config.option, "loadgroup", False):
         return
-    modules = {item.nodeid.split("::")[0] for item in items}
-    shared = {m for m in modules if any(SHARED_SEARCH_FIXTURE in getattr(i, "fixturenames", ())
-                                        for i in items if i.nodeid.startswith(m + "::"))}
-    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("ci")}
+    shared = {_module(i) for i in items if SHARED_SEARCH_FIXTURE in getattr(i, "fixturenames", ())}
+    slow = {_module(i) for i in items if i.get_closest_marker("ci")}
     for item in items:
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("review-search" if module in shared else module))
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)  # stable: slow modules first
+        item.add_marker(pytest.mark.xdist_group("review-search" if _module(item) in shared else _module(item)))
+    items.sort(key=lambda item: _module(item) not in slow)  # stable: slow modules first
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]

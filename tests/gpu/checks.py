@@ -40,9 +40,10 @@ HAS_CUDA = torch.cuda.is_available()
 HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None
 ORT_PROVIDERS = set(ort.get_available_providers())
 
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no GPU: torch sees no CUDA device")
-needs_tensorrt = pytest.mark.skipif(not HAS_TENSORRT,
-                                    reason="TensorRT is not installed (pip install 'latnas[tensorrt]')")
+NO_CUDA = "no GPU: torch sees no CUDA device"
+NO_TENSORRT = "TensorRT is not installed (pip install 'latnas[tensorrt]')"
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
+needs_tensorrt = pytest.mark.skipif(not HAS_TENSORRT, reason=NO_TENSORRT)
 
 
 def needs_ort(provider: str) -> pytest.MarkDecorator:
