@@ -299,6 +299,35 @@ def test_spread_figures_and_their_section() -> None:
     assert "can go under:\nnot within 1.1x for every architecture" in out
 
 
+def test_spread_of_x_anchor_beside_the_milliseconds() -> None:
+    from benchmarks.spread import summarise
+
+    def row(ms: float, x: float) -> dict:
+        return {"in_search": ms * 1.1, "final": ms, "standalone": ms, "in_search_x": x * 1.02, "final_x": x,
+                "standalone_x": x, "anchor_ms": ms / x}
+
+    # the host slowed by 1.25x in the second search: the milliseconds moved, the ratios did not (a: 1.04)
+    per_search = [{"a": row(8.0, 0.50), "b": row(16.0, 1.00)}, {"a": row(10.0, 0.52), "b": row(20.0, 1.00)}]
+    f = summarise(per_search)
+    assert f["final"]["max_spread"] == pytest.approx(1.25) and not f["met"]
+    assert f["final_x"]["max_spread"] == pytest.approx(1.04) and f["final_x"]["median_spread"] == pytest.approx(1.02)
+    assert f["anchor_met"]
+    rec = {"command": ["python", "-m", "benchmarks.spread"], "created": "2026-11-30T12:00:00+00:00",
+           "environment": MACHINE, "settings": {"searches": 2, "trials": 2, "seed": 0, "anchor": "mobilenetv2_100",
+                                                "anchor_rounds": 3}, "figures": f}
+    out = render.render({"spread": rec})
+    assert "Every search ran with `latency.anchor=mobilenetv2_100`" in out
+    assert "| a | 0.510 / 0.530 | 1.040 | 0.500 / 0.520 | 1.040 | 0.500 / 0.520 | 1.040 | 1.250 |" in out
+    assert "1.1x for every architecture: met (median 1.020, largest 1.040; the milliseconds of" in out
+    # one search's ratio off by 1.2x: missed, and said so
+    per_search[1]["b"] = row(20.0, 1.20)
+    assert not summarise(per_search)["anchor_met"]
+    # records without the anchor keep their section (no anchor part)
+    plain = [{k: {kk: vv for kk, vv in v.items() if not kk.endswith("_x") and kk != "anchor_ms"} for k, v in s.items()}
+             for s in per_search]
+    assert "final_x" not in summarise(plain) and "anchor_met" not in summarise(plain)
+
+
 def _tail_record() -> dict:
     def stats(p50: float, p99: float) -> dict:
         return {"n": 1000, "p50": p50, "p90": p50 * 1.05, "p99": p99, "mean": p50, "cv": 0.05,
