@@ -43,6 +43,10 @@ SCRIPTS: dict[str, Script] = {
     "tail": Script("benchmarks.tail", "tail.json",
                    "tail latency: p50 and p99 with intervals, throughput within a p99 bound, p99 predictor, p99 search",
                    ("--predictor-n", "30", "--search-trials", "3", "--remeasure", "1"), (), (6, 15), in_quick=False),
+    "tail_predictor": Script("benchmarks.tail_predictor", "tail_predictor.json",
+                             "the p99 predictor on 300 networks at 32x32, read against the p99's repeatability",
+                             ("--n", "20", "--repeats", "2", "--retries", "1", "--splits", "2", "--data",
+                              ".latnas/datasets/quick-tail-p99-mobile_cifar-32"), (), (2, 60), in_quick=False),
     "predictor": Script("benchmarks.predictor", "predictor.json",
                         "latency predictor: held-out accuracy, splits, throughput",
                         # quick: a fresh machine collects 60 architectures (an existing dataset is used as it is)

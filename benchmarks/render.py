@@ -22,12 +22,13 @@ from benchmarks.common import portable
 
 Rec = dict[str, Any]
 
-ORDER = ("latency", "spread", "tail", "predictor", "transfer", "transfer_many", "agent", "search", "contention",
-         "reliability", "sampler", "screening", "scale", "fidelity", "reference_noise", "supernet", "references",
-         "deployment", "cifar10_deploy")
+ORDER = ("latency", "spread", "tail", "tail_predictor", "predictor", "transfer", "transfer_many", "agent", "search",
+         "contention", "reliability", "sampler", "screening", "scale", "fidelity", "reference_noise", "supernet",
+         "references", "deployment", "cifar10_deploy")
 TITLES = {
     "latency": "Latency measurement", "spread": "Latency across searches: the final latency pass",
     "tail": "Tail latency, batches and throughput",
+    "tail_predictor": "A p99 predictor trained at scale",
     "predictor": "Latency predictor",
     "transfer": "A predictor for a new device from a few measurements",
     "transfer_many": "A predictor for a new device from several devices' predictors",
@@ -185,6 +186,7 @@ RENDERERS: dict[str, str] = {
     "latency": "latency",
     "spread": "spread",
     "tail": "tail",
+    "tail_predictor": "tail_predictor",
     "predictor": "predictor",
     "transfer": "transfer",
     "transfer_many": "transfer_many",
