@@ -276,19 +276,17 @@ def main() -> int:
                   f"alone", flush=True)
     figures = summarise(per_search)
     wall = time.perf_counter() - t0
-    for kind, label in (("in_search", "in the search"), ("final", "final pass"), ("standalone", "alone")):
+    labels = (("in_search", "in the search"), ("final", "final pass"), ("standalone", "alone"))
+    anchored = "final_x" in figures
+    for kind, label in labels + (tuple((f"{k}_x", f"{lb} (x_anchor)") for k, lb in labels) if anchored else ()):
         f = figures[kind]
-        print(f"{label:>13}: spread across {args.searches} searches over {figures['n_common']} architectures: "
+        print(f"{label:>24}: spread across {args.searches} searches over {figures['n_common']} architectures: "
               f"median {f['median_spread']:.3f}, largest {f['max_spread']:.3f}, within {GOAL}x: {f['within_goal']:.0%}")
     print(f"goal (final figures within {GOAL}x for every architecture): {'met' if figures['met'] else 'MISSED'}; "
           f"{wall:.0f} s in all")
     print(f"the floor (the same networks measured alone, in a fresh process, after each search) within {GOAL}x: "
           f"{'yes' if figures['floor_met'] else 'NO: the host drifts more than the goal allows'}")
-    if "final_x" in figures:
-        for kind, label in (("in_search_x", "in the search"), ("final_x", "final pass"), ("standalone_x", "alone")):
-            f = figures[kind]
-            print(f"{label:>13}: x_anchor spread: median {f['median_spread']:.3f}, largest {f['max_spread']:.3f}, "
-                  f"within {GOAL}x: {f['within_goal']:.0%}")
+    if anchored:
         print(f"anchor goal (final x_anchor within {ANCHOR_GOAL['median']}x at the median, {ANCHOR_GOAL['max']}x for "
               f"every architecture): {'met' if figures['anchor_met'] else 'MISSED'}")
     record = {
