@@ -71,7 +71,7 @@ def _train(seed: int, archs: list[str], study: dict[str, Any], cfg: Any, work_di
     data = load_dataset(cfg.data) if todo else None
     with path.open("a") as out:
         for i, a in enumerate(todo, 1):
-            row = compute(Task(a, REFERENCE), ctx, data)
+            (row,) = compute(Task(a, REFERENCE), ctx, data)
             out.write(json.dumps(row) + "\n")
             out.flush()
             done[a] = row

@@ -148,28 +148,41 @@ def _trained_accuracy(arch: Arch, data: ProxyData, train: TrainConfig, epochs: i
                            "accuracy_per_epoch": [h.accuracy for h in history]}
 
 
-def _rung_accuracy(arch: Arch, data: ProxyData, train: TrainConfig, rungs: tuple[RungConfig, ...],
-                   num_classes: int) -> tuple[float, dict[str, Any]]:
-    """Accuracy at the end of the last of ``rungs``, trained rung after rung as a search does
-    (:mod:`nas.trial.rungs`: nested subsets, each rung continuing from the weights of the one below)."""
+def _rung_accuracies(arch: Arch, data: ProxyData, train: TrainConfig, rungs: tuple[RungConfig, ...],
+                     num_classes: int) -> list[tuple[float, float, dict[str, Any]]]:
+    """Each rung's accuracy, trained rung after rung as a search does (:mod:`nas.trial.rungs`: nested
+    subsets, each rung continuing from the weights of the one below), in one training: rung ``k``'s
+    estimate is this training's figure at the end of rung ``k``, and its cost the seconds until then
+    (what a search pays for it). One ``(value, seconds, detail)`` per rung."""
+    t0 = time.perf_counter()
     torch.manual_seed(train.seed)
     net = build(arch, num_classes=num_classes, dropout=train.dropout)
-    per_rung = []
-    for r in rungs:
+    per_rung: list[float] = []
+    out = []
+    for k, r in enumerate(rungs):
         history = train_briefly(net, data.take_train(r.train_images, train.seed),
                                 dataclasses.replace(train, epochs=r.epochs), resolve_device(train.device))
         per_rung.append(history[-1].accuracy)
-    return per_rung[-1], {"rungs": [dataclasses.asdict(r) for r in rungs], "accuracy_per_rung": per_rung}
+        out.append((per_rung[-1], time.perf_counter() - t0,
+                    {"rungs": [dataclasses.asdict(x) for x in rungs[: k + 1]], "accuracy_per_rung": list(per_rung)}))
+    return out
 
 
-def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = None) -> dict[str, Any]:
-    """One estimate: ``{"arch", "arch_id", "estimator", "value", "seconds", "detail"}``.
+def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = None) -> list[dict[str, Any]]:
+    """The estimates of one task, each ``{"arch", "arch_id", "estimator", "value", "seconds", "detail"}``:
+    one, or for ``rung<k>`` those of rungs ``0..k`` from one training (a search's rungs build on each other).
 
     Runs in a worker process (whose initialiser loaded the data) or in this one (``ctx`` and ``data``).
     """
     ctx = ctx or cast(_Context, _WORKER["ctx"])
     data = data or cast(ProxyData, _WORKER["data"])
     arch = Arch.decode(task.arch)
+    if task.estimator.startswith("rung"):
+        rungs = ctx.rungs[: int(task.estimator[len("rung"):]) + 1]
+        return [{"arch": task.arch, "arch_id": arch.arch_id, "estimator": f"rung{k}", "value": float(value),
+                 "seconds": seconds, "detail": detail}
+                for k, (value, seconds, detail) in enumerate(_rung_accuracies(arch, data, ctx.train, rungs,
+                                                                              ctx.num_classes))]
     t0 = time.perf_counter()
     detail: dict[str, Any] = {}
     if task.estimator == REFERENCE or task.estimator.startswith(f"{REFERENCE}_seed"):
@@ -177,9 +190,6 @@ def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = No
         value, detail = _trained_accuracy(arch, data, dataclasses.replace(ctx.train, seed=seed), ctx.reference[1],
                                           ctx.reference[0], ctx.num_classes)
         detail["seed"] = seed
-    elif task.estimator.startswith("rung"):
-        value, detail = _rung_accuracy(arch, data, ctx.train, ctx.rungs[: int(task.estimator[len("rung"):]) + 1],
-                                       ctx.num_classes)
     elif task.estimator == SUPERNET:
         assert ctx.supernet is not None and ctx.space is not None  # the study names the estimator only with both
         sn = ctx.supernet
@@ -196,8 +206,8 @@ def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = No
         net = build(arch, num_classes=ctx.num_classes)
         value = zero_cost_score(task.estimator, net, data, ctx.zero_cost_batch, resolve_device(ctx.train.device),
                                 ctx.train.seed)
-    return {"arch": task.arch, "arch_id": arch.arch_id, "estimator": task.estimator, "value": float(value),
-            "seconds": time.perf_counter() - t0, "detail": detail}
+    return [{"arch": task.arch, "arch_id": arch.arch_id, "estimator": task.estimator, "value": float(value),
+             "seconds": time.perf_counter() - t0, "detail": detail}]
 
 
 # ---------------------------------------------------------------------- the study
@@ -317,17 +327,20 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
     # Architecture by architecture (its cheap estimates, then its reference): whatever load the
     # machine has at a time falls on every estimator alike, so the costs stay comparable.
     refs = reference_names(cfg)
-    todo = [Task(a, e) for a in archs for e in (*trained, *refs) if (a, e) not in done]
+    missing = [(a, e) for a in archs for e in (*trained, *refs) if (a, e) not in done]
+    todo = _tasks(missing)
     log(f"fidelity {name}: {len(archs)} architectures of {space.name}, {len(done)} estimates recorded, "
-        f"{len(todo)} to compute (reference: {cfg.reference.train_samples} images x {cfg.reference.epochs} epochs; "
+        f"{len(missing)} to compute (reference: {cfg.reference.train_samples} images x {cfg.reference.epochs} epochs; "
         f"{cfg.workers} at a time); records in {records_path}")
     ctx = _Context(cfg.data, cfg.train, (cfg.reference.train_samples, cfg.reference.epochs), cfg.cheap_train_samples,
                    cfg.zero_cost_batch, data.num_classes, max(1, (os.cpu_count() or 1) // cfg.workers), space,
                    cfg.supernet if supernet else None, tuple(cfg.rungs))
     computed = 0
-    with records_path.open("a") as out, tqdm(total=len(todo), desc="estimates", unit="est", file=sys.stderr,
+    with records_path.open("a") as out, tqdm(total=len(missing), desc="estimates", unit="est", file=sys.stderr,
                                               dynamic_ncols=True) as bar:
         for row in _compute_all(todo, ctx, data, cfg.workers):
+            if (row["arch"], row["estimator"]) in done:
+                continue  # a lower rung recorded before, trained again on the way to a higher one
             out.write(json.dumps(row) + "\n")
             out.flush()
             values.setdefault(row["estimator"], {})[row["arch"]] = row["value"]
@@ -372,16 +385,36 @@ def _baselines(archs: list[str], shape: tuple[int, ...], num_classes: int, value
         seconds[est] = dict.fromkeys(archs, each)
 
 
+def _tasks(missing: list[tuple[str, str]]) -> list[Task]:
+    """The tasks that compute ``missing`` (architecture, estimator) pairs, in their order: an
+    architecture's missing rungs are one task, its highest missing rung, whose training passes the
+    others (a rung continues from the one below, so each rung's figure comes from one training)."""
+    top: dict[str, int] = {}
+    for a, e in missing:
+        if e.startswith("rung"):
+            top[a] = max(top.get(a, -1), int(e[len("rung"):]))
+    tasks, seen = [], set()
+    for a, e in missing:
+        if e.startswith("rung"):
+            if a in seen:
+                continue
+            seen.add(a)
+            e = f"rung{top[a]}"
+        tasks.append(Task(a, e))
+    return tasks
+
+
 def _compute_all(todo: list[Task], ctx: _Context, data: ProxyData, workers: int) -> Iterable[dict[str, Any]]:
     if workers <= 1 or len(todo) <= 1:
         torch.set_num_threads(ctx.threads)
         for t in todo:
-            yield compute(t, ctx, data)
+            yield from compute(t, ctx, data)
         return
     # spawn, not fork: the parent has torch's thread pools up already.
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
                              initargs=(ctx,)) as pool:
-        yield from pool.map(compute, todo)
+        for rows in pool.map(compute, todo):
+            yield from rows
 
 
 # ---------------------------------------------------------------------- outputs

@@ -3,6 +3,7 @@ resumes without redoing anything and is recorded in MLflow."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -158,6 +159,9 @@ def test_rungs_and_reference_seeds_are_measured_against_the_mean_reference(tmp_p
     rung0 = next(r for r in rows if r["arch"] == a and r["estimator"] == "rung0")
     assert rung1["detail"]["accuracy_per_rung"][0] == rung0["value"]
     assert rung1["value"] == rung1["detail"]["accuracy_per_rung"][1]
+    # one training passes both rungs: rung 1's cost is the seconds until its end, rung 0's included
+    assert 0 < rung0["seconds"] < rung1["seconds"]
+    assert result.cost["rung0"] < result.cost["rung1"]
     # two reference runs: the estimators are ranked against their mean, the runs against each other
     assert {r["detail"]["seed"] for r in rows if r["estimator"].startswith(REFERENCE)} == {0, 1}
     mean = {x: (result.values[REFERENCE][x] + result.values[f"{REFERENCE}_seed1"][x]) / 2 for x in result.archs}
@@ -167,6 +171,16 @@ def test_rungs_and_reference_seeds_are_measured_against_the_mean_reference(tmp_p
     assert record["rungs"] == [{"train_images": 32, "epochs": 1}, {"train_images": 64, "epochs": 1}]
     assert "reference_seed1" in record["reference_runs"] and "Each run against the first" in (
         result.folder / "fidelity.md").read_text()
+    # a rung added later: the study resumes, trains through the rungs again for the new one only,
+    # and records nothing twice
+    more = run_fidelity(dataclasses.replace(cfg, rungs=[RungConfig(32, 1), RungConfig(64, 1), RungConfig(96, 1)]),
+                        log=lambda _s: None)
+    assert more.computed == len(more.archs)
+    again = [json.loads(r) for r in (result.folder / "records.jsonl").read_text().splitlines()]
+    assert sorted((r["arch"], r["estimator"]) for r in again) == sorted(
+        {(r["arch"], r["estimator"]) for r in again})
+    assert {r["estimator"] for r in again[len(rows):]} == {"rung2"}
+    assert more.values["rung0"] == result.values["rung0"]
     with pytest.raises(ConfigError, match=r"reference\.extra_seeds"):
         run_fidelity(_cfg(tmp_path, space=space, reference=ReferenceBudget(extra_seeds=[0])), log=lambda _s: None)
     with pytest.raises(ConfigError, match=r"search.rungs\[1\]"):
