@@ -23,8 +23,8 @@ from benchmarks.common import portable
 Rec = dict[str, Any]
 
 ORDER = ("latency", "spread", "tail", "tail_predictor", "predictor", "transfer", "transfer_many", "agent", "search",
-         "contention", "reliability", "sampler", "screening", "scale", "fidelity", "reference_noise", "supernet",
-         "references", "deployment", "cifar10_deploy")
+         "contention", "reliability", "sampler", "screening", "scale", "fidelity", "reference_noise",
+         "fidelity_deploy", "supernet", "references", "deployment", "cifar10_deploy")
 TITLES = {
     "latency": "Latency measurement", "spread": "Latency across searches: the final latency pass",
     "tail": "Tail latency, batches and throughput",
@@ -39,6 +39,7 @@ TITLES = {
     "scale": "Search throughput and scale", "references": "Searched vs hand-designed networks",
     "fidelity": "Proxy fidelity on CIFAR-10",
     "reference_noise": "Proxy fidelity: how reproducible the reference is",
+    "fidelity_deploy": "Rung fidelity at the deployment budget",
     "supernet": "One-shot accuracy on CIFAR-10: a weight-sharing supernet",
     "deployment": "Deployment variants on CIFAR-10: INT8 and pruning",
     "cifar10_deploy": "Searched vs hand-designed networks on CIFAR-10 at the deployment budget",
@@ -201,6 +202,7 @@ RENDERERS: dict[str, str] = {
     "fidelity": "fidelity",
     "supernet": "supernet",
     "reference_noise": "reference_noise",
+    "fidelity_deploy": "fidelity_deploy",
     "deployment": "deployment",
     "cifar10_deploy": "cifar10_deploy",
 }

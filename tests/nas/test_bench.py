@@ -513,6 +513,34 @@ def test_render_the_reference_noise_record_in_its_own_section() -> None:
     assert "DIR/cifar.tar.gz" in out
 
 
+def test_render_the_rung_fidelity_at_the_deployment_budget() -> None:
+    def est(tau: float, seconds: float) -> dict:
+        return {"kendall_tau": tau, "kendall_ci": [tau - 0.3, tau + 0.2], "spearman": tau + 0.1, "top_overlap": 1.0,
+                "top_n": 1, "seconds_per_candidate": seconds, "cost_share_of_reference": seconds / 1200}
+
+    figures = {
+        "space": "mobile_cifar", "k": 10, "data": {"val": 5000}, "cheap_train_samples": 5000,
+        "reference": {"train_samples": 30000, "epochs": 10, "extra_seeds": [1]},
+        "rungs": [{"train_images": 2500, "epochs": 2}, {"train_images": 10000, "epochs": 3}],
+        "estimators": {"rung0": est(0.42, 40.0), "rung1": est(0.71, 200.0), "train_2ep": est(0.5, 70.0),
+                       "macs": est(0.3, 0.0)},
+        "reference_runs": {"reference_seed1": {"kendall_tau": 0.8, "kendall_ci": [0.6, 0.95]}},
+        "noise_ceiling": 0.89, "archs": [{"reference": 0.6, "reference_mean": 0.61}, {"reference": 0.7,
+                                                                                      "reference_mean": 0.72}],
+        "study_command": "python -m nas.fidelity k=10",
+    }
+    rec = {"command": ["python", "-m", "benchmarks.fidelity_deploy"], "created": "2026-12-03T12:00:00+00:00",
+           "environment": MACHINE, "figures": figures}
+    out = render.render({"fidelity_deploy": rec})
+    assert "## Rung fidelity at the deployment budget" in out
+    # best tau first; each rung names the budgets a search trains it through
+    rung1 = out.index("| rung1 (2,500 x 2, 10,000 x 3) | **0.710** |")
+    assert rung1 < out.index("| train_2ep (5,000 images) | 0.500 |")
+    assert "| rung0 (2,500 x 2) | **0.420** | 0.12 to 0.62 |" in out
+    assert "seed 1 against seed 0: tau 0.800 (0.60 to 0.95)" in out and "tau **0.890**" in out
+    assert "accuracies 61.0% - 72.0%" in out
+
+
 def test_records_name_no_machine_path(tmp_path: Path) -> None:
     """A record says what was used, not where one machine keeps it: the repository's own paths are
     made relative, any other path (absolute or ``../``) is ``DIR/<name>``; ratios and URLs stay."""
