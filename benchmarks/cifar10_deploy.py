@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -191,7 +192,8 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
     measured beside each candidate. Two trainings share the two cores while candidates are timed, which
     inflates every figure alike (benchmarks/notes/cifar10_deploy.md), so milliseconds against ``target_ms``
     would call nearly every candidate too slow; the ratio to the anchor timed at the same moment does not
-    move with the load."""
+    move with the load. The search's leaderboard (every candidate with its rung, accuracy and ``x_anchor``)
+    is copied beside the step's record as ``search-<target>ms-leaderboard.csv``."""
     from nas.cli import compose_search_config
     from nas.driver import run_search
 
@@ -220,6 +222,7 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
         raise RuntimeError(f"the search at {target_ms:g} ms completed no candidate")
     best = result.best
     top = [c for c in result.candidates if c.completed and c.rung == best.rung]
+    shutil.copyfile(result.output_dir / "leaderboard.csv", state_dir / f"search-{target_ms:g}ms-leaderboard.csv")
     log(f"  search at {target_ms:.3f} ms: {len(result.candidates)} candidates in {result.wall_seconds:.0f} s; best "
         f"{best.arch_id} at rung {best.rung_label}, accuracy {best.accuracy:.4f}, {best.x_anchor:.2f}x the anchor")
     return {
@@ -281,8 +284,6 @@ def _onnx_accuracy(path: Path, data: Any) -> float:
 def step_report(archive: Path, budget: dict[str, int], state_dir: Path, export_dir: Path,
                 log: Callable[[str], None]) -> dict[str, Any]:
     """The paired latency pass, the comparison against the goal, and the committed networks (seed 0)."""
-    import shutil
-
     import numpy as np
 
     from benchmarks.common import spread
