@@ -29,8 +29,6 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +41,7 @@ from latency_predictor.measurement.export import export_onnx
 from latency_predictor.measurement.timing import MeasureConfig
 from nas.accuracy.training import train_briefly
 from nas.core.config import DataConfig, TrainConfig
-from nas.core.workers import die_with_parent
+from nas.core.workers import in_workers
 from nas.data import load_dataset
 from nas.deploy.fuse import fuse_conv_bn
 from search_spaces import REFERENCES, Arch, build
@@ -137,13 +135,10 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
     log(f"  trainings at {budget['train_images']} images x {budget['epochs']} epochs: {len(done)} saved, "
         f"{len(todo)} to train, {workers} at a time")
     if todo:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=die_with_parent) as pool:
-            futures = [pool.submit(_train, job) for job in todo]
-            for i, fut in enumerate(as_completed(futures), 1):
-                r = fut.result()
-                done[(r["arch"], r["seed"])] = r
-                log(f"    [{i}/{len(todo)}] {r['arch_id']} seed {r['seed']}: accuracy {r['accuracy']:.4f} "
-                    f"in {r['seconds']:.0f} s")
+        for i, r in enumerate(in_workers(_train, todo, workers, ordered=False), 1):
+            done[(r["arch"], r["seed"])] = r
+            log(f"    [{i}/{len(todo)}] {r['arch_id']} seed {r['seed']}: accuracy {r['accuracy']:.4f} "
+                f"in {r['seconds']:.0f} s")
     return done
 
 

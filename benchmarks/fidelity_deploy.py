@@ -133,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="latnas-fidelity-deploy-") as tmp:
         cfg = config(archive, args.quick, args.workers, f"sqlite:///{Path(tmp) / 'mlflow.db'}")
-        result = run_fidelity(cfg, log=lambda line: print(line, flush=True))
+        try:
+            result = run_fidelity(cfg, log=lambda line: print(line, flush=True))
+        except KeyboardInterrupt:  # run_fidelity said how many estimates are recorded; the same command goes on
+            return 130
     print(table(result, cfg), flush=True)
     figures = json.loads((result.folder / "fidelity.json").read_text())
     figures["study_command"] = study_command(cfg)

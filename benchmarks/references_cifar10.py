@@ -35,8 +35,6 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +49,7 @@ from latency_predictor.measurement.paired import alternate
 from latency_predictor.measurement.timing import MeasureConfig
 from nas.accuracy.training import train_briefly
 from nas.core.config import DataConfig, TrainConfig
-from nas.core.workers import die_with_parent
+from nas.core.workers import in_workers
 from nas.data import load_dataset
 from nas.deploy.fuse import fuse_conv_bn
 from search_spaces import REFERENCES, Arch, build, count_macs, count_params, reference
@@ -254,8 +252,7 @@ def run(archive: Path, quick: bool, workers: int = 2, log: Callable[[str], None]
     unique = [(arch, s, data_cfg, size["train_samples"], size["epochs"]) for arch, s in keys]
     log(f"  training {len(unique)} networks x seeds ({size['train_samples']} images x {size['epochs']} epochs), "
         f"{workers} at a time")
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=die_with_parent) as pool:
-        trained = {(r["arch"], r["seed"]): r for r in pool.map(_train, unique)}
+    trained = {(r["arch"], r["seed"]): r for r in in_workers(_train, unique, workers)}
     # The latency column: every network again, paired with its target's anchor in rounds. The widths
     # were chosen at the start of the run, and this machine's speed drifts over the hour between.
     finals = []

@@ -403,7 +403,10 @@ def export_main() -> None:
 def _fidelity(dcfg: DictConfig) -> None:
     cfg = _with_space(dcfg, FidelityConfig, "nas.fidelity")
     from nas.studies.fidelity import run_fidelity, table
-    result = _run_or_exit(lambda: run_fidelity(cfg))
+    try:
+        result = _run_or_exit(lambda: run_fidelity(cfg))
+    except KeyboardInterrupt:  # run_fidelity said how many estimates are recorded and how to go on
+        sys.exit(130)
     print(f"\nProxy fidelity {result.name}: {len(result.archs)} architectures, {result.computed} estimates computed "
           "now (the rest read back)\n")
     print(table(result, cfg))

@@ -1,10 +1,13 @@
 """Worker processes that end with the process that started them.
 
-A pool's workers (``concurrent.futures.ProcessPoolExecutor``) outlive a parent that is killed
-(``kill``, a scheduler's SIGTERM, a closed terminal): each goes on with its task, minutes of
-training, holding cores and memory no one will read. :func:`die_with_parent`, a pool's
-``initializer``, asks Linux to send the worker SIGTERM when its parent dies; elsewhere it does
-nothing (the workers then end when they next talk to the dead parent).
+A pool's workers outlive a parent that is killed (``kill``, a scheduler's SIGTERM, a closed
+terminal): each goes on with its task, minutes of training, holding cores and memory no one will
+read. :func:`die_with_parent`, a pool's ``initializer``, asks Linux to send the worker SIGTERM when
+its parent dies; elsewhere it does nothing (the workers then end when they next talk to the dead
+parent). A parent that is interrupted but lives on has the opposite problem with
+``concurrent.futures.ProcessPoolExecutor``: leaving its ``with`` block waits for every task already
+queued, hours of training after a Ctrl-C. :func:`in_workers` maps a function over spawned workers
+and ends them at once when the caller stops, by Ctrl-C, an error or a ``break``.
 
 Processes that others start cannot be asked that way. A local Ray cluster's head processes share
 its driver's fate (Ray starts them with a parent-death signal), but the agents its raylet starts
@@ -26,10 +29,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from multiprocessing import get_context
 from pathlib import Path
+from typing import Any, TypeVar
 
 _PR_SET_PDEATHSIG = 1
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 _SCAN_PERIOD_S = 1.0
 _POLL_S = 0.2
 
@@ -40,6 +47,29 @@ def die_with_parent(*_: object) -> None:
         return
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def in_workers(fn: Callable[[_T], _R], items: Iterable[_T], workers: int, *, ordered: bool = True,
+               initializer: Callable[..., None] = die_with_parent, initargs: tuple[Any, ...] = ()) -> Iterator[_R]:
+    """``fn`` over ``items`` in ``workers`` spawned processes, each result as it comes (in the order of
+    ``items`` when ``ordered``, else in the order they finish). Spawned, not forked: a parent whose
+    torch thread pools are up does not fork safely.
+
+    ``fn`` and ``initializer`` (run once in each worker; by default :func:`die_with_parent`) must be
+    importable, module-level functions. A worker's exception is raised here. When the caller stops
+    early (Ctrl-C, an exception, closing the generator) the workers are terminated at once, the
+    tasks under way and those queued with them.
+    """
+    pool = get_context("spawn").Pool(workers, initializer=initializer, initargs=initargs)
+    try:
+        yield from (pool.imap if ordered else pool.imap_unordered)(fn, items)
+    except BaseException:
+        pool.terminate()
+        raise
+    else:
+        pool.close()
+    finally:
+        pool.join()
 
 
 def _stat(pid: int) -> tuple[int, str] | None:

@@ -32,9 +32,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, cast
 
@@ -56,7 +54,7 @@ from nas.core.config import (
 )
 from nas.core.errors import NASError
 from nas.core.paths import default_tracking_uri, project_home
-from nas.core.workers import die_with_parent
+from nas.core.workers import die_with_parent, in_workers
 from nas.data import ProxyData, load_dataset
 from nas.oneshot.subnet import LoadedSupernet, SupernetTarget, check_supernet, load_supernet, subnet_accuracy
 from nas.studies.stats import Agreement, agreement, noise_ceiling
@@ -336,18 +334,23 @@ def run_fidelity(cfg: FidelityConfig, log: Callable[[str], None] = print) -> Fid
                    cfg.zero_cost_batch, data.num_classes, max(1, (os.cpu_count() or 1) // cfg.workers), space,
                    cfg.supernet if supernet else None, tuple(cfg.rungs))
     computed = 0
-    with records_path.open("a") as out, tqdm(total=len(missing), desc="estimates", unit="est", file=sys.stderr,
-                                              dynamic_ncols=True) as bar:
-        for row in _compute_all(todo, ctx, data, cfg.workers):
-            if (row["arch"], row["estimator"]) in done:
-                continue  # a lower rung recorded before, trained again on the way to a higher one
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            values.setdefault(row["estimator"], {})[row["arch"]] = row["value"]
-            seconds.setdefault(row["estimator"], {})[row["arch"]] = row["seconds"]
-            computed += 1
-            bar.set_postfix_str(f"{row['estimator']} {row['arch_id']}: {row['value']:.4g}")
-            bar.update(1)
+    try:
+        with records_path.open("a") as out, tqdm(total=len(missing), desc="estimates", unit="est", file=sys.stderr,
+                                                  dynamic_ncols=True) as bar:
+            for row in _compute_all(todo, ctx, data, cfg.workers):
+                if (row["arch"], row["estimator"]) in done:
+                    continue  # a lower rung recorded before, trained again on the way to a higher one
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                values.setdefault(row["estimator"], {})[row["arch"]] = row["value"]
+                seconds.setdefault(row["estimator"], {})[row["arch"]] = row["seconds"]
+                computed += 1
+                bar.set_postfix_str(f"{row['estimator']} {row['arch_id']}: {row['value']:.4g}")
+                bar.update(1)
+    except KeyboardInterrupt:  # every estimate finished so far is on disk; the training under way is lost
+        log(f"fidelity {name}: interrupted with {len(done) + computed} of {len(done) + len(missing)} estimates "
+            f"recorded in {records_path}; the same command goes on from there")
+        raise
 
     result = FidelityResult(name, folder, archs, values, seconds, computed=computed)
     runs = np.array([[values[r][a] for a in archs] for r in refs])
@@ -410,11 +413,9 @@ def _compute_all(todo: list[Task], ctx: _Context, data: ProxyData, workers: int)
         for t in todo:
             yield from compute(t, ctx, data)
         return
-    # spawn, not fork: the parent has torch's thread pools up already.
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                             initargs=(ctx,)) as pool:
-        for rows in pool.map(compute, todo):
-            yield from rows
+    # each estimate recorded as it finishes, so that a stop loses only the trainings under way
+    for rows in in_workers(compute, todo, workers, ordered=False, initializer=_init_worker, initargs=(ctx,)):
+        yield from rows
 
 
 # ---------------------------------------------------------------------- outputs

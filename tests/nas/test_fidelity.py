@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +129,52 @@ def test_a_small_study_is_recorded_and_resumes_without_redoing_anything(
     # The same folder with other settings is refused, not mixed.
     with pytest.raises(FidelityError, match="other settings"):
         run_fidelity(_cfg(tmp_path, space=space, k=5), log=lambda _s: None)
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_keeps_the_estimates_recorded_and_says_how_to_go_on(tmp_path: Path, workers: int) -> None:
+    from nas.core.workers import children
+
+    folder = tmp_path / "study"
+    args = [sys.executable, "-m", "nas.fidelity", "+space=tiny", "k=4", "cheap_train_samples=64", "cheap_epochs=[1]",
+            "zero_cost=[synflow]", "reference.train_samples=256", "reference.epochs=400", "data.resolution=16",
+            "data.max_val_samples=96", "train.batch_size=32", f"workers={workers}", f"output_dir={folder}",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA_")}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), LATNAS_HOME=str(tmp_path / "home"))
+    records = folder / "records.jsonl"
+    with subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True) as proc:
+        deadline = time.monotonic() + 240
+        # the first architecture's cheap estimates are recorded; its 400-epoch reference is then training
+        while not (records.is_file() and len(records.read_text().splitlines()) >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+            time.sleep(0.2)
+        kept = records.read_text()
+        training = children(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:]
+    final = records.read_text()
+    assert final.startswith(kept)  # nothing recorded before the interrupt is lost or cut short
+    lines = final.splitlines()
+    assert all(json.loads(line)["arch"] for line in lines) and len(lines) < 12
+    assert f"interrupted with {len(lines)} of 12 estimates recorded in {records}; the same command goes on" in out
+    assert "Traceback" not in out
+    deadline = time.monotonic() + 30
+    while running := [pid for pid in training if _alive(pid)]:
+        assert time.monotonic() < deadline, f"workers still running after the interrupt: {running}"
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def test_bad_settings_are_refused_before_any_training(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """A pool's workers, and the processes an OrphanReaper watches, end when the process that started
-them is killed (Linux)."""
+them is killed (Linux); :func:`nas.core.workers.in_workers`'s end when their caller stops."""
 
 from __future__ import annotations
 
@@ -65,6 +65,27 @@ time.sleep(300)
 """
 
 
+# A caller that stops after the first result and lives on: the two tasks still training print their
+# workers' pids first.
+STOPPED = """
+import os, time
+from nas.core.workers import in_workers
+
+def task(i):
+    if i == 0:
+        time.sleep(3)
+        return i
+    print(os.getpid(), flush=True)
+    time.sleep(120)
+
+if __name__ == "__main__":
+    for _ in in_workers(task, range(3), 3, ordered=False):
+        break
+    print("stopped", flush=True)
+    time.sleep(120)
+"""
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -112,3 +133,26 @@ def test_a_reaper_ends_the_processes_it_watches_once_their_starter_is_killed(tmp
     finally:
         for pid in filter(_alive, watched):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+def test_a_caller_that_stops_early_leaves_no_worker_training(tmp_path: Path) -> None:
+    script = tmp_path / "caller.py"
+    script.write_text(STOPPED)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with (tmp_path / "stderr.txt").open("w") as err:  # the killed caller's resource tracker warns there
+        caller = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=err, text=True,
+                                  env=env, cwd=tmp_path)
+    assert caller.stdout is not None
+    try:
+        lines = [caller.stdout.readline().strip() for _ in range(3)]
+        assert lines[2] == "stopped", (lines, (tmp_path / "stderr.txt").read_text()[-2000:])
+        workers = [int(pid) for pid in lines[:2]]
+        deadline = time.monotonic() + 10
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_alive, workers)), "a worker went on with its task after its caller stopped"
+        assert caller.poll() is None  # the caller lives on: the workers were ended, not orphaned
+    finally:
+        caller.kill()
+        caller.wait()
