@@ -167,8 +167,10 @@ def _rung_accuracies(arch: Arch, data: ProxyData, train: TrainConfig, rungs: tup
 
 
 def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = None) -> list[dict[str, Any]]:
-    """The estimates of one task, each ``{"arch", "arch_id", "estimator", "value", "seconds", "detail"}``:
-    one, or for ``rung<k>`` those of rungs ``0..k`` from one training (a search's rungs build on each other).
+    """The estimates of one task, each ``{"arch", "arch_id", "estimator", "value", "seconds", "load_average",
+    "detail"}`` (``load_average``: the machine's 1-minute load when the task ended, so that a cost
+    measured on a busy machine can be told): one, or for ``rung<k>`` those of rungs ``0..k`` from one
+    training (a search's rungs build on each other).
 
     Runs in a worker process (whose initialiser loaded the data) or in this one (``ctx`` and ``data``).
     """
@@ -177,10 +179,11 @@ def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = No
     arch = Arch.decode(task.arch)
     if task.estimator.startswith("rung"):
         rungs = ctx.rungs[: int(task.estimator[len("rung"):]) + 1]
+        per_rung = _rung_accuracies(arch, data, ctx.train, rungs, ctx.num_classes)
+        load = os.getloadavg()[0]
         return [{"arch": task.arch, "arch_id": arch.arch_id, "estimator": f"rung{k}", "value": float(value),
-                 "seconds": seconds, "detail": detail}
-                for k, (value, seconds, detail) in enumerate(_rung_accuracies(arch, data, ctx.train, rungs,
-                                                                              ctx.num_classes))]
+                 "seconds": seconds, "load_average": load, "detail": detail}
+                for k, (value, seconds, detail) in enumerate(per_rung)]
     t0 = time.perf_counter()
     detail: dict[str, Any] = {}
     if task.estimator == REFERENCE or task.estimator.startswith(f"{REFERENCE}_seed"):
@@ -205,7 +208,7 @@ def compute(task: Task, ctx: _Context | None = None, data: ProxyData | None = No
         value = zero_cost_score(task.estimator, net, data, ctx.zero_cost_batch, resolve_device(ctx.train.device),
                                 ctx.train.seed)
     return [{"arch": task.arch, "arch_id": arch.arch_id, "estimator": task.estimator, "value": float(value),
-             "seconds": time.perf_counter() - t0, "detail": detail}]
+             "seconds": time.perf_counter() - t0, "load_average": os.getloadavg()[0], "detail": detail}]
 
 
 # ---------------------------------------------------------------------- the study

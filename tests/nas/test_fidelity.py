@@ -213,6 +213,8 @@ def test_rungs_and_reference_seeds_are_measured_against_the_mean_reference(tmp_p
     # one training passes both rungs: rung 1's cost is the seconds until its end, rung 0's included
     assert 0 < rung0["seconds"] < rung1["seconds"]
     assert result.cost["rung0"] < result.cost["rung1"]
+    # each record says how busy the machine was, so that a cost measured under load can be told
+    assert all(isinstance(r["load_average"], float) and r["load_average"] >= 0 for r in rows)
     # two reference runs: the estimators are ranked against their mean, the runs against each other
     assert {r["detail"]["seed"] for r in rows if r["estimator"].startswith(REFERENCE)} == {0, 1}
     mean = {x: (result.values[REFERENCE][x] + result.values[f"{REFERENCE}_seed1"][x]) / 2 for x in result.archs}
