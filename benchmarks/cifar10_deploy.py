@@ -160,8 +160,8 @@ _MBV2_05 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-mb
             "mb_k3_e6_c16_s1-mb_k3_e6_c32_s2-mb_k3_e6_c32_s1-mb_k3_e6_c32_s1-mb_k3_e6_c32_s1-mb_k3_e6_c48_s1-"
             "mb_k3_e6_c48_s1-mb_k3_e6_c48_s1-mb_k3_e6_c80_s2-mb_k3_e6_c80_s1-mb_k3_e6_c80_s1-mb_k3_e6_c160_s1-head_c1280")
 _MNAS_035 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c16_s1-"
-             "mb_k5_e3_c16_s1-mb_k5_e3_c16_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c40_s1-"
-             "mb_k3_e6_c40_s1-mb_k5_e6_c64_s2-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k3_e6_c112_s1-head_c1280")
+             "mb_k5_e3_c16_s1-mb_k5_e3_c16_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c32_s1-"
+             "mb_k3_e6_c32_s1-mb_k5_e6_c64_s2-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k3_e6_c112_s1-head_c1280")
 _MNAS_035_LEAN = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c16_s1-mb_k5_e3_c16_s1-"
                   "mb_k5_e3_c16_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c40_s1-mb_k3_e6_c40_s1-"
                   "mb_k5_e6_c56_s2-mb_k5_e6_c56_s1-mb_k5_e6_c56_s1-mb_k3_e6_c112_s1-head_c1280")
@@ -170,9 +170,11 @@ _MNAS_05 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k
             "mb_k3_e6_c48_s1-mb_k5_e6_c80_s2-mb_k5_e6_c80_s1-mb_k5_e6_c80_s1-mb_k5_e6_c80_s1-mb_k3_e6_c160_s1-head_c1280")
 START = {0.35: [_MBV2_035, _MNAS_035_LEAN, _MNAS_035], 0.5: [_MBV2_05, _MNAS_05, _MNAS_035]}
 """The search's start at each target (by its anchor's width): the references' shapes in ``mobile_cifar_hr``
-(MobileNetV2 and MnasNet-B1 stage by stage, widths snapped to the space's, ReLU), near the target. Their
-paired latency ratios to the anchors, measured while training ran (load 3): at 0.235 ms 0.88, 0.96 and
-1.11; at 0.326 ms 0.96, 0.97 and 0.70."""
+(MobileNetV2 and MnasNet-B1 stage by stage, widths snapped to the space's, ReLU), near the target.
+``_MNAS_035`` is MnasNet-B1 x0.35 itself (its 32-channel stride-1 stage is the space's optional stage left
+out and the 24/32 stage run to depth 5); the searches recorded before that stage was optional started from
+a snapped copy with that stage at 40 channels (paired latency ratios, measured while training ran, load
+3: at 0.235 ms 0.88, 0.96 and 1.11; at 0.326 ms 0.96, 0.97 and 0.70)."""
 
 
 def _rungs_override(rungs: list[dict[str, int]]) -> str:
@@ -228,7 +230,7 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
         "per_rung": {str(k): sum(c.rung >= k for c in result.candidates) for k in range(len(size["rungs"]))},
         "top_rung": [{"arch_id": c.arch_id, "accuracy": c.accuracy, "latency_ms": c.latency_p50,
                       "x_anchor": c.x_anchor} for c in top],
-        "settings": size,
+        "settings": size, "start": start,
     }
 
 

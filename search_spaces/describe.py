@@ -57,6 +57,8 @@ def describe(space: SearchSpace, samples: int = 200, resolution: int = 224, seed
             f"  s{i:<5} {st.stride:<7} {list(st.depth)!s:<12} {list(st.out_chs)!s:<18} "
             f"{list(b.block_type)} / {list(b.exp_ratio)} / {list(b.kernel_size)} / {list(b.se_ratio)}"
         )
+    if any(0 in st.depth for st in space.stages):
+        lines.append("  (depth 0: a network may leave the stage out)")
     lines.append(f"  decisions a sampler sees: {len(space.choices())}")
     lines.append(f"  distinct networks: {space.size():,} (~1e{len(str(space.size())) - 1})")
     if samples:

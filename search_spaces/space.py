@@ -2,7 +2,8 @@
 
 A space is a stem, a list of stages and a head. Each stage has a depth choice, a width
 (``out_chs``) choice, a stride, and per-block choices (block type, expansion ratio, kernel size,
-SE ratio). The flat list of decisions a sampler sees comes from :meth:`SearchSpace.choices`;
+SE ratio). A stride-1 stage whose depth choices include 0 is optional: a network may leave it out.
+The flat list of decisions a sampler sees comes from :meth:`SearchSpace.choices`;
 :meth:`SearchSpace.from_decisions` maps them back to an :class:`Arch`.
 """
 
@@ -134,6 +135,8 @@ class SearchSpace:
         blocks: list[Block] = []
         for i, st in enumerate(self.stages):
             depth = get(f"s{i}.depth", st.depth)
+            if depth == 0:  # an optional stage left out: its width and blocks are inactive
+                continue
             width = get(f"s{i}.out_chs", st.out_chs)
             for j in range(depth):
                 p = f"s{i}.b{j}."
@@ -168,6 +171,8 @@ class SearchSpace:
         k = 0
         for i, depth in enumerate(depths):
             put(f"s{i}.depth", depth)
+            if depth == 0:
+                continue
             put(f"s{i}.out_chs", arch.blocks[k].out_chs)
             for j in range(depth):
                 b = arch.blocks[k + j]
@@ -222,6 +227,11 @@ class SearchSpace:
                 return None
             st = self.stages[si]
             for d in st.depth:
+                if d == 0:
+                    rest = rec(si + 1, bi)
+                    if rest is not None:
+                        return [0, *rest]
+                    continue
                 ok = True
                 for j in range(d):
                     if bi + j >= len(blocks):
@@ -274,7 +284,7 @@ class SearchSpace:
         n = len(self.activation) * len(self.stem_chs) * len(self.head_chs)
         for st in self.stages:
             c = st.block.combos()
-            n *= len(st.out_chs) * sum(c**d for d in st.depth)
+            n *= sum(len(st.out_chs) * c**d if d else 1 for d in st.depth)
         return n
 
     def extremes(self) -> list[Arch]:
@@ -355,7 +365,7 @@ def _int_in(lo: int, hi: int) -> Any:
 
 _chs = _int_in(1, MAX_CHS)
 _head_chs = _int_in(0, MAX_CHS)
-_depth = _int_in(1, MAX_DEPTH)
+_depth = _int_in(0, MAX_DEPTH)
 _exp = _int_in(1, MAX_EXP)
 
 
@@ -435,19 +445,34 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
         if not isinstance(rs["stride"], int) or isinstance(rs["stride"], bool) or rs["stride"] not in (1, 2):
             raise SpaceConfigError(src, f"{p}.stride", f"value {_short(rs['stride'])} is not allowed; allowed: 1 or 2")
         st = Stage(
-            depth=_choice_list(src, f"{p}.depth", rs["depth"], _depth, f"integers 1..{MAX_DEPTH}"),
+            depth=_choice_list(src, f"{p}.depth", rs["depth"], _depth,
+                               f"integers 0..{MAX_DEPTH} (0: a stride-1 stage that may be left out)"),
             out_chs=_choice_list(src, f"{p}.out_chs", rs["out_chs"], _chs, f"integers 1..{MAX_CHS}"),
             stride=int(rs["stride"]),
             block=_parse_block(src, f"{p}.block", rs["block"], block) if "block" in rs else block,
         )
-        # A stride-1 stage whose widths overlap the previous stage's could continue that
-        # stage: then one network would have two decision sets. Refuse it.
-        if stages and st.stride == 1 and set(st.out_chs) & set(stages[-1].out_chs):
+        if 0 in st.depth and st.stride != 1:
             raise SpaceConfigError(
-                src, f"{p}.out_chs",
-                "a stride-1 stage must not share widths with the stage before it "
-                "(the network would be ambiguous); use disjoint out_chs or stride 2",
+                src, f"{p}.depth",
+                "depth 0 (leaving the stage out) is allowed for stride-1 stages only: leaving out a "
+                "stride-2 stage would change the network's resolution",
             )
+        if st.depth == (0,):
+            raise SpaceConfigError(src, f"{p}.depth", "[0] alone: the stage is never built; remove it")
+        # A stride-1 stage whose widths overlap those of a stage it may follow could continue
+        # that stage: then one network would have two decision sets. Refuse it. A stage follows
+        # the one before it, or, when that one may be left out (depth 0), the one before that.
+        if st.stride == 1:
+            for prev in reversed(stages):
+                if set(st.out_chs) & set(prev.out_chs):
+                    raise SpaceConfigError(
+                        src, f"{p}.out_chs",
+                        "a stride-1 stage must not share widths with the stage before it, nor with any "
+                        "stage it follows when the stages between are left out (the network would be "
+                        "ambiguous); use disjoint out_chs or stride 2",
+                    )
+                if 0 not in prev.depth:
+                    break
         stages.append(st)
     desc = data.get("description", "")
     if not isinstance(desc, str):

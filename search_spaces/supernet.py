@@ -180,7 +180,9 @@ class Supernet(nn.Module):
                                                         stride)
                 positions.append(kinds)
             self.stages.append(positions)
-            previous = st.out_chs
+            # the next stage's first block takes this stage's widths, or, when this stage may be
+            # left out (depth 0), also what this stage would have taken
+            previous = tuple(sorted(set(previous) | set(st.out_chs))) if 0 in st.depth else st.out_chs
         heads = [h for h in space.head_chs if h > 0]
         self.head = ElasticConvBN(max(previous), max(heads), (1,)) if heads else None
         features = max(space.head_chs) if heads and 0 not in space.head_chs else max(max(previous), *space.head_chs)

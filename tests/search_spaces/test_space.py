@@ -60,7 +60,55 @@ def test_size_counts_distinct_networks_exactly() -> None:
     assert len(seen) == space.size()
 
 
-@pytest.mark.parametrize("name", ["mobile", "efficient", "tiny"])
+OPTIONAL: dict[str, Any] = {
+    "name": "optional",
+    "activation": ["relu"],
+    "stem_chs": [8],
+    "head_chs": [0],
+    "block": {"block_type": ["mbconv"], "exp_ratio": [1, 2], "kernel_size": [3], "se_ratio": [0.0]},
+    "stages": [
+        {"depth": [1, 2], "out_chs": [8], "stride": 2},
+        {"depth": [0, 1], "out_chs": [12, 16], "stride": 1},
+        {"depth": [0, 1], "out_chs": [24], "stride": 1},
+        {"depth": [1], "out_chs": [32], "stride": 2},
+    ],
+}
+
+
+def test_an_optional_stage_is_left_out_and_every_network_still_has_one_decision_set() -> None:
+    space = SearchSpace.from_dict(OPTIONAL)
+    decisions = space.choices()
+    seen: dict[str, dict[str, Any]] = {}
+    for values in itertools.product(*(d.options for d in decisions)):
+        arch = space.from_decisions(dict(zip([d.name for d in decisions], values, strict=True)))
+        active = space.to_decisions(arch)
+        assert seen.setdefault(arch.encode(), active) == active
+        assert space.from_decisions(active) == arch
+    assert len(seen) == space.size() == 6 * 5 * 3 * 2  # s0 2+2*2, s1 1+2*2, s2 1+2, s3 2
+    # Both optional stages left out: the stride-2 stage follows the first directly.
+    short = space.from_decisions({"s0.depth": 1, "s0.b0.exp_ratio": 2, "s1.depth": 0, "s2.depth": 0,
+                                  "s3.b0.exp_ratio": 1})
+    assert [b.out_chs for b in short.blocks] == [8, 32]
+    assert space.to_decisions(short) == {"s0.depth": 1, "s0.b0.exp_ratio": 2, "s1.depth": 0, "s2.depth": 0,
+                                         "s3.b0.exp_ratio": 1}
+    assert space.decode(short.encode()) == short
+
+
+def test_mnasnet_b1_x035_is_a_member_of_mobile_cifar_hr() -> None:
+    """Its fourth stage keeps the third's width at stride 1: in mobile_cifar_hr that is the 24/32
+    stage run to depth 5 with the 40/48 stage left out."""
+    import dataclasses
+
+    from search_spaces.references import scale_width, small_input_variant
+
+    space = load_space("mobile_cifar_hr")
+    mnas = dataclasses.replace(scale_width(small_input_variant(reference("mnasnet_b1")), 0.35), act="relu")
+    decisions = space.to_decisions(mnas)
+    assert decisions["s2.depth"] == 5 and decisions["s3.depth"] == 0 and "s3.out_chs" not in decisions
+    assert space.from_decisions(decisions) == mnas
+
+
+@pytest.mark.parametrize("name", ["mobile", "efficient", "tiny", "mobile_cifar_hr"])
 def test_decisions_round_trip_and_membership(name: str) -> None:
     space = load_space(name)
     rng = np.random.default_rng(0)
@@ -124,6 +172,12 @@ def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
         (lambda d: d["block"].update(se_ratio=[0.0, 1.5]), "block.se_ratio", "[0, 1)"),
         (lambda d: d.update(activation=["gelu"]), "activation", "silu"),
         (lambda d: d["stages"][1].update(out_chs=[8, 16]), "stages[1].out_chs", "ambiguous"),
+        (lambda d: d["stages"][0].update(depth=[0, 1]), "stages[0].depth", "stride-1 stages only"),
+        (lambda d: d["stages"][1].update(depth=[0]), "stages[1].depth", "never built"),
+        (lambda d: d["stages"][1].update(depth=[-1, 1]), "stages[1].depth", "integers 0..32"),
+        (lambda d: d["stages"].extend([{"depth": [0, 1], "out_chs": [40], "stride": 1},
+                                       {"depth": [1], "out_chs": [16, 48], "stride": 1}]),
+         "stages[3].out_chs", "left out"),
     ],
 )
 def test_bad_space_yaml_names_file_key_and_allowed(tmp_path: Path, mutate: Any, key: str, words: str) -> None:
