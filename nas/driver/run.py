@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import math
 import secrets
 import shutil
 import subprocess
@@ -689,6 +690,19 @@ def _stop_after_failed_write(
                  f"{then} continue it with: {hint}")
 
 
+def trials_seconds(candidates: list[Candidate]) -> float:
+    """The time the recorded candidates' trials took, summed over them (``trial_seconds``, or training
+    plus measuring where a record lacks it), whichever run of a resumed search ran them. A trial that a
+    resume restarted from its rung checkpoint counts from the restart."""
+    total = 0.0
+    for c in candidates:
+        t = c.metric("trial_seconds")
+        if not math.isfinite(t):
+            t = sum(x for x in (c.metric("train_seconds"), c.metric("measure_seconds")) if math.isfinite(x))
+        total += t
+    return total
+
+
 def _summary(
     candidates: list[Candidate], sampler: Sampler, best: Candidate | None, timings: dict[str, float],
     t_start: float, target: float,
@@ -697,7 +711,7 @@ def _summary(
     summary = {
         "n_completed": counts["COMPLETED"], "n_pruned": counts["PRUNED"], "n_failed": counts["FAILED"],
         "n_duplicates": sampler.duplicates, "n_retries": sum(c.metrics.get("retries", 0.0) for c in candidates),
-        "wall_seconds": time.perf_counter() - t_start, **timings,
+        "wall_seconds": time.perf_counter() - t_start, "trials_seconds": trials_seconds(candidates), **timings,
     }
     summary.update({f"n_latency_{k}": float(v) for k, v in latency_sources(candidates).items()})
     if best is not None:
@@ -724,7 +738,17 @@ def _print_summary(
     elif outcome.exhausted:
         lines.append(f"The space has no architecture left to try after {done} trials.")
     dup = f", {result.duplicates} repeated suggestions answered from earlier results" if result.duplicates else ""
-    lines.append(f"Search {result.name}: {done} trials in {result.wall_seconds:.0f} s{dup}.")
+    if result.resumed:
+        # This run's wall time is one part of the search: say so, and give the time every recorded
+        # candidate's trial took, whichever part ran it.
+        lines.append(
+            f"Search {result.name}: {done} trials, {done - result.resumed} of them in this part, which took "
+            f"{result.wall_seconds:.0f} s{dup} (earlier parts recorded {result.resumed}; their time is not in "
+            f"that figure). The recorded trials took {trials_seconds(result.candidates):.0f} s in all, "
+            f"up to {cfg.search.max_concurrent} at a time."
+        )
+    else:
+        lines.append(f"Search {result.name}: {done} trials in {result.wall_seconds:.0f} s{dup}.")
     if result.candidates:
         table = rank(result.candidates, top_k=cfg.top_k, include_unfinished=True)[: cfg.top_k]
         lines += ["", format_table(table, accuracy_label=label), ""]

@@ -440,6 +440,9 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_candidates(tmp_path
                              env=_env())
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"Resuming search killed: {len(recorded)} of 5 candidates recorded" in resumed.stdout
+    # The wall time printed is this part's, and says so; the trials' time covers every part.
+    assert f"Search killed: 5 trials, {5 - len(recorded)} of them in this part" in resumed.stdout
+    assert re.search(r"The recorded trials took \d+ s in all", resumed.stdout), resumed.stdout[-2000:]
 
     parents_after, children = _runs(db)
     assert [p.info.run_id for p in parents_after] == [parents[0].info.run_id]  # the same parent run, continued
@@ -454,6 +457,8 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_candidates(tmp_path
     m = parent.data.metrics
     assert m["n_completed"] + m["n_failed"] + m["n_pruned"] == 5 == m["n_optuna_trials"]
     assert m["n_ray_trials"] == 5 - len(recorded)  # Ray Tune ran only the missing ones
+    trial_times = [c.data.metrics["trial_seconds"] for c in live]
+    assert m["trials_seconds"] == pytest.approx(sum(trial_times), rel=1e-3)  # earlier parts' trials included
     assert (tmp_path / "out" / "ray" / "killed").is_dir() and (tmp_path / "out" / "ray" / "killed-resume1").is_dir()
 
 
