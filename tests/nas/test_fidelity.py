@@ -155,7 +155,13 @@ def test_ctrl_c_keeps_the_estimates_recorded_and_says_how_to_go_on(tmp_path: Pat
         kept = records.read_text()
         training = children(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
-        out, _ = proc.communicate(timeout=120)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # something still holds the output open: show what the study said
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            raise AssertionError(f"still running 120 s after Ctrl-C (exit {proc.returncode}):\n{out[-3000:]}"
+                                 ) from None
     assert proc.returncode == 130, out[-3000:]
     final = records.read_text()
     assert final.startswith(kept)  # nothing recorded before the interrupt is lost or cut short
