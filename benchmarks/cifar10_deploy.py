@@ -192,8 +192,8 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
     move with the load. The search's leaderboard (every candidate with its rung, accuracy and ``x_anchor``)
     is copied beside the step's record as ``search-<target>ms-leaderboard.csv``."""
     from nas.cli import compose_search_config
+    from nas.core.record import trials_seconds
     from nas.driver import run_search
-    from nas.driver.run import trials_seconds
 
     name = f"cifar10-deploy-{target_ms:g}ms"
     store = state_dir / "search" / "mlflow.db"
@@ -220,16 +220,17 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
         raise RuntimeError(f"the search at {target_ms:g} ms completed no candidate")
     best = result.best
     top = [c for c in result.candidates if c.completed and c.rung == best.rung]
+    trials = trials_seconds(result.candidates)  # every part's trials; wall_seconds is the last part's
     shutil.copyfile(result.output_dir / "leaderboard.csv", state_dir / f"search-{target_ms:g}ms-leaderboard.csv")
     log(f"  search at {target_ms:.3f} ms: {len(result.candidates)} candidates, their trials "
-        f"{trials_seconds(result.candidates):.0f} s in all ({size['max_concurrent']} at a time); best "
+        f"{trials:.0f} s in all ({size['max_concurrent']} at a time); best "
         f"{best.arch_id} at rung {best.rung_label}, accuracy {best.accuracy:.4f}, {best.x_anchor:.2f}x the anchor")
     return {
         "target_ms": target_ms, "target_anchor": f"mobilenetv2_100@{anchor_width:g}", "arch": best.arch,
         "arch_id": best.arch_id, "rung": best.rung_label, "search_accuracy": best.accuracy,
         "search_latency_ms": best.latency_p50, "search_x_anchor": best.x_anchor,
         "candidates": len(result.candidates), "wall_seconds": result.wall_seconds,
-        "trials_seconds": trials_seconds(result.candidates),  # every part's trials; wall_seconds is the last part's
+        "trials_seconds": trials,
         "per_rung": {str(k): sum(c.rung >= k for c in result.candidates) for k in range(len(size["rungs"]))},
         "top_rung": [{"arch_id": c.arch_id, "accuracy": c.accuracy, "latency_ms": c.latency_p50,
                       "x_anchor": c.x_anchor} for c in top],

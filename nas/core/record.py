@@ -518,6 +518,13 @@ def target_shares(candidates: Sequence[Candidate], target: float, top: int = 3) 
     return shares if all(math.isfinite(x) for x in shares) else []
 
 
+def trials_seconds(candidates: Iterable[Candidate]) -> float:
+    """The time the recorded candidates' trials took (``trial_seconds``), summed over them, whichever
+    run of a resumed search ran them. A trial that a resume restarted from its rung checkpoint counts
+    from the restart."""
+    return sum(t for c in candidates if math.isfinite(t := c.metric("trial_seconds")))
+
+
 def latency_sources(candidates: Iterable[Candidate]) -> dict[str, int]:
     """How the completed candidates' latencies were obtained: ``predicted``, ``measured``, and
     in hybrid predictor mode ``confirmed_<reason>`` for the measurements that confirmed a prediction."""

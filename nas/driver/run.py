@@ -23,7 +23,6 @@ import csv
 import dataclasses
 import hashlib
 import json
-import math
 import secrets
 import shutil
 import subprocess
@@ -63,6 +62,7 @@ from nas.core.record import (
     pareto_points,
     rank,
     target_shares,
+    trials_seconds,
 )
 from nas.core.sampling import Outcome, Sampler, StartFirst
 from nas.core.table import accuracy_label, budget_used, format_best, format_table
@@ -688,19 +688,6 @@ def _stop_after_failed_write(
     then = "free space on the store's disk, then" if isinstance(err, StoreFullError) else "once that write can succeed,"
     err.add_note(f"the search stopped with {recorded} of {n_trials} candidates recorded (intact) and {ending}; "
                  f"{then} continue it with: {hint}")
-
-
-def trials_seconds(candidates: list[Candidate]) -> float:
-    """The time the recorded candidates' trials took, summed over them (``trial_seconds``, or training
-    plus measuring where a record lacks it), whichever run of a resumed search ran them. A trial that a
-    resume restarted from its rung checkpoint counts from the restart."""
-    total = 0.0
-    for c in candidates:
-        t = c.metric("trial_seconds")
-        if not math.isfinite(t):
-            t = sum(x for x in (c.metric("train_seconds"), c.metric("measure_seconds")) if math.isfinite(x))
-        total += t
-    return total
 
 
 def _summary(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from search_spaces import (
     load_space,
     reference,
 )
+from search_spaces.references import scale_width, small_input_variant
 
 MICRO: dict[str, Any] = {
     "name": "micro",
@@ -97,10 +99,6 @@ def test_an_optional_stage_is_left_out_and_every_network_still_has_one_decision_
 def test_mnasnet_b1_x035_is_a_member_of_mobile_cifar_hr() -> None:
     """Its fourth stage keeps the third's width at stride 1: in mobile_cifar_hr that is the 24/32
     stage run to depth 5 with the 40/48 stage left out."""
-    import dataclasses
-
-    from search_spaces.references import scale_width, small_input_variant
-
     space = load_space("mobile_cifar_hr")
     mnas = dataclasses.replace(scale_width(small_input_variant(reference("mnasnet_b1")), 0.35), act="relu")
     decisions = space.to_decisions(mnas)
