@@ -12,9 +12,10 @@ epochs, the ``train`` recipe) with two seeds, and the study's estimators against
 two: ``rung<k>`` for the rungs of ``data=cifar10_jpeg``'s CPU default (one training through the
 rungs, each rung continuing from the one below, as a search trains them), ``train_2ep`` on 5,000
 images (a larger bottom rung), the training-free scores and MACs. The two seeds' agreement gives the
-reference's own noise ceiling. Every estimate is kept in the study's folder
-(``.latnas/bench/fidelity-deploy``) as it is made, so a stopped run continues where it stopped; the
-record goes to ``benchmarks/records/fidelity_deploy.json``.
+reference's own noise ceiling. Every estimate is appended to :data:`STUDY_DIR` ``/records.jsonl`` as it
+is made, and that file is committed, so a stopped run continues where it stopped, on this machine or
+on another one (the study takes several hours of a 2-core machine); the record goes to
+``benchmarks/records/fidelity_deploy.json``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from search_spaces.space import SPACES_DIR
 DEPLOY = {"k": 10, "reference": (30000, 10), "extra_seeds": [1], "cheap_train_samples": 5000, "cheap_epochs": [2],
           "rungs": [(2500, 2), (10000, 3), (20000, 8)], "val": None}
 """The study: ``rungs`` are ``conf/rungs/cifar10_cpu.yaml``'s; ``val`` None validates on every carved image."""
+STUDY_DIR = ROOT / "benchmarks" / "records" / "fidelity_deploy"
+"""The full study's folder: its ``records.jsonl`` is committed (the rest of the folder is written again)."""
 QUICK = {"k": 4, "reference": (400, 1), "extra_seeds": [1], "cheap_train_samples": 200, "cheap_epochs": [1],
          "rungs": [(100, 1), (200, 1)], "val": 300}
 
@@ -54,7 +57,7 @@ def config(archive: Path, quick: bool, workers: int, tracking_uri: str) -> Fidel
                                   extra_seeds=list(size["extra_seeds"])),
         cheap_train_samples=size["cheap_train_samples"], cheap_epochs=list(size["cheap_epochs"]),
         rungs=[RungConfig(n, e) for n, e in size["rungs"]], workers=workers, name=f"cifar10-{mode}",
-        output_dir=str(ROOT / ".latnas" / "bench" / f"fidelity-{mode}"),
+        output_dir=str(ROOT / ".latnas" / "bench" / "fidelity-quick" if quick else STUDY_DIR),
         data=DataConfig(name="image_folder", path=str(archive), resolution=32, val_fraction=0.1,
                         max_val_samples=size["val"]),
         train=TrainConfig(device="cpu"), tracking=TrackingConfig(uri=tracking_uri),
