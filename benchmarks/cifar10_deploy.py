@@ -16,7 +16,9 @@ The run is split into steps that each save what they produced, so it may run in 
 ``references`` (the references' trainings) and ``search`` (LatNAS's multi-fidelity search at each
 target, :data:`SEARCH`, resumed where it stopped, then the searched networks' trainings) and
 ``report`` (a paired latency pass of every network, the goal at each target, the committed networks
-under :data:`EXPORT_DIR` and the record; a quiet machine). A training already saved under
+under :data:`EXPORT_DIR` and the record; a quiet machine). ``train`` trains given members of the
+search's space (``--arch``, repeated) at the same budget and keeps them beside the others: the figures
+that show what the space holds near a target, whichever network a search picks. A training already saved under
 :data:`STATE_DIR` is never repeated; a step whose inputs are missing says which step to run first.
 """
 
@@ -44,7 +46,7 @@ from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import in_workers
 from nas.data import load_dataset
 from nas.deploy.fuse import fuse_conv_bn
-from search_spaces import REFERENCES, Arch, build
+from search_spaces import REFERENCES, Arch, SearchSpaceError, build, load_space
 
 SHAPE = (1, 3, 32, 32)
 BUDGET = {"train_images": 30000, "epochs": 10, "seeds": 3}
@@ -411,13 +413,28 @@ def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cifar10_deploy", description=__doc__.split("\n")[0])
     parser.add_argument("--cifar10", type=Path, required=True, help="the CIFAR-10 training-image archive")
-    parser.add_argument("--step", choices=("widths", "references", "search", "report"), required=True)
+    parser.add_argument("--step", choices=("widths", "references", "search", "train", "report"), required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a tiny budget, state in a scratch folder")
     parser.add_argument("--target", type=float, default=None,
                         help="search step: only the target of this many ms (as widths.json rounds it), "
                              "so the step may run in parts; default every target")
+    parser.add_argument("--arch", action="append", default=[],
+                        help="train step: a member of the search's space (its canonical string); may repeat")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="train step: train seeds 0 to N-1 (default: the budget's, 3)")
     args = parser.parse_args(argv)
+    if args.step == "train":
+        if not args.arch:
+            parser.error("--step train: name the networks with --arch")
+        if args.seeds is not None and args.seeds < 1:
+            parser.error(f"--seeds {args.seeds}: must be at least 1")
+        space = load_space((QUICK_SEARCH if args.quick else SEARCH)["space"])
+        for text in args.arch:
+            try:
+                space.to_decisions(Arch.decode(text))
+            except SearchSpaceError as e:
+                parser.error(f"--arch {text}: {e}")
     if not args.cifar10.is_file():
         parser.error(f"--cifar10 {args.cifar10}: no such file")
     budget = QUICK_BUDGET if args.quick else BUDGET
@@ -453,6 +470,10 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(json.dumps(found, indent=2) + "\n")
             winners.append(Arch.decode(found["arch"]))
         train_all(winners, args.cifar10, budget, args.workers, state_dir, log)
+    elif args.step == "train":
+        seeds = budget["seeds"] if args.seeds is None else args.seeds
+        train_all([Arch.decode(a) for a in args.arch], args.cifar10, {**budget, "seeds": seeds}, args.workers,
+                  state_dir, log)
     elif args.step == "report":
         t0 = time.perf_counter()
         export_dir = EXPORT_DIR if not args.quick else state_dir / "exports"
