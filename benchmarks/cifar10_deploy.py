@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--step train: name the networks with --arch")
         if args.seeds is not None and args.seeds < 1:
             parser.error(f"--seeds {args.seeds}: must be at least 1")
-        space = load_space((QUICK_SEARCH if args.quick else SEARCH)["space"])
+        space = load_space(str((QUICK_SEARCH if args.quick else SEARCH)["space"]))
         for text in args.arch:
             try:
                 space.to_decisions(Arch.decode(text))
