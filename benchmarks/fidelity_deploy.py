@@ -57,7 +57,7 @@ def config(archive: Path, quick: bool, workers: int, tracking_uri: str) -> Fidel
                                   extra_seeds=list(size["extra_seeds"])),
         cheap_train_samples=size["cheap_train_samples"], cheap_epochs=list(size["cheap_epochs"]),
         rungs=[RungConfig(n, e) for n, e in size["rungs"]], workers=workers, name=f"cifar10-{mode}",
-        output_dir=str(ROOT / ".latnas" / "bench" / "fidelity-quick" if quick else STUDY_DIR),
+        output_dir=str((ROOT / ".latnas" / "bench" / "fidelity-quick") if quick else STUDY_DIR),
         data=DataConfig(name="image_folder", path=str(archive), resolution=32, val_fraction=0.1,
                         max_val_samples=size["val"]),
         train=TrainConfig(device="cpu"), tracking=TrackingConfig(uri=tracking_uri),
