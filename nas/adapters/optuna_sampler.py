@@ -24,6 +24,7 @@ Objectives: ``reward`` (maximised) for TPE and random; ``accuracy`` (maximised) 
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -45,6 +46,32 @@ def objectives(sampler: str) -> list[tuple[str, str]]:
     return [("reward", "max")]
 
 
+_LOCK = type(threading.Lock())
+
+
+class _NSGAIISampler(optuna.samplers.NSGAIISampler):
+    """Optuna's NSGA-II sampler that survives pickling.
+
+    The Ray Tune searcher checkpoints the sampler by pickling it. Optuna 5.1's genetic samplers
+    keep a ``threading.Lock``, which cannot be pickled: the lock is left out of the pickle and a
+    new one made when it is read back. An unlocked lock carries no state worth keeping.
+    """
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        locks = [name for name, value in state.items() if isinstance(value, _LOCK)]
+        for name in locks:
+            del state[name]
+        state["_unpickled_locks"] = locks
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        locks = state.pop("_unpickled_locks", [])
+        self.__dict__.update(state)
+        for name in locks:
+            setattr(self, name, threading.Lock())
+
+
 def make_sampler(name: str, seed: int, n_startup_trials: int, population_size: int) -> optuna.samplers.BaseSampler:
     """Optuna's sampler called ``name`` (``tpe``, ``random`` or ``nsga2``), seeded.
 
@@ -62,7 +89,7 @@ def make_sampler(name: str, seed: int, n_startup_trials: int, population_size: i
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=population_size)
+        return _NSGAIISampler(seed=seed, population_size=population_size)
     raise ConfigError("search.sampler", f"{name!r} is not one of ['tpe', 'random', 'nsga2'] (Optuna's)")
 
 
