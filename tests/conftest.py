@@ -4,13 +4,25 @@ Under ``--dist loadgroup`` every module is one unit of work, so a module's fixtu
 supernet, a small search) are set up once, and the modules that share the small review search
 (``tests/nas/review_search.py``) form one unit, so that search runs once. Modules holding the slow
 tests CI runs (marker ``ci``) go first, so a long test does not start last and leave the other worker idle.
+
+The tests that press Ctrl-C start a command the way a terminal does, with SIGINT at its default. A test
+run started from a background job (``nohup ... &``, some CI runners) inherits SIGINT ignored, and every
+process it starts would inherit that too and sit through Ctrl-C: :func:`pytest_configure` gives the
+test processes Python's default handler back, which the commands they start then get as SIGINT's default.
 """
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 SHARED_SEARCH_FIXTURE = "small_search"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns the groups into its units of work
