@@ -430,9 +430,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.seeds is not None and args.seeds < 1:
             parser.error(f"--seeds {args.seeds}: must be at least 1")
         space = load_space(str((QUICK_SEARCH if args.quick else SEARCH)["space"]))
+        archs = []
         for text in args.arch:
             try:
-                space.to_decisions(Arch.decode(text))
+                archs.append(space.decode(text))
             except SearchSpaceError as e:
                 parser.error(f"--arch {text}: {e}")
     if not args.cifar10.is_file():
@@ -472,8 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         train_all(winners, args.cifar10, budget, args.workers, state_dir, log)
     elif args.step == "train":
         seeds = budget["seeds"] if args.seeds is None else args.seeds
-        train_all([Arch.decode(a) for a in args.arch], args.cifar10, {**budget, "seeds": seeds}, args.workers,
-                  state_dir, log)
+        train_all(archs, args.cifar10, {**budget, "seeds": seeds}, args.workers, state_dir, log)
     elif args.step == "report":
         t0 = time.perf_counter()
         export_dir = EXPORT_DIR if not args.quick else state_dir / "exports"
