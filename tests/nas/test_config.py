@@ -82,6 +82,23 @@ def test_cifar10_jpeg_is_loaded_as_an_image_folder_and_called_cifar10_jpeg() -> 
         validate(_compose("+space=tiny", "target_ms=5", "data.label= "))
 
 
+def test_cifar10_jpeg_searches_with_the_cpu_rungs_unless_told_otherwise() -> None:
+    # The README's CIFAR-10 command: multi-fidelity by default, one key raises the top rung, and a
+    # user's own n_trials or ~data_rungs still wins.
+    def rungs(cfg: SearchConfig) -> list[tuple[int, int]]:
+        return [(r.train_images, r.epochs) for r in cfg.search.rungs]
+
+    cpu = _compose("+space=mobile_cifar", "target_ms=5", "data=cifar10_jpeg")
+    assert (cpu.search.scheduler, cpu.search.reduction_factor, cpu.search.n_trials) == ("asha", 3, 9)
+    assert rungs(cpu) == [(10000, 3), (20000, 8)] and cpu.data.max_train_samples is None
+    gpu = _compose("+space=mobile_cifar", "target_ms=5", "data=cifar10_jpeg", "+rungs=cifar10_gpu")
+    assert rungs(gpu)[:2] == rungs(cpu) and rungs(gpu)[-1] == (45000, 30) and gpu.search.n_trials == 27
+    mine = _compose("+space=mobile_cifar", "target_ms=5", "data=cifar10_jpeg", "search.n_trials=4")
+    assert mine.search.n_trials == 4 and rungs(mine) == rungs(cpu)
+    off = _compose("+space=mobile_cifar", "target_ms=5", "data=cifar10_jpeg", "~data_rungs")
+    assert (off.search.scheduler, off.search.rungs, off.search.n_trials) == ("fifo", [], 20)
+
+
 def test_unknown_group_option_lists_the_options() -> None:
     with pytest.raises(MissingConfigException, match=r"data/imagenet") as err:
         _compose("+space=tiny", "target_ms=5", "data=imagenet")
