@@ -278,7 +278,7 @@ def test_cli_bad_input_exits_non_zero_with_a_clear_message(tmp_path: Path) -> No
      "at least one batch size"),
     (["latency.scenario=server", "latency.throughput_goal=100", "latency.batch_sizes=[1,-2]"], "latency.batch_sizes",
      "got -2"),
-    (["latency.scenario=server", "latency.throughput_goal=0"], "latency.throughput_goal", ""),
+    (["latency.scenario=server", "latency.throughput_goal=0"], "latency.throughput_goal", r"> 0, got 0\.0"),
     (["latency=predictor", "latency.scenario=server", "latency.throughput_goal=100"], "latency.scenario",
      "a predictor predicts batch 1"),
 ])
