@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import shutil
 import sys
@@ -145,12 +146,13 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
 
 
 SEARCH = {"space": "mobile_cifar_hr", "sampler": "evolution", "population_size": 6, "tournament_size": 3,
-          "n_trials": 18, "reduction_factor": 3, "max_concurrent": 2,
-          "rungs": [{"train_images": 2500, "epochs": 2}, {"train_images": 10000, "epochs": 3},
-                    {"train_images": 30000, "epochs": 10}]}
+          "n_trials": 12, "reduction_factor": 3, "max_concurrent": 2,
+          "rungs": [{"train_images": 10000, "epochs": 3}, {"train_images": 30000, "epochs": 10}]}
 """LatNAS's multi-fidelity search at each target: the last rung is the deployment budget. Regularised
 evolution starts from :data:`START` (then random members until the population is full) and mutates the
-fittest; ASHA promotes the best third of each rung."""
+fittest; ASHA promotes the best third of the first rung. The first rung is ``conf/rungs/cifar10_cpu.yaml``'s,
+chosen from the deployment fidelity study (:mod:`benchmarks.fidelity_deploy`: 10,000 x 3 ranks with
+Kendall tau 0.47; 2,500 x 2, this search's first rung before, 0.20, little better than chance)."""
 QUICK_SEARCH = {"space": "mobile_cifar_hr", "sampler": "evolution", "population_size": 2, "tournament_size": 1,
                 "n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
                 "rungs": [{"train_images": 100, "epochs": 1}, {"train_images": 300, "epochs": 1}]}
@@ -167,16 +169,16 @@ _MNAS_035 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_
 _MNAS_035_LEAN = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c16_s1-mb_k5_e3_c16_s1-"
                   "mb_k5_e3_c16_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c40_s1-mb_k3_e6_c40_s1-"
                   "mb_k5_e6_c56_s2-mb_k5_e6_c56_s1-mb_k5_e6_c56_s1-mb_k3_e6_c112_s1-head_c1280")
-_MNAS_05 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c24_s1-"
-            "mb_k5_e3_c24_s1-mb_k5_e3_c24_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c48_s1-"
-            "mb_k3_e6_c48_s1-mb_k5_e6_c80_s2-mb_k5_e6_c80_s1-mb_k5_e6_c80_s1-mb_k5_e6_c80_s1-mb_k3_e6_c160_s1-head_c1280")
-START = {0.35: [_MBV2_035, _MNAS_035_LEAN, _MNAS_035], 0.5: [_MBV2_05, _MNAS_05, _MNAS_035]}
+_MNAS_05_TRIM = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c24_s1-"
+                 "mb_k5_e3_c24_s1-mb_k5_e3_c24_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c48_s1-"
+                 "mb_k3_e6_c48_s1-mb_k5_e6_c80_s2-mb_k5_e6_c80_s1-mb_k5_e6_c80_s1-mb_k3_e6_c160_s1-head_c1280")
+START = {0.35: [_MBV2_035, _MNAS_035_LEAN, _MNAS_035], 0.5: [_MBV2_05, _MNAS_05_TRIM, _MNAS_035]}
 """The search's start at each target (by its anchor's width): the references' shapes in ``mobile_cifar_hr``
 (MobileNetV2 and MnasNet-B1 stage by stage, widths snapped to the space's, ReLU), near the target.
-``_MNAS_035`` is MnasNet-B1 x0.35 itself (its 32-channel stride-1 stage is the space's optional stage left
-out and the 24/32 stage run to depth 5); the searches recorded before that stage was optional started from
-a snapped copy with that stage at 40 channels (paired latency ratios, measured while training ran, load
-3: at 0.235 ms 0.88, 0.96 and 1.11; at 0.326 ms 0.96, 0.97 and 0.70)."""
+``_MNAS_05_TRIM`` is MnasNet-B1 x0.5 with three blocks in its 80-channel stage, not four (MnasNet-B1
+x0.5 itself is just over 0.326 ms). ``_MNAS_035`` is MnasNet-B1 x0.35 itself (its 32-channel stride-1
+stage is the space's optional stage left out and the 24/32 stage run to depth 5). A change to the start
+or to :data:`SEARCH` makes the search step search again (a recorded search is kept only for its settings)."""
 
 
 def _rungs_override(rungs: list[dict[str, int]]) -> str:
@@ -197,7 +199,8 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
     from nas.core.record import trials_seconds
     from nas.driver import run_search
 
-    name = f"cifar10-deploy-{target_ms:g}ms"
+    settings = hashlib.sha1(json.dumps([size, start], sort_keys=True).encode()).hexdigest()[:8]
+    name = f"cifar10-deploy-{target_ms:g}ms-{settings}"  # other settings or start: another search
     store = state_dir / "search" / "mlflow.db"
     started = state_dir / "search" / f"{name}.started"  # the search is recorded: a later part resumes it
     resume = started.exists()
@@ -284,9 +287,10 @@ def _onnx_accuracy(path: Path, data: Any) -> float:
     return correct / n
 
 
-def step_report(archive: Path, budget: dict[str, int], state_dir: Path, export_dir: Path,
+def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], state_dir: Path, export_dir: Path,
                 log: Callable[[str], None]) -> dict[str, Any]:
-    """The paired latency pass, the comparison against the goal, and the committed networks (seed 0)."""
+    """The paired latency pass, the comparison against the goal, and the committed networks (seed 0).
+    Every target's search must have been run with ``size`` and the target's :data:`START`."""
     import numpy as np
 
     from benchmarks.common import spread
@@ -301,6 +305,9 @@ def step_report(archive: Path, budget: dict[str, int], state_dir: Path, export_d
     targets = []
     for t in widths["targets"]:
         found = _read_step(state_dir, f"search-{t['target_ms']:g}ms", "search")
+        if (found["settings"], found["start"]) != (size, START[_anchor_width(t)]):
+            raise SystemExit(f"cifar10_deploy: the search at {t['target_ms']:g} ms was run with other settings "
+                             "or another start: run --step search again")
         nets = [{**_network("searched", None, found["arch"]), "search": {k: v for k, v in found.items()
                                                                           if k != "arch"}}]
         nets += [{**_network(r["name"], r["multiplier"], r["arch"]), "ratio_at_choice": r["ratio_at_choice"]}
@@ -402,6 +409,11 @@ The trained networks (seed 0: `model.onnx`, Conv+BN fused, scored again on the v
 `arch.json`) are in {exports}."""
 
 
+def _anchor_width(target: dict[str, Any]) -> float:
+    """The width of a target's anchor (``mobilenetv2_100 x0.35``: 0.35), the key of :data:`START`."""
+    return float(target["anchor"].rsplit("x", 1)[1])
+
+
 def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
     path = state_dir / f"{name}.json"
     if not path.exists():
@@ -464,9 +476,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--target {args.target:g}: not a target of widths.json ({known})")
         for t in targets:  # the searches, then every winner's trainings (the pool kept full)
             path = state_dir / f"search-{t['target_ms']:g}ms.json"
+            width = _anchor_width(t)
             found = json.loads(path.read_text()) if path.exists() else None
+            if found is not None and (found["settings"], found["start"]) != (size, START[width]):
+                log(f"  {path.name} was searched with other settings or another start: searching again")
+                found = None
             if found is None:
-                width = float(t["anchor"].rsplit("x", 1)[1])
                 found = step_search(args.cifar10, t["target_ms"], width, START[width], size, state_dir, log)
                 path.write_text(json.dumps(found, indent=2) + "\n")
             winners.append(Arch.decode(found["arch"]))
@@ -477,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.step == "report":
         t0 = time.perf_counter()
         export_dir = EXPORT_DIR if not args.quick else state_dir / "exports"
-        figures = step_report(args.cifar10, budget, state_dir, export_dir, log)
+        figures = step_report(args.cifar10, budget, QUICK_SEARCH if args.quick else SEARCH, state_dir, export_dir, log)
         mode = "quick" if args.quick else "full"
         rec = {**header("cifar10_deploy", mode, command_line(["--cifar10", "DIR/cifar10-train-jpeg.tar.gz",
                                                               "--step", "report"])),
