@@ -305,7 +305,7 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
     targets = []
     for t in widths["targets"]:
         found = _read_step(state_dir, f"search-{t['target_ms']:g}ms", "search")
-        if (found["settings"], found["start"]) != (size, START[_anchor_width(t)]):
+        if (found["settings"], found.get("start")) != (size, START[_anchor_width(t)]):
             raise SystemExit(f"cifar10_deploy: the search at {t['target_ms']:g} ms was run with other settings "
                              "or another start: run --step search again")
         nets = [{**_network("searched", None, found["arch"]), "search": {k: v for k, v in found.items()
@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             path = state_dir / f"search-{t['target_ms']:g}ms.json"
             width = _anchor_width(t)
             found = json.loads(path.read_text()) if path.exists() else None
-            if found is not None and (found["settings"], found["start"]) != (size, START[width]):
+            if found is not None and (found["settings"], found.get("start")) != (size, START[width]):
                 log(f"  {path.name} was searched with other settings or another start: searching again")
                 found = None
             if found is None:
