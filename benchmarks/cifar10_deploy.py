@@ -151,8 +151,8 @@ SEARCH = {"space": "mobile_cifar_hr", "sampler": "evolution", "population_size":
 """LatNAS's multi-fidelity search at each target: the last rung is the deployment budget. Regularised
 evolution starts from :data:`START` (then random members until the population is full) and mutates the
 fittest; ASHA promotes the best third of the first rung. The first rung is ``conf/rungs/cifar10_cpu.yaml``'s,
-chosen from the deployment fidelity study (:mod:`benchmarks.fidelity_deploy`: 10,000 x 3 ranks with
-Kendall tau 0.47; 2,500 x 2, this search's first rung before, 0.20, little better than chance)."""
+chosen from the deployment fidelity study (:mod:`benchmarks.fidelity_deploy`), where 2,500 x 2, this
+search's first rung before, ranked little better than chance."""
 QUICK_SEARCH = {"space": "mobile_cifar_hr", "sampler": "evolution", "population_size": 2, "tournament_size": 1,
                 "n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
                 "rungs": [{"train_images": 100, "epochs": 1}, {"train_images": 300, "epochs": 1}]}
@@ -305,7 +305,7 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
     targets = []
     for t in widths["targets"]:
         found = _read_step(state_dir, f"search-{t['target_ms']:g}ms", "search")
-        if (found["settings"], found.get("start")) != (size, START[_anchor_width(t)]):
+        if not _searched_with(found, size, t):
             raise SystemExit(f"cifar10_deploy: the search at {t['target_ms']:g} ms was run with other settings "
                              "or another start: run --step search again")
         nets = [{**_network("searched", None, found["arch"]), "search": {k: v for k, v in found.items()
@@ -414,6 +414,12 @@ def _anchor_width(target: dict[str, Any]) -> float:
     return float(target["anchor"].rsplit("x", 1)[1])
 
 
+def _searched_with(found: dict[str, Any], size: dict[str, Any], target: dict[str, Any]) -> bool:
+    """Whether a recorded search at ``target`` ran with ``size`` and the target's :data:`START` (a record
+    from before starts were recorded has none: another start)."""
+    return (found["settings"], found.get("start")) == (size, START[_anchor_width(target)])
+
+
 def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
     path = state_dir / f"{name}.json"
     if not path.exists():
@@ -478,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             path = state_dir / f"search-{t['target_ms']:g}ms.json"
             width = _anchor_width(t)
             found = json.loads(path.read_text()) if path.exists() else None
-            if found is not None and (found["settings"], found.get("start")) != (size, START[width]):
+            if found is not None and not _searched_with(found, size, t):
                 log(f"  {path.name} was searched with other settings or another start: searching again")
                 found = None
             if found is None:
