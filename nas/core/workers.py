@@ -7,7 +7,9 @@ its parent dies; elsewhere it does nothing (the workers then end when they next 
 parent). A parent that is interrupted but lives on has the opposite problem with
 ``concurrent.futures.ProcessPoolExecutor``: leaving its ``with`` block waits for every task already
 queued, hours of training after a Ctrl-C. :func:`in_workers` maps a function over spawned workers
-and ends them at once when the caller stops, by Ctrl-C, an error or a ``break``.
+and ends them at once when the caller stops, by Ctrl-C, an error or a ``break``. Its workers leave
+Ctrl-C to the caller: a terminal signals the whole foreground group, and a worker that took it
+itself would print its own traceback beside the caller's one-line message.
 
 Processes that others start cannot be asked that way. A local Ray cluster's head processes share
 its driver's fate (Ray starts them with a parent-death signal), but the agents its raylet starts
@@ -49,6 +51,13 @@ def die_with_parent(*_: object) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
+def _start_worker(initializer: Callable[..., None], *initargs: Any) -> None:
+    """A pool worker's first step: Ctrl-C is the caller's to handle (it terminates the pool), then
+    the caller's own ``initializer``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    initializer(*initargs)
+
+
 def in_workers(fn: Callable[[_T], _R], items: Iterable[_T], workers: int, *, ordered: bool = True,
                initializer: Callable[..., None] = die_with_parent, initargs: tuple[Any, ...] = ()) -> Iterator[_R]:
     """``fn`` over ``items`` in ``workers`` spawned processes, each result as it comes (in the order of
@@ -60,7 +69,7 @@ def in_workers(fn: Callable[[_T], _R], items: Iterable[_T], workers: int, *, ord
     early (Ctrl-C, an exception, closing the generator) the workers are terminated at once, the
     tasks under way and those queued with them.
     """
-    pool = get_context("spawn").Pool(workers, initializer=initializer, initargs=initargs)
+    pool = get_context("spawn").Pool(workers, initializer=_start_worker, initargs=(initializer, *initargs))
     try:
         yield from (pool.imap if ordered else pool.imap_unordered)(fn, items)
     except BaseException:

@@ -230,7 +230,7 @@ def test_a_multi_fidelity_search_promotes_records_rungs_and_resumes(tmp_path: Pa
         assert math.isclose(logged[f"reward_rung{c.rung}"], c.reward)
     # how much of the target the winner uses is on the parent run
     parent = client.get_run(result.parent_run_id).data.metrics
-    assert parent["target_share_top1"] == pytest.approx(result.best.latency_p50 / 50, rel=1e-4)  # 5 digits kept
+    assert parent["target_share_top1"] == pytest.approx(result.best.latency_p50 / 50, rel=2e-4)  # both kept to 5 digits
     # resumed with more trials: the earlier candidates stay, the new ones are promoted against them
     more = run_search(compose_config(*overrides, "search.n_trials=7", "resume=true"))
     assert more.resumed == 5 and len(more.candidates) == 7 and more.status == "FINISHED"

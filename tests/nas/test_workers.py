@@ -3,6 +3,7 @@ them is killed (Linux); :func:`nas.core.workers.in_workers`'s end when their cal
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -86,6 +87,27 @@ if __name__ == "__main__":
 """
 
 
+# A caller whose workers are busy in Python code (where a worker that took Ctrl-C itself would raise
+# KeyboardInterrupt at once) and which says one line when interrupted.
+INTERRUPTED = """
+import os, sys
+from nas.core.workers import in_workers
+
+def task(i):
+    print(os.getpid(), flush=True)
+    while True:
+        sum(range(1000))
+
+if __name__ == "__main__":
+    try:
+        for _ in in_workers(task, range(2), 2, ordered=False):
+            pass
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        sys.exit(130)
+"""
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -156,3 +178,22 @@ def test_a_caller_that_stops_early_leaves_no_worker_training(tmp_path: Path) -> 
     finally:
         caller.kill()
         caller.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+def test_ctrl_c_is_the_callers_to_report_and_ends_the_workers(tmp_path: Path) -> None:
+    script = tmp_path / "caller.py"
+    script.write_text(INTERRUPTED)
+    caller = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=tmp_path,
+                              start_new_session=True)
+    assert caller.stdout is not None
+    try:
+        workers = [int(caller.stdout.readline()) for _ in range(2)]
+        os.killpg(caller.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        _, err = caller.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(caller.pid, signal.SIGKILL)
+    assert caller.returncode == 130 and err.strip() == "interrupted", err[-2000:]  # no worker's traceback
+    assert not any(map(_alive, workers)), "a worker went on after Ctrl-C"
