@@ -287,6 +287,24 @@ def _onnx_accuracy(path: Path, data: Any) -> float:
     return correct / n
 
 
+def _trained(state_dir: Path, budget: dict[str, int]) -> list[dict[str, Any]]:
+    """Every network trained at ``budget`` under ``state_dir`` (the comparison's, earlier searches' winners and
+    those of ``--step train``), with each seed's accuracy: what the space holds near the targets."""
+    from benchmarks.common import spread
+
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(state_dir.glob(f"*-seed*-{budget['train_images']}x{budget['epochs']}.json")):
+        run = json.loads(path.read_text())
+        runs.setdefault(run["arch"], []).append(run)
+    out = []
+    for arch, rs in runs.items():
+        rs.sort(key=lambda r: r["seed"])
+        accs = [r["accuracy"] for r in rs]
+        out.append({"arch": arch, "arch_id": rs[0]["arch_id"], "seeds": [r["seed"] for r in rs],
+                    "accuracy": {**spread(accs), "values": accs}})
+    return out
+
+
 def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], state_dir: Path, export_dir: Path,
                 log: Callable[[str], None]) -> dict[str, Any]:
     """The paired latency pass, the comparison against the goal, and the committed networks (seed 0).
@@ -302,6 +320,7 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
         return float(est.measure(arch).latency_ms)
 
     data = load_dataset(data_config(archive))
+    trained = _trained(state_dir, budget)
     targets = []
     for t in widths["targets"]:
         found = _read_step(state_dir, f"search-{t['target_ms']:g}ms", "search")
@@ -313,8 +332,13 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
         nets += [{**_network(r["name"], r["multiplier"], r["arch"]), "ratio_at_choice": r["ratio_at_choice"]}
                  for r in t["references"] if r["meets"]]
         anchor = Arch.decode(t["anchor_arch"])
-        archs = list(dict.fromkeys([anchor, *(Arch.decode(c["arch"]) for c in nets)]))
+        archs = list(dict.fromkeys([anchor, *(Arch.decode(c["arch"]) for c in nets),
+                                    *(Arch.decode(r["arch"]) for r in trained)]))
         final = paired_ratios(archs, anchor, measure, ROUNDS)
+        for r in trained:
+            r.setdefault("roles", [])
+            r["roles"] += [f"{c['name']} at {t['target_ms']:g} ms" for c in nets if c["arch"] == r["arch"]]
+            r.setdefault("x_anchor", {})[f"{t['target_ms']:g}"] = final[Arch.decode(r["arch"])].ratio
         missing = [n for n in nets for seed in range(budget["seeds"])
                    if not (state_dir / f"{training_key(Arch.decode(n['arch']), seed, budget)}.json").exists()]
         if missing:
@@ -359,7 +383,7 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
                                                      if not r["meets"]]}
         entry["goal"] = goal(entry)
         targets.append(entry)
-    return {"dataset": "cifar10", "targets": targets, "budget": budget, "rounds": ROUNDS,
+    return {"dataset": "cifar10", "targets": targets, "trained": trained, "budget": budget, "rounds": ROUNDS,
             "val_images": data.n_val, "widths_measured": widths["measured"],
             "goal": {"points": GOAL_POINTS, "accuracy": GOAL_ACCURACY}}
 
@@ -384,7 +408,20 @@ def render(rec: dict[str, Any]) -> str:
     search = f["targets"][0]["candidates"][0]["search"]["settings"]
     rungs = ", ".join(f"{r['train_images']:,} x {r['epochs']}" for r in search["rungs"])
     lines = "\n".join(f"- {line}" for line in comparison_lines(f["targets"]))
+    keys = [f"{t['target_ms']:g}" for t in f["targets"]]
+    held = [[f"`{r['arch_id']}`", "; ".join(r["roles"]) or "-", *(_f(r["x_anchor"][k], 2) for k in keys),
+             str(len(r["seeds"])),
+             f"{_pct(r['accuracy']['median'])} ({', '.join(_pct(a) for a in r['accuracy']['values'])})"]
+            for r in sorted(f.get("trained", []), key=lambda r: -r["accuracy"]["median"])]
+    held_table = table(["network", "in the comparison", *(f"x anchor at {k} ms" for k in keys), "seeds",
+                        "accuracy median (each seed)"], held)
     exports = ", ".join(f"`{c['export_folder']}`" for t in f["targets"] for c in t["candidates"])
+    missing = "; ".join(f"at {t['target_ms']:g} ms, {', '.join(t['not_meeting'])}" for t in f["targets"]
+                        if t["not_meeting"])
+    missing = (f"A reference that misses its target at the narrowest width tried is not trained: {missing}."
+               if missing else "Every reference meets both targets at some width.")
+    anchors = " and ".join(f"{t['anchor']} {t['anchor_final_ms']:.3f} ms (target {t['target_ms']:g} ms)"
+                           for t in f["targets"])
     return f"""Searched against hand-designed networks at the budget a network is deployed with. Targets: the
 latencies of MobileNetV2 (32x32 layout) at widths 0.35 and 0.5 on this CPU (ONNX Runtime, 1 thread,
 1x3x32x32). LatNAS's multi-fidelity search of `{search.get('space', 'mobile_cifar')}` ({search['n_trials']} candidates,
@@ -395,6 +432,9 @@ the same recipe at {b['train_images']:,} images x {b['epochs']} epochs, {b['seed
 the {f['val_images']:,} images carved from the training split (the JPEG copy of CIFAR-10: close to, not
 identical with, published figures); accuracy median (min - max). Latency: the median of {f['rounds']}
 paired rounds at the end, each network then its target's anchor; *x anchor* is the median ratio.
+A target is named by its anchor's latency when the widths were chosen ({f['widths_measured'][:10]}); in
+the final pass the anchors measured {anchors}. Milliseconds move with the machine; the ratios decide.
+{missing}
 
 {table(["target ms", "network", "latency ms", "x anchor", "meets", "params M", "accuracy"], rows)}
 
@@ -404,6 +444,13 @@ meets the target and is no faster than it, the seed ranges apart, at {_pct(f['go
 {chr(10).join(goals)}
 
 {lines}
+
+Every network trained at {b['train_images']:,} x {b['epochs']}: the comparison's, earlier searches' winners and
+members of the space trained by `--step train`, timed in the same paired pass (their strings are in
+`benchmarks/records/cifar10_deploy/<id>-seed0-{b['train_images']}x{b['epochs']}.json`). What the space holds
+near the targets, whichever network a search picks:
+
+{held_table}
 
 The trained networks (seed 0: `model.onnx`, Conv+BN fused, scored again on the validation split; and
 `arch.json`) are in {exports}."""

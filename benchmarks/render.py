@@ -132,9 +132,11 @@ def comparison_lines(targets: list[dict[str, Any]]) -> list[str]:
                          f"{'do not overlap' if apart else 'overlap'})")
     seen = set()
     for c in (c for t in targets for c in t["candidates"] if c["name"] != "searched"):
-        if (c["name"], c["latency_ms"]) in seen:
+        # one line per network and its accuracy (the same trainings may serve several targets)
+        key = (c["name"], c.get("arch", c["latency_ms"]), c["accuracy"]["median"])
+        if key in seen:
             continue
-        seen.add((c["name"], c["latency_ms"]))
+        seen.add(key)
         ok = [s for s in searched_all if s["accuracy"]["median"] >= c["accuracy"]["median"]]
         if not ok:
             lines.append(f"at matched accuracy: no searched network reached {c['name']}'s "

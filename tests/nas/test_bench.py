@@ -576,3 +576,54 @@ def test_the_committed_records_name_no_machine_path() -> None:
     for path in paths:
         record = json.loads(path.read_text())
         assert common.portable(record) == record, f"{path.name} names a path of the machine it ran on"
+
+
+def _deploy_candidate(name: str, ratio: float, accs: list[float], arch: str) -> dict:
+    return {"name": name, "network": name.split(" x")[0], "multiplier": None, "arch": arch,
+            "latency_ms": 0.5 * ratio, "latency_ratio": ratio, "meets_target": ratio <= 1.0, "params_m": 0.5,
+            "accuracy": {**spread(accs), "values": accs}, "export_folder": f"benchmarks/cifar10-deploy/{name}"}
+
+
+def test_the_deployment_goal_counts_only_references_no_faster_than_the_searched_network() -> None:
+    from benchmarks import cifar10_deploy
+
+    searched = _deploy_candidate("searched", 0.9, [0.74, 0.75, 0.76], "s")
+    slower = _deploy_candidate("mobilenetv2_100 x0.5", 1.0, [0.72, 0.73, 0.735], "m")
+    faster = _deploy_candidate("mnasnet_b1 x0.35", 0.6, [0.76, 0.77, 0.78], "n")  # faster: not in the goal
+    over = _deploy_candidate("efficientnet_b0 x0.25", 1.1, [0.80, 0.81, 0.82], "e")  # misses the target
+    g = cifar10_deploy.goal({"candidates": [searched, slower, faster, over]})
+    assert g["met"] and [r["reference"] for r in g["against"]] == ["mobilenetv2_100 x0.5"]
+    assert g["against"][0]["points"] == pytest.approx(2.0) and g["against"][0]["apart"]
+    close = _deploy_candidate("mobilenetv2_100 x0.5", 1.0, [0.73, 0.735, 0.745], "m")  # 1.5 points, ranges touch
+    g = cifar10_deploy.goal({"candidates": [searched, close]})
+    assert not g["met"] and not g["against"][0]["apart"]
+
+
+def test_render_the_deployment_comparison_with_every_trained_network(tmp_path: Path) -> None:
+    from benchmarks import cifar10_deploy
+
+    searched = _deploy_candidate("searched", 0.95, [0.712, 0.724, 0.727], "s")
+    searched["search"] = {"settings": {"space": "mobile_cifar_hr", "n_trials": 12, "sampler": "evolution",
+                                       "reduction_factor": 3, "rungs": [{"train_images": 10000, "epochs": 3},
+                                                                        {"train_images": 30000, "epochs": 10}]}}
+    ref = _deploy_candidate("mnasnet_b1 x0.35", 0.99, [0.718, 0.727, 0.736], "n")
+    target = {"target_ms": 0.235, "anchor": "mobilenetv2_100 x0.35", "anchor_final_ms": 0.561,
+              "candidates": [searched, ref], "not_meeting": ["efficientnet_b0 x0.25"]}
+    target["goal"] = cifar10_deploy.goal(target)
+    trained = [{"arch": a, "arch_id": i, "seeds": list(range(len(v))), "roles": roles, "x_anchor": {"0.235": x},
+                "accuracy": {**spread(v), "values": v}}
+               for a, i, v, roles, x in [("s", "aaaa", [0.712, 0.724, 0.727], ["searched at 0.235 ms"], 0.95),
+                                         ("o", "bbbb", [0.73], [], 1.25)]]
+    figures = {"targets": [target], "trained": trained, "budget": {"train_images": 30000, "epochs": 10, "seeds": 3},
+               "rounds": 5, "val_images": 5000, "widths_measured": "2026-12-02T06:17:42Z",
+               "goal": {"points": 1.0, "accuracy": 0.65}}
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "cifar10_deploy.json").write_text(json.dumps(_rec("cifar10_deploy", figures)))
+    out = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text()
+    section = out.split("## Searched vs hand-designed networks on CIFAR-10 at the deployment budget")[1]
+    assert "at 0.235 ms: **not met** (searched 72.4%; mnasnet_b1 x0.35 -0.3 points (overlap))" in section
+    assert "the anchors measured mobilenetv2_100 x0.35 0.561 ms (target 0.235 ms)" in section
+    assert "not trained: at 0.235 ms, efficientnet_b0 x0.25." in section
+    # every trained network, the most accurate first, with its seeds and what it is in the comparison
+    assert section.index("| `bbbb` | - | 1.25 | 1 | 73.0% (73.0%) |") < section.index(
+        "| `aaaa` | searched at 0.235 ms | 0.95 | 3 | 72.4% (71.2%, 72.4%, 72.7%) |")
