@@ -10,12 +10,17 @@ the search from clinging to one lucky early architecture.
 
 Like :class:`nas.adapters.optuna_sampler.ArchSampler`, it proposes each architecture at most once, so a budget of
 ``n`` evaluations means ``n`` distinct architectures.
+
+A *screen* (``search.latency_screen``: :class:`nas.driver.screen.LatencyScreen`) may judge each new
+architecture before it is proposed; one it refuses is never proposed (nor evaluated, nor added to
+the population), and the next is drawn in its place.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +48,16 @@ class RegularisedEvolution:
         sample_size: tournament size (members compared to pick a parent).
         seed: seed of sampling, tournament and mutation.
         max_retries: proposals tried before giving up on finding an unseen architecture.
+        screen: judges each unseen architecture before it is proposed (True: propose it); None: none.
+        max_screened: architectures the screen may refuse in a row before :meth:`ask` gives up.
 
     Raises:
         ConfigError: ``population_size < 2`` or ``sample_size`` outside ``1..population_size``.
     """
 
     def __init__(self, space: SearchSpace, population_size: int = 20, sample_size: int = 5, seed: int = 0,
-                 max_retries: int = 200) -> None:
+                 max_retries: int = 200, screen: Callable[[Arch], bool] | None = None,
+                 max_screened: int = 50) -> None:
         if population_size < 2:
             raise ConfigError("evolution.population_size", f"must be >= 2, got {population_size}")
         if not 1 <= sample_size <= population_size:
@@ -63,19 +71,44 @@ class RegularisedEvolution:
         self.history: list[Member] = []
         self._seen: set[Arch] = set()
         self.duplicates = 0
+        self.screen = screen
+        self.max_screened = max_screened
+        self.screened = 0
+        """Architectures the screen refused (never proposed)."""
+        self.screen_gave_up = False
+        """Whether :meth:`ask` last gave up because the screen refused ``max_screened`` in a row."""
 
     def ask(self) -> Arch | None:
-        """The next architecture to evaluate (never one proposed before); None when none is found."""
-        for _ in range(self.max_retries):
+        """The next architecture to evaluate (never one proposed before, and passed by the screen); None
+        when none is found (``max_retries`` repeats, or ``max_screened`` refused in a row)."""
+        tries = refused = 0
+        self.screen_gave_up = False
+        while tries < self.max_retries:
             if len(self.population) < self.population_size:
                 arch = self.space.sample(self.rng)
             else:
                 arch = self.space.mutate(self._tournament().arch, self.rng)
-            if arch not in self._seen:
-                self._seen.add(arch)
+            if arch in self._seen:
+                self.duplicates += 1
+                tries += 1
+                continue
+            self._seen.add(arch)  # refused or not, never proposed again
+            if self.screen is None or self.screen(arch):
                 return arch
-            self.duplicates += 1
+            self.screened += 1
+            refused += 1
+            if refused >= self.max_screened:
+                self.screen_gave_up = True
+                return None
         return None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A screen measures with this process's latency backend, which does not pickle; a search
+        # resumes from its record and builds its screen again (nas.driver), so none is carried.
+        state = self.__dict__.copy()
+        if state["screen"] is not None:
+            state["screen"] = _screen_not_rebuilt
+        return state
 
     def mark_seen(self, arch: Arch) -> bool:
         """Record ``arch`` as proposed (e.g. evaluated by an earlier run); False when it already was."""
@@ -104,6 +137,12 @@ class RegularisedEvolution:
         return max(self.history, key=lambda m: m.fitness, default=None)
 
 
+def _screen_not_rebuilt(arch: Arch) -> bool:
+    """The screen of an unpickled sampler: refuses to guess (see :meth:`RegularisedEvolution.__getstate__`)."""
+    raise RuntimeError("a latency screen is not carried by a pickled sampler; a search builds it again when it "
+                       "resumes from its record")
+
+
 class EvolutionSampler:
     """Regularised evolution as the search's sampler (a :class:`nas.core.sampling.Sampler`):
     ``search.sampler=evolution``.
@@ -120,12 +159,15 @@ class EvolutionSampler:
         tournament_size: members compared to pick a parent.
         seed: seed of sampling, tournaments and mutations.
         max_duplicates: proposals tried before the space is taken as exhausted.
+        screen: judges each new architecture before it is proposed (``search.latency_screen``); None: none.
+        max_screened: architectures the screen may refuse in a row before the search ends.
     """
 
     def __init__(self, space: SearchSpace, population_size: int, tournament_size: int, seed: int,
-                 max_duplicates: int) -> None:
+                 max_duplicates: int, screen: Callable[[Arch], bool] | None = None, max_screened: int = 50) -> None:
         self.space = space
-        self.evolution = RegularisedEvolution(space, population_size, tournament_size, seed, max_duplicates)
+        self.evolution = RegularisedEvolution(space, population_size, tournament_size, seed, max_duplicates,
+                                              screen, max_screened)
         self.duplicates = 0
         self.exhausted = False
         self._running: set[str] = set()

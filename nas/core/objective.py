@@ -96,6 +96,13 @@ class Objective:
                               f"{result.arch[:60]}... was not paired with it (no x_anchor)")
         return fig.x_anchor, self.target_x
 
+    def over(self, result: LatencyResult) -> float:
+        """How many times the target ``result``'s figure is (at most 1: it meets the target): ``x_anchor``
+        over ``target_x`` for a relative target, else the latency at :attr:`stat` over ``target_ms``
+        (single stream; a server's target bounds each batch size's latency instead)."""
+        figure, target = self._bounded(result)
+        return figure / target
+
     def figures(self, result: LatencyResult) -> dict[str, float]:
         """The metrics a latency record gives a candidate: ``meets_target`` and, for a server,
         ``server_batch`` (NaN: no batch within the bound) and ``throughput_per_s``."""

@@ -71,6 +71,7 @@ from nas.driver.final_pass import FinalPass, measuring_estimator, run_final_pass
 from nas.driver.preflight import check_user_code, code_to_ship, user_refs
 from nas.driver.progress import Progress, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
+from nas.driver.screen import MAX_REFUSED, LatencyScreen, make_screen
 from nas.oneshot.subnet import check_supernet
 from nas.trial.evaluate import (
     TrialContext,
@@ -393,7 +394,13 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
 
-    sampler = make_sampler(cfg, space, name)  # opens search.storage: a URL Optuna cannot open is refused here
+    if cfg.search.latency_screen is not None and on_cluster and cfg.latency.backend not in ("remote", "predictor"):
+        raise ConfigError("search.latency_screen", "measures each proposal in the driver, and on a joined cluster "
+                          "the trials measure on other machines: leave it null there, or measure on one device "
+                          "with latency=remote")
+    screen = make_screen(cfg, data.num_classes, space, _target_ms(cfg, anchor_ms), preprocessing,
+                         lambda text: status(f"search {name}: {text}"))
+    sampler = make_sampler(cfg, space, name, screen)  # opens search.storage: a URL Optuna cannot open is refused here
     writer = StoreWriter(uri, cfg.tracking.experiment)  # creates the store first, in this process only
     created = not output_dir.exists()
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -426,7 +433,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                     anchor=cfg.anchor, target_x=cfg.target_x if cfg.target_anchor is not None else None,
                 )
                 run = _Run(name, output_dir, params, previous, changed, resume_command(command, name),
-                           device_name or "", anchor_ms)
+                           device_name or "", anchor_ms, screen)
                 begun = True  # from here on the search has records: its folder stays whatever happens
                 return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
             finally:
@@ -461,13 +468,14 @@ def start_archs(texts: list[str], space: SearchSpace) -> list[str]:
     return out
 
 
-def make_sampler(cfg: SearchConfig, space: SearchSpace, name: str) -> Sampler:
+def make_sampler(cfg: SearchConfig, space: SearchSpace, name: str, screen: LatencyScreen | None = None) -> Sampler:
     """The search algorithm ``search.sampler`` names (regularised evolution, or an Optuna study), proposing
-    ``search.start`` first when it is given."""
+    ``search.start`` first when it is given; ``screen`` judges evolution's proposals (``search.latency_screen``)."""
     s = cfg.search
     inner: Sampler
     if s.sampler == "evolution":
-        inner = EvolutionSampler(space, s.population_size, s.tournament_size, s.seed, s.max_duplicates)
+        inner = EvolutionSampler(space, s.population_size, s.tournament_size, s.seed, s.max_duplicates, screen,
+                                 MAX_REFUSED)
     else:
         inner = ArchSampler(space, s.sampler, s.seed, s.n_startup_trials, s.population_size, s.max_duplicates,
                             storage=s.storage, study_name=name)
@@ -504,6 +512,7 @@ class _Run:
     resume_command: str | None
     device_name: str
     anchor_ms: float | None = None
+    screen: LatencyScreen | None = None
 
 
 def _open_record(
@@ -642,6 +651,8 @@ def _search(
                     summary["anchor_latency_start_ms"] = run.anchor_ms
                 summary.update(ray_counts, n_optuna_trials=sum(sampler.counts().values()))
                 summary.update(final.metrics())
+                if run.screen is not None:
+                    summary.update(run.screen.metrics())
                 writer.log_summary(parent, summary,
                                    {"best_arch_id": best.arch_id, "best_arch": best.arch} if best else {})
             except (TrackingError, SearchError) as err:  # not ended FINISHED: its summary is missing
@@ -657,7 +668,7 @@ def _search(
         retries=outcome.retries, ray_trials=outcome.ray_trials, optuna_states=sampler.counts(),
         final_pass=final,
     )
-    _print_summary(result, cfg, writer, outcome, run.resume_command)
+    _print_summary(result, cfg, writer, outcome, run.resume_command, run.screen)
     if outcome.crashes:
         raise SearchError(
             "a trial raised an unexpected error (a bug, not a bad candidate); the search was stopped:\n"
@@ -709,7 +720,7 @@ def _summary(
 
 def _print_summary(
     result: SearchResult, cfg: SearchConfig, writer: StoreWriter, outcome: ray_tune.TuneOutcome,
-    resume_command: str | None,
+    resume_command: str | None, screen: LatencyScreen | None = None,
 ) -> None:
     objective = Objective.of_search(cfg)
     done = len(result.candidates)
@@ -722,6 +733,10 @@ def _print_summary(
             "is KILLED.",
             f"To resume it: {how}",
         ]
+    elif outcome.exhausted and screen is not None and screen.gave_up:
+        lines.append(f"The latency screen refused {MAX_REFUSED} proposals in a row (over "
+                     f"{cfg.search.latency_screen:g}x the target), so the search ended after {done} trials: the "
+                     "space holds little within that; raise search.latency_screen or the target.")
     elif outcome.exhausted:
         lines.append(f"The space has no architecture left to try after {done} trials.")
     dup = f", {result.duplicates} repeated suggestions answered from earlier results" if result.duplicates else ""
@@ -751,6 +766,8 @@ def _print_summary(
         lines += ["", DEMO_NOTE]
     if result.final_pass.summary_line():
         lines.append(str(result.final_pass.summary_line()))
+    if screen is not None:
+        lines.append(screen.summary_line())
     sources = latency_sources(result.candidates)
     if "predicted" in sources:
         confirmed = {k.removeprefix("confirmed_"): v for k, v in sources.items() if k.startswith("confirmed_")}

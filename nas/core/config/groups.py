@@ -301,6 +301,10 @@ class SearchAlgConfig:
         start: architectures evaluated first, in order (canonical strings, members of the space),
             for example known designs reshaped into the space; the sampler then learns from them as
             history (TPE's model, evolution's first population) and never proposes them again.
+        latency_screen: evolution: each new proposal's latency is measured (or predicted) by the
+            driver before it trains, and one over this many times the target is not trained (the
+            sampler draws another; see :mod:`nas.driver.screen`); None: every proposal trains. The
+            ``start`` architectures are not screened.
     """
 
     sampler: str = one_of(SAMPLERS, "tpe")
@@ -320,6 +324,7 @@ class SearchAlgConfig:
     max_retries: int = 2
     rungs: list[RungConfig] = field(default_factory=list)
     start: list[str] = field(default_factory=list)
+    latency_screen: float | None = None
 
 
 @dataclass

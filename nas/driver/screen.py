@@ -1,0 +1,142 @@
+"""The latency screen (``search.latency_screen``): judge a proposal's latency before it trains.
+
+Regularised evolution's mutations do not look at latency, so many of its proposals miss the target
+by far, and each still costs a training at the first rung before the reward says so. With
+``search.latency_screen=L`` the driver measures (or, with ``latency=predictor``, predicts) each new
+proposal's latency before it becomes a trial, as the trials do (beside the anchor network when the
+target is relative to one), and a proposal over ``L`` times the target is not trained: the sampler
+draws another in its place and never proposes it again. The reward is untouched: a proposal that
+passes is trained, measured and scored as before, and the screen's figure only decides whether it
+is tried.
+
+The screen measures while trials train on the same machine, so its figure reads higher than a
+quiet one; a target relative to an anchor (``target_anchor``), measured beside it, moves much less
+with the load than milliseconds do, and ``L`` above 1 (1.2, say) leaves a margin for what remains.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
+from latency_predictor.measurement.paired import measure_paired
+from latency_predictor.measurement.protocol import LatencyStats
+from nas.core.config import SearchConfig
+from nas.core.objective import Objective
+from nas.driver.progress import log
+from nas.trial.evaluate import latency_estimator, with_preprocessing
+from search_spaces import Arch, SearchSpace, anchor_network
+
+MAX_REFUSED = 50
+"""Proposals the screen may refuse in a row before the search ends (the space holds little within the limit)."""
+
+
+@dataclass
+class LatencyScreen:
+    """Judges architectures by their latency against the target, before they train (callable: True to try one).
+
+    Attributes:
+        limit: the most times the target a proposal may be (``search.latency_screen``).
+        measure: how one network's latency is taken here (the search's backend, the input pipeline's cost added).
+        objective: the search's target and its statistic.
+        anchor: the anchor network a relative target is measured beside (None: the target is in ms).
+        anchor_name: the anchor as named (``mobilenetv2_100@0.35``), for records.
+        status: where each refusal is said.
+        passed: proposals let through, with their figure (times the target).
+        refused: proposals refused, with their figure.
+        unmeasured: proposals that could not be measured here (let through: their trial measures them).
+        in_a_row: proposals refused since the last one let through.
+        seconds: time spent screening.
+    """
+
+    limit: float
+    measure: Callable[[Arch], LatencyResult]
+    objective: Objective
+    anchor: Arch | None = None
+    anchor_name: str | None = None
+    status: Callable[[str], None] = print
+    passed: list[tuple[str, float]] = field(default_factory=list)
+    refused: list[tuple[str, float]] = field(default_factory=list)
+    unmeasured: list[str] = field(default_factory=list)
+    in_a_row: int = 0
+    seconds: float = 0.0
+
+    def over(self, arch: Arch) -> float:
+        """How many times the target ``arch`` is, measured here now."""
+        if self.anchor is None:
+            return self.objective.over(self.measure(arch))
+        paired = measure_paired(self.measure, self.anchor, [arch], 1, self.objective.stat, self.anchor_name)
+        return self.objective.over(paired[arch])
+
+    def __call__(self, arch: Arch) -> bool:
+        t0 = time.perf_counter()
+        try:
+            x = self.over(arch)
+        except LatencyError as err:
+            self.unmeasured.append(arch.arch_id)
+            self.in_a_row = 0
+            log.warning("latency screen: %s could not be measured here (%s: %s); it is tried, and its trial "
+                        "measures it", arch.arch_id, type(err).__name__, err)
+            return True
+        finally:
+            self.seconds += time.perf_counter() - t0
+        if x <= self.limit:
+            self.passed.append((arch.arch_id, x))
+            self.in_a_row = 0
+            log.info("latency screen: %s at %.2fx the target: tried", arch.arch_id, x)
+            return True
+        self.refused.append((arch.arch_id, x))
+        self.in_a_row += 1
+        self.status(f"latency screen: {arch.arch_id} at {x:.2f}x the target (over {self.limit:g}x): not trained")
+        return False
+
+    def metrics(self) -> dict[str, float]:
+        """The screen's figures for the search's record."""
+        return {"screen_passed": float(len(self.passed)), "screen_refused": float(len(self.refused)),
+                "screen_seconds": self.seconds}
+
+    @property
+    def gave_up(self) -> bool:
+        """Whether the last :data:`MAX_REFUSED` proposals were all refused (the sampler then ends the search)."""
+        return self.in_a_row >= MAX_REFUSED
+
+    def summary_line(self) -> str:
+        """What the screen did, in one line."""
+        judged = len(self.passed) + len(self.refused)
+        line = (f"Latency screen: {len(self.refused)} of {judged} proposal(s) over {self.limit:g}x the target "
+                f"{self.objective.describe()} were not trained (each measured here before its trial, "
+                f"{self.seconds:.0f} s in all)")
+        if self.refused:
+            xs = sorted(x for _, x in self.refused)
+            line += f"; refused at {xs[0]:.2f}x-{xs[-1]:.2f}x"
+        if self.unmeasured:
+            line += f"; {len(self.unmeasured)} could not be measured here and were tried"
+        return line + "."
+
+
+def make_screen(cfg: SearchConfig, num_classes: int, space: SearchSpace, target_ms: float,
+                preprocessing: LatencyStats | None, status: Callable[[str], None],
+                estimator: LatencyEstimator | None = None) -> LatencyScreen | None:
+    """The screen ``search.latency_screen`` asks for (None: off), measuring with the search's latency backend.
+
+    Raises:
+        LatencyError: the backend cannot be built here.
+    """
+    limit = cfg.search.latency_screen
+    if limit is None:
+        return None
+    lat = cfg.latency
+    est = estimator if estimator is not None else latency_estimator(lat, num_classes, space, target_ms)
+
+    def measure(arch: Arch) -> LatencyResult:
+        return with_preprocessing(est.measure(arch), lat, preprocessing)
+
+    anchor = None
+    if cfg.target_anchor is not None and cfg.anchor is not None:  # a relative target: judged beside the anchor
+        anchor = anchor_network(cfg.anchor, max(lat.input_shape[2:]))
+    return LatencyScreen(float(limit), measure, Objective.of_search(cfg), anchor, cfg.anchor, status)
+
+
+__all__ = ["MAX_REFUSED", "LatencyScreen", "make_screen"]

@@ -1,0 +1,149 @@
+"""The latency screen (``search.latency_screen``): evolution's proposals measured before they train,
+and those far over the target never trained."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from nas.core.config import SearchAlgConfig, SearchConfig, validate
+from nas.core.errors import ConfigError
+from nas.core.evolution import EvolutionSampler
+from nas.core.sampling import Outcome
+from nas.driver import run_search
+from nas.driver.screen import MAX_REFUSED, LatencyScreen, make_screen
+from search_spaces import Arch, load_space
+from tests.nas.configs import compose_config, stored_config
+
+QUICK_LATENCY = ("latency.input_shape=[1,3,32,32]", "latency.measure.min_runs=10", "latency.measure.min_time_s=0.05",
+                 "latency.measure.max_time_s=0.3", "latency.measure.max_repeats=1")
+
+
+def _even(arch: Arch) -> bool:
+    """A screen that passes about half the architectures, the same ones every time."""
+    return int(arch.arch_id, 16) % 2 == 0
+
+
+class _Judge:
+    """Records what a screen was asked, and answers as ``rule`` does."""
+
+    def __init__(self, rule: object) -> None:
+        self.rule = rule
+        self.passed: list[str] = []
+        self.refused: list[str] = []
+
+    def __call__(self, arch: Arch) -> bool:
+        ok = bool(self.rule(arch))  # type: ignore[operator]
+        (self.passed if ok else self.refused).append(arch.encode())
+        return ok
+
+
+def test_evolution_proposes_only_what_the_screen_passes_and_never_a_refused_one_again() -> None:
+    space = load_space("mobile")
+    judge = _Judge(_even)
+    s = EvolutionSampler(space, population_size=4, tournament_size=2, seed=0, max_duplicates=200, screen=judge)
+    proposed = []
+    for i in range(20):  # past the first population: mutations are screened too
+        arch = s.ask()
+        assert arch is not None
+        proposed.append(arch)
+        s.tell(arch, Outcome("complete", reward=0.1 * (i % 7)))
+    assert proposed == judge.passed and all(_even(space.decode(a)) for a in proposed)
+    assert judge.refused and s.evolution.screened == len(judge.refused)
+    assert not set(judge.refused) & set(proposed)  # refused: never proposed, then or later
+    assert all(_even(m.arch) for m in s.evolution.population)  # nor a parent
+
+
+def test_a_screen_that_refuses_everything_ends_the_proposals_with_the_reason() -> None:
+    s = EvolutionSampler(load_space("mobile"), 4, 2, 0, 200, screen=lambda arch: False, max_screened=MAX_REFUSED)
+    assert s.ask() is None and s.exhausted
+    assert s.evolution.screened == MAX_REFUSED and s.evolution.screen_gave_up
+
+
+def test_a_pickled_sampler_refuses_to_propose_without_its_screen() -> None:
+    # The Ray Tune searcher pickles its sampler to checkpoint it; the screen's backend does not pickle, and
+    # an unscreened proposal must not pass for a screened one.
+    s = EvolutionSampler(load_space("mobile"), 4, 2, 0, 200, screen=_even)
+    first = s.ask()
+    assert first is not None
+    s.tell(first, Outcome("complete", reward=0.5))
+    restored = pickle.loads(pickle.dumps(s))
+    with pytest.raises(RuntimeError, match="not carried by a pickled sampler"):
+        restored.ask()
+    unscreened = pickle.loads(pickle.dumps(EvolutionSampler(load_space("mobile"), 4, 2, 0, 200)))
+    assert unscreened.ask() is not None
+
+
+@pytest.mark.parametrize("target", [("target_ms=1000", "target_ms=0.00001"),
+                                    ("target_anchor=mobilenetv2_100@0.35 target_x=100",
+                                     "target_anchor=mobilenetv2_100@0.35 target_x=0.0001")])
+def test_the_screen_measures_a_proposal_here_and_refuses_one_over_the_target(target: tuple[str, str]) -> None:
+    space = load_space("tiny")
+    arch = space.sample(np.random.default_rng(0))
+    said: list[str] = []
+    screen: LatencyScreen | None = None
+    for text, expect in zip(target, (True, False), strict=True):
+        cfg = compose_config("+space=tiny", *text.split(), "search.sampler=evolution", "search.latency_screen=1.2",
+                             *QUICK_LATENCY)
+        validate(cfg)
+        screen = make_screen(cfg, 10, space, cfg.target_ms or 0.0, None, said.append)
+        assert screen is not None
+        assert screen(arch) is expect
+        x = (screen.passed or screen.refused)[0][1]
+        assert (x <= 1.0) if expect else (x > 1.2)  # far under, far over: the measured figure, whatever the load
+    assert len(said) == 1 and f"{arch.arch_id} at " in said[0] and "not trained" in said[0]
+    assert screen is not None and "1 of 1 proposal(s) over 1.2x the target" in screen.summary_line()
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    (["search.sampler=evolution", "search.latency_screen=0.8"], "must be at least 1"),
+    (["search.sampler=evolution", "search.latency_screen=nan"], "must be at least 1"),
+    (["search.latency_screen=1.2"], "add search.sampler=evolution"),
+    (["search.sampler=evolution", "search.latency_screen=1.2", "latency.scenario=server",
+      "latency.throughput_goal=100"], "screens a single-stream target"),
+])
+def test_a_screen_that_cannot_work_is_refused_before_any_trial(overrides: list[str], words: str) -> None:
+    cfg = compose_config("+space=tiny", "target_ms=5", *overrides)
+    with pytest.raises(ConfigError, match=words) as err:
+        validate(cfg)
+    assert err.value.key == "search.latency_screen"
+
+
+def test_the_default_is_no_screen() -> None:
+    assert SearchAlgConfig().latency_screen is None and SearchConfig().search.latency_screen is None
+    assert compose_config("+space=tiny", "target_ms=5").search.latency_screen is None  # conf/search/default.yaml
+
+
+def _search(tmp_path: Path, target_x: str) -> tuple[object, str]:
+    cfg = stored_config(tmp_path, "+space=tiny", "target_anchor=mobilenetv2_100@0.35", f"target_x={target_x}",
+                        "search.sampler=evolution", "search.latency_screen=1.2", "search.n_trials=2",
+                        "search.population_size=2", "search.tournament_size=1", "accuracy=naswot",
+                        "data.max_train_samples=64", "data.max_val_samples=32", "data.resolution=16",
+                        "progress=false", "latency.final_pass_top_k=0", *QUICK_LATENCY, "name=screened")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = run_search(cfg)
+    return result, printed.getvalue()
+
+
+def test_a_search_whose_target_the_space_cannot_reach_trains_nothing_and_says_why(tmp_path: Path) -> None:
+    result, printed = _search(tmp_path, "0.0001")  # a ten-thousandth of MobileNetV2 x0.35: no network is that fast
+    assert result.candidates == []  # type: ignore[attr-defined]
+    assert f"The latency screen refused {MAX_REFUSED} proposals in a row" in printed
+    assert f"{MAX_REFUSED} of {MAX_REFUSED} proposal(s) over 1.2x the target" in printed
+    run = MlflowClient(result.tracking_uri).get_run(result.parent_run_id)  # type: ignore[attr-defined]
+    assert run.data.metrics["screen_refused"] == MAX_REFUSED and run.data.metrics["screen_passed"] == 0
+
+
+def test_a_search_within_its_screen_trains_every_proposal(tmp_path: Path) -> None:
+    result, printed = _search(tmp_path, "100")  # a hundred times MobileNetV2 x0.35: every tiny network is within
+    assert len(result.candidates) == 2  # type: ignore[attr-defined]
+    assert "Latency screen: 0 of 2 proposal(s) over 1.2x the target" in printed
+    run = MlflowClient(result.tracking_uri).get_run(result.parent_run_id)  # type: ignore[attr-defined]
+    assert run.data.metrics["screen_passed"] == 2 and run.data.metrics["screen_refused"] == 0
