@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import ROOT, command_line, header, machine_and_load, record_path, write_record
+from benchmarks.common import ROOT, command_line, header, machine_and_load, record_path, spread, write_record
 from benchmarks.references_cifar10 import SCALE_ROUNDS, TARGET_WIDTHS, anchor_targets, paired_ratios, scaled
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import export_onnx
@@ -290,8 +290,6 @@ def _onnx_accuracy(path: Path, data: Any) -> float:
 def _trained(state_dir: Path, budget: dict[str, int]) -> list[dict[str, Any]]:
     """Every network trained at ``budget`` under ``state_dir`` (the comparison's, earlier searches' winners and
     those of ``--step train``), with each seed's accuracy: what the space holds near the targets."""
-    from benchmarks.common import spread
-
     runs: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(state_dir.glob(f"*-seed*-{budget['train_images']}x{budget['epochs']}.json")):
         run = json.loads(path.read_text())
@@ -310,8 +308,6 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
     """The paired latency pass, the comparison against the goal, and the committed networks (seed 0).
     Every target's search must have been run with ``size`` and the target's :data:`START`."""
     import numpy as np
-
-    from benchmarks.common import spread
 
     widths = _read_step(state_dir, "widths", "widths")
     est = _estimator()

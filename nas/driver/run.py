@@ -394,11 +394,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     if not on_cluster and cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("train.device", f"{cfg.train.device} but this machine has no CUDA GPU; use auto or cpu")
 
-    if cfg.search.latency_screen is not None and on_cluster and cfg.latency.backend not in ("remote", "predictor"):
-        raise ConfigError("search.latency_screen", "measures each proposal in the driver, and on a joined cluster "
-                          "the trials measure on other machines: leave it null there, or measure on one device "
-                          "with latency=remote")
-    screen = make_screen(cfg, data.num_classes, space, _target_ms(cfg, anchor_ms), preprocessing,
+    screen = make_screen(cfg, data.num_classes, space, _target_ms(cfg, anchor_ms), preprocessing, on_cluster,
                          lambda text: status(f"search {name}: {text}"))
     sampler = make_sampler(cfg, space, name, screen)  # opens search.storage: a URL Optuna cannot open is refused here
     writer = StoreWriter(uri, cfg.tracking.experiment)  # creates the store first, in this process only

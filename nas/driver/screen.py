@@ -20,10 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from latency_predictor import LatencyError, LatencyEstimator, LatencyResult
+from latency_predictor import LatencyError, LatencyResult
 from latency_predictor.measurement.paired import measure_paired
 from latency_predictor.measurement.protocol import LatencyStats
 from nas.core.config import SearchConfig
+from nas.core.errors import ConfigError
 from nas.core.objective import Objective
 from nas.driver.progress import log
 from nas.trial.evaluate import latency_estimator, with_preprocessing
@@ -117,18 +118,23 @@ class LatencyScreen:
 
 
 def make_screen(cfg: SearchConfig, num_classes: int, space: SearchSpace, target_ms: float,
-                preprocessing: LatencyStats | None, status: Callable[[str], None],
-                estimator: LatencyEstimator | None = None) -> LatencyScreen | None:
+                preprocessing: LatencyStats | None, on_cluster: bool, status: Callable[[str], None]
+                ) -> LatencyScreen | None:
     """The screen ``search.latency_screen`` asks for (None: off), measuring with the search's latency backend.
 
     Raises:
+        ConfigError: asked for on a joined cluster whose trials measure on other machines.
         LatencyError: the backend cannot be built here.
     """
     limit = cfg.search.latency_screen
     if limit is None:
         return None
     lat = cfg.latency
-    est = estimator if estimator is not None else latency_estimator(lat, num_classes, space, target_ms)
+    if on_cluster and lat.backend not in ("remote", "predictor"):
+        raise ConfigError("search.latency_screen", "measures each proposal in the driver, and on a joined cluster "
+                          "the trials measure on other machines: leave it null there, or measure on one device "
+                          "with latency=remote")
+    est = latency_estimator(lat, num_classes, space, target_ms)
 
     def measure(arch: Arch) -> LatencyResult:
         return with_preprocessing(est.measure(arch), lat, preprocessing)

@@ -92,7 +92,7 @@ def test_the_screen_measures_a_proposal_here_and_refuses_one_over_the_target(tar
         cfg = compose_config("+space=tiny", *text.split(), "search.sampler=evolution", "search.latency_screen=1.2",
                              *QUICK_LATENCY)
         validate(cfg)
-        screen = make_screen(cfg, 10, space, cfg.target_ms or 0.0, None, said.append)
+        screen = make_screen(cfg, 10, space, cfg.target_ms or 0.0, None, False, said.append)
         assert screen is not None
         assert screen(arch) is expect
         x = (screen.passed or screen.refused)[0][1]
@@ -113,6 +113,16 @@ def test_a_screen_that_cannot_work_is_refused_before_any_trial(overrides: list[s
     with pytest.raises(ConfigError, match=words) as err:
         validate(cfg)
     assert err.value.key == "search.latency_screen"
+
+
+def test_a_screen_in_a_driver_whose_trials_measure_elsewhere_is_refused() -> None:
+    cfg = compose_config("+space=tiny", "target_ms=5", "search.sampler=evolution", "search.latency_screen=1.2",
+                         *QUICK_LATENCY)
+    validate(cfg)
+    with pytest.raises(ConfigError, match="joined cluster") as err:
+        make_screen(cfg, 10, load_space("tiny"), 5.0, None, True, print)
+    assert err.value.key == "search.latency_screen"
+    assert make_screen(cfg, 10, load_space("tiny"), 5.0, None, False, print) is not None  # the same, on one machine
 
 
 def test_the_default_is_no_screen() -> None:
