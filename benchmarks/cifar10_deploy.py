@@ -42,7 +42,7 @@ from benchmarks.references_cifar10 import SCALE_ROUNDS, TARGET_WIDTHS, anchor_ta
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import export_onnx
 from latency_predictor.measurement.timing import MeasureConfig
-from nas.accuracy.training import train_briefly
+from nas.accuracy.training import channels_last_on, train_briefly
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import in_workers
 from nas.data import load_dataset
@@ -110,7 +110,8 @@ def _train(job: tuple[str, int, str, dict[str, int], str]) -> dict[str, Any]:
         "arch": arch_text, "arch_id": arch.arch_id, "seed": seed, **budget,
         "val_images": data.n_val, "accuracy": history[-1].accuracy, "val_loss": history[-1].val_loss,
         "per_epoch_accuracy": [h.accuracy for h in history], "seconds": time.perf_counter() - t0,
-        "recipe": dataclasses.asdict(cfg), "mean": list(data.mean), "std": list(data.std),
+        "recipe": dataclasses.asdict(cfg), "channels_last": channels_last_on(cfg, torch.device("cpu")),
+        "mean": list(data.mean), "std": list(data.std),
         "classes": list(data.classes), "load_average_after": list(__import__("os").getloadavg()),
     }
     key = training_key(arch, seed, budget)

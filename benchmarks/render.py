@@ -23,7 +23,7 @@ from benchmarks.common import portable
 Rec = dict[str, Any]
 
 ORDER = ("latency", "spread", "tail", "tail_predictor", "predictor", "transfer", "transfer_many", "agent", "search",
-         "contention", "reliability", "sampler", "screening", "scale", "fidelity", "reference_noise",
+         "contention", "reliability", "sampler", "screening", "scale", "train_speed", "fidelity", "reference_noise",
          "fidelity_deploy", "supernet", "references", "deployment", "cifar10_deploy")
 TITLES = {
     "latency": "Latency measurement", "spread": "Latency across searches: the final latency pass",
@@ -36,7 +36,8 @@ TITLES = {
     "search": "Search overhead",
     "contention": "Measurement under load", "reliability": "Reliability (fault injection)",
     "sampler": "Sampler quality", "screening": "Predictor-driven screening speed",
-    "scale": "Search throughput and scale", "references": "Searched vs hand-designed networks",
+    "scale": "Search throughput and scale", "train_speed": "Training on the CPU: channels-last against NCHW",
+    "references": "Searched vs hand-designed networks",
     "fidelity": "Proxy fidelity on CIFAR-10",
     "reference_noise": "Proxy fidelity: how reproducible the reference is",
     "fidelity_deploy": "Rung fidelity at the deployment budget",
@@ -198,6 +199,7 @@ RENDERERS: dict[str, str] = {
     "sampler": "sampler_quality",
     "screening": "screening",
     "scale": "scale",
+    "train_speed": "train_speed",
     "references": "references",
     "contention": "contention",
     "reliability": "reliability",

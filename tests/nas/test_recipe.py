@@ -3,6 +3,7 @@ on norms and biases, mixed precision and channels_last choices, seeded runs."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -12,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from nas.accuracy.augment import _flip, make_augment, random_crop, random_resized_crop, resolve
-from nas.accuracy.training import _param_groups, amp_dtype, lr_factor, train_briefly
+from nas.accuracy.training import _param_groups, amp_dtype, channels_last_on, lr_factor, train_briefly
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.errors import TrainingError
 from nas.data import load_dataset
@@ -95,6 +96,26 @@ def test_mixed_precision_is_for_cuda_and_says_so_on_the_cpu() -> None:
     assert amp_dtype(TrainConfig(amp="auto"), cpu) is None and amp_dtype(TrainConfig(amp="off"), cpu) is None
     with pytest.raises(TrainingError, match=r"train\.amp=bf16 needs a CUDA device"):
         amp_dtype(TrainConfig(amp="bf16"), cpu)
+
+
+def _gradients(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    torch.manual_seed(1)  # the same dropout mask for every copy
+    net.train()
+    F.cross_entropy(net(x), y).backward()
+    return torch.cat([p.grad.double().flatten() for p in net.parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("space", ["tiny", "mobile_cifar"])
+def test_channels_last_is_opt_in_on_the_cpu_and_computes_the_same_gradients(space: str) -> None:
+    cpu = torch.device("cpu")
+    assert not channels_last_on(TrainConfig(), cpu) and channels_last_on(TrainConfig(channels_last="on"), cpu)
+    torch.manual_seed(0)
+    net = build(load_space(space).sample(np.random.default_rng(0)), num_classes=10)
+    x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+    exact = _gradients(copy.deepcopy(net).double(), x.double(), y)  # float64: what float32 rounds
+    cl = copy.deepcopy(net).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    for g in (_gradients(copy.deepcopy(net), x, y), _gradients(cl, x.contiguous(memory_format=torch.channels_last), y)):
+        assert float((g - exact).norm() / exact.norm()) < 0.05  # float32 rounding, in either memory format
 
 
 @pytest.mark.gpu
