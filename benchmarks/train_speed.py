@@ -11,13 +11,13 @@ This measures what that buys, side by side, on CIFAR-10's JPEG training images a
    their widths and the two searched networks) and a ``mobile_cifar`` network with squeeze-excitation
    trains one epoch of :func:`~nas.accuracy.training.train_briefly` (the ``train`` recipe, batch 64,
    then validation on 500 images) with ``channels_last=off`` and ``on``, in alternating order, for
-   ``--rounds`` paired rounds at each of ``--threads`` torch threads; the ratio of each round's pair
-   is the speed-up (the pair sees the same load from other work).
+   :data:`FULL`'s ``rounds`` paired rounds at each of its ``threads`` torch thread counts; the ratio of
+   each round's pair is the speed-up (the pair sees the same load from other work).
 2. **Supernet**: one sandwich step of ``mobile_cifar_hr``'s weight-sharing supernet (its largest
    networks, the smallest and two random subnets, forward and backward on one batch, then SGD), in
    both formats the same way.
-3. **Accuracy**: ``--accuracy-archs`` of those networks trained from scratch at
-   ``--accuracy-budget`` with seeds ``0..--seeds-1`` in each format (two at a time), validated on
+3. **Accuracy**: :data:`FULL`'s ``accuracy_archs`` trained from scratch at its ``accuracy_budget``
+   (images, epochs) with seeds ``0`` to ``seeds - 1`` in each format (two at a time), validated on
    the 5,000 carved images: the format changes float rounding, not the recipe, so the two formats'
    accuracies should differ by no more than the seeds do.
 
@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +80,17 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _epoch_seconds(arch: Arch, data: Any, fmt: str, threads: int) -> float:
+def _paired(measure: Callable[[str], float], rounds: int) -> tuple[dict[str, list[float]], list[float]]:
+    """``measure(format)`` in both formats for ``rounds`` rounds, the order alternating; the seconds of
+    each format and each round's speed-up (off over on)."""
+    seconds: dict[str, list[float]] = {f: [] for f in FORMATS}
+    for r in range(rounds):
+        for fmt in (FORMATS if r % 2 == 0 else FORMATS[::-1]):
+            seconds[fmt].append(measure(fmt))
+    return seconds, [off / on for off, on in zip(seconds["off"], seconds["on"], strict=True)]
+
+
+def _epoch_seconds(arch: Arch, data: Any, threads: int, fmt: str) -> float:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     net = build(arch, num_classes=10)
@@ -88,7 +100,7 @@ def _epoch_seconds(arch: Arch, data: Any, fmt: str, threads: int) -> float:
     return time.perf_counter() - t0
 
 
-def part_speed(archive: Path, size: dict[str, Any], log: Any) -> dict[str, Any]:
+def part_speed(archive: Path, size: dict[str, Any], nets: dict[str, str], log: Any) -> dict[str, Any]:
     """Seconds per epoch of each network in both formats, paired rounds, at each thread count."""
     full = load_dataset(data_config(archive))
     assert isinstance(full, Dataset)  # the archive is decoded into memory
@@ -96,14 +108,10 @@ def part_speed(archive: Path, size: dict[str, Any], log: Any) -> dict[str, Any]:
     rows = []
     load_before = _load()
     for threads in size["threads"]:
-        for name, text in networks().items():
+        for name, text in nets.items():
             arch = Arch.decode(text)
-            _epoch_seconds(arch, data, "on", threads)  # warm-up: first allocations, kernel choice
-            seconds: dict[str, list[float]] = {f: [] for f in FORMATS}
-            for r in range(size["rounds"]):
-                for fmt in (FORMATS if r % 2 == 0 else FORMATS[::-1]):
-                    seconds[fmt].append(_epoch_seconds(arch, data, fmt, threads))
-            ratios = [off / on for off, on in zip(seconds["off"], seconds["on"], strict=True)]
+            _epoch_seconds(arch, data, threads, "on")  # warm-up: first allocations, kernel choice
+            seconds, ratios = _paired(functools.partial(_epoch_seconds, arch, data, threads), size["rounds"])
             row = {"network": name, "arch_id": arch.arch_id, "threads": threads, "seconds": seconds,
                    "images_per_s": {f: size["images"] / statistics.median(s) for f, s in seconds.items()},
                    "speedup_per_round": ratios, "speedup_median": statistics.median(ratios)}
@@ -144,11 +152,7 @@ def part_supernet(size: dict[str, Any], log: Any) -> dict[str, Any]:
     rows = []
     load_before = _load()
     for space_name in ("mobile_cifar", "mobile_cifar_hr"):
-        seconds: dict[str, list[float]] = {f: [] for f in FORMATS}
-        for r in range(size["supernet_rounds"]):
-            for fmt in (FORMATS if r % 2 == 0 else FORMATS[::-1]):
-                seconds[fmt].append(_supernet_step_seconds(space_name, fmt))
-        ratios = [off / on for off, on in zip(seconds["off"], seconds["on"], strict=True)]
+        seconds, ratios = _paired(functools.partial(_supernet_step_seconds, space_name), size["supernet_rounds"])
         rows.append({"space": space_name, "seconds": seconds, "speedup_per_round": ratios,
                      "speedup_median": statistics.median(ratios)})
         log(f"  supernet {space_name:<16} off {statistics.median(seconds['off']):.2f} s  on "
@@ -169,9 +173,8 @@ def _accuracy_job(job: tuple[str, str, int, str, str, list[int]]) -> dict[str, A
             "seconds": time.perf_counter() - t0, "val_images": data.n_val}
 
 
-def part_accuracy(archive: Path, size: dict[str, Any], log: Any) -> dict[str, Any]:
+def part_accuracy(archive: Path, size: dict[str, Any], nets: dict[str, str], log: Any) -> dict[str, Any]:
     """Each of ``size``'s networks trained with each seed in both formats, two at a time."""
-    nets = networks()
     jobs = [(n, nets[n], s, fmt, str(archive), size["accuracy_budget"])
             for n in size["accuracy_archs"] for s in range(size["seeds"]) for fmt in FORMATS]
     load_before = _load()
@@ -242,11 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     rec = header("train_speed", mode, ["python", "-m", "benchmarks.train_speed", "--cifar10",
                                        "DIR/cifar10-train-jpeg.tar.gz", *(["--quick"] if args.quick else [])])
     log("speed: one epoch in each format")
-    speed = part_speed(archive, size, log)
+    nets = networks()
+    speed = part_speed(archive, size, nets, log)
     log("supernet: one sandwich step in each format")
     supernet = part_supernet(size, log)
     log("accuracy: trained from scratch in each format")
-    accuracy = part_accuracy(archive, size, log)
+    accuracy = part_accuracy(archive, size, nets, log)
     rec.update({"size": size, "figures": {"speed": speed, "supernet": supernet, "accuracy": accuracy},
                 "wall_seconds": time.perf_counter() - t0})
     path = write_record(record_path("train_speed", mode), rec)
