@@ -9,13 +9,24 @@ The tests that press Ctrl-C start a command the way a terminal does, with SIGINT
 run started from a background job (``nohup ... &``, some CI runners) inherits SIGINT ignored, and every
 process it starts would inherit that too and sit through Ctrl-C: :func:`pytest_configure` gives the
 test processes Python's default handler back, which the commands they start then get as SIGINT's default.
+
+The tests train as a search's trials do: on an x86-64 CPU with oneDNN held at AVX2, so in channels-last
+(:func:`nas.accuracy.training.trial_environment`). oneDNN reads the cap once, before its first kernel,
+so it is set here, before any test runs, and the test processes and everything they start inherit it.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
+
+from nas.accuracy.training import trial_environment
+from nas.core.config import TrainConfig
+
+for _key, _value in trial_environment(TrainConfig(), times_torch_on_cpu=False).items():
+    os.environ.setdefault(_key, _value)
 
 SHARED_SEARCH_FIXTURE = "small_search"
 

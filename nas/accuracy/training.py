@@ -4,7 +4,8 @@
 SGD (Nesterov) or Adam; a linear warm-up then a cosine (or constant) learning rate; label
 smoothing; no weight decay on normalisation layers and biases; batch augmentation on the device
 (:mod:`nas.accuracy.augment`: padded crop and flip for small images, resized crop and flip for
-larger ones); mixed precision (bf16, or fp16 with loss scaling) and ``channels_last`` on CUDA;
+larger ones); mixed precision (bf16, or fp16 with loss scaling) on CUDA; the channels-last memory
+format on CUDA, and on a CPU whose oneDNN kernels are held below AVX-512 (:func:`channels_last_on`);
 every random choice seeded. It reports validation accuracy and loss after every epoch (so an
 early-stopping scheduler can act on them). A non-finite loss raises
 :class:`~nas.core.errors.TrainingError`.
@@ -13,6 +14,8 @@ early-stopping scheduler can act on them). A non-finite loss raises
 from __future__ import annotations
 
 import math
+import os
+import platform
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -120,9 +123,51 @@ def amp_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
     return torch.float16  # auto on a GPU without bf16
 
 
+ONEDNN_ISA_VARS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+"""oneDNN's variables that cap the instruction set of PyTorch's CPU convolutions; oneDNN reads them once,
+when the process first runs one of its kernels, so they hold for the whole process."""
+TRAINING_ISA = "AVX2"
+"""The cap a search's trial processes get on an x86-64 CPU (:func:`trial_environment`)."""
+_BELOW_AVX512 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"})
+
+
+def onednn_below_avx512() -> bool:
+    """Whether this x86-64 process caps oneDNN below AVX-512 (``ONEDNN_MAX_CPU_ISA=AVX2`` or lower).
+
+    There channels-last training on the CPU stays off oneDNN's AVX-512 kernels, with which it corrupted
+    the heap in long processes, and it still trained faster than NCHW on the CPU measured (BENCHMARKS.md,
+    "Training on the CPU").
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    for var in ONEDNN_ISA_VARS:
+        value = os.environ.get(var, "").strip().upper()
+        if value:
+            return value in _BELOW_AVX512
+    return False
+
+
 def channels_last_on(cfg: TrainConfig, device: torch.device) -> bool:
-    """Whether ``train.channels_last`` puts tensors in the channels-last memory format on ``device``."""
-    return cfg.channels_last == "on" or (cfg.channels_last == "auto" and device.type == "cuda")
+    """Whether ``train.channels_last`` puts tensors in the channels-last memory format on ``device``:
+    ``on``, or ``auto`` on CUDA and on a CPU whose oneDNN is held below AVX-512 (:func:`onednn_below_avx512`)."""
+    if cfg.channels_last != "auto":
+        return cfg.channels_last == "on"
+    return device.type == "cuda" or (device.type == "cpu" and onednn_below_avx512())
+
+
+def trial_environment(cfg: TrainConfig, times_torch_on_cpu: bool) -> dict[str, str]:
+    """Environment variables for the processes of a search's trials: ``ONEDNN_MAX_CPU_ISA`` at
+    :data:`TRAINING_ISA` where trials may train on an x86-64 CPU, so that ``train.channels_last=auto``
+    trains channels-last there (:func:`channels_last_on`).
+
+    None where the user set either of :data:`ONEDNN_ISA_VARS` (theirs holds), where ``channels_last``
+    is ``off`` or training is on CUDA only, or where the trials time PyTorch itself on the CPU
+    (``times_torch_on_cpu``): that latency must be the one the user deploys, with oneDNN's own choice.
+    """
+    if (platform.machine().lower() not in ("x86_64", "amd64") or any(os.environ.get(v) for v in ONEDNN_ISA_VARS)
+            or cfg.channels_last == "off" or cfg.device.startswith("cuda") or times_torch_on_cpu):
+        return {}
+    return {ONEDNN_ISA_VARS[0]: TRAINING_ISA}
 
 
 def recalibrate_batchnorm(net: nn.Module, batches: Iterable[torch.Tensor]) -> None:

@@ -197,7 +197,7 @@ def joins_cluster(cfg: RayConfig) -> bool:
     return cfg.address is not None or bool(os.environ.get(RAY_ADDRESS_ENV, "").strip())
 
 
-def connect(cfg: RayConfig, py_modules: list[Path] | None = None) -> Cluster:
+def connect(cfg: RayConfig, py_modules: list[Path] | None = None, env_vars: dict[str, str] | None = None) -> Cluster:
     """Start a local Ray cluster, or join ``cfg.address``; reuse Ray if it is already initialised.
 
     With ``cfg.address`` unset and ``$RAY_ADDRESS`` set (``ray job submit`` sets it for the
@@ -210,6 +210,9 @@ def connect(cfg: RayConfig, py_modules: list[Path] | None = None) -> Cluster:
     store and checkpoints), trials keep their working folders, and it combines with the
     ``working_dir`` of ``ray job submit --working-dir``, which Ray does not let a second one
     override. In a process where Ray was already started, that start's runtime environment stays.
+
+    ``env_vars``: environment variables of every worker of a local cluster started here (Ray's runtime
+    environment ``env_vars``); a cluster joined or already running keeps its own workers' environment.
 
     Raises:
         ClusterError: the address is a Ray Client address or cannot be reached, or Ray refuses the
@@ -256,8 +259,9 @@ def connect(cfg: RayConfig, py_modules: list[Path] | None = None) -> Cluster:
         # first and adopts the processes ray.init starts, so a kill while Ray starts is covered too.
         reaper = OrphanReaper((), adopt_except=children(os.getpid()))
         try:
+            local_env = {**(runtime_env or {}), **({"env_vars": env_vars} if env_vars else {})}
             ray.init(address="local", num_cpus=cfg.num_cpus, logging_level=logging.WARNING,
-                     include_dashboard=False, runtime_env=runtime_env)
+                     include_dashboard=False, runtime_env=local_env or None)
         except BaseException:
             reaper.stop()
             raise

@@ -52,7 +52,7 @@ folder): the error, in one line. Resuming the search removes it."""
 PLACEMENT_TAGS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
 _REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "latency_precision", "latency_target_stat",
                 "latency_scenario", "latency_anchor", "target_anchor", "accuracy_estimator",
-                "accuracy_precision", *PLACEMENT_TAGS, "latency_confirm_reason")
+                "accuracy_precision", "train_memory_format", *PLACEMENT_TAGS, "latency_confirm_reason")
 
 SORT_KEYS: dict[str, bool] = {
     # key -> descending

@@ -40,6 +40,7 @@ from latency_predictor import ConfigError as LatencyConfigError
 from latency_predictor.measurement.environment import machine, versions
 from latency_predictor.measurement.protocol import LatencyStats
 from latency_predictor.measurement.statistic import MIN_RUNS, stat_value
+from nas.accuracy.training import trial_environment
 from nas.adapters import ray_cluster, ray_tune
 from nas.adapters.mlflow_reader import StoreReader, sqlite_path
 from nas.adapters.mlflow_writer import StoreWriter, check_reachable
@@ -405,7 +406,10 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
         with search_log(output_dir / "search.log"):
             status(f"search {name}: starting Ray ({cfg.ray.address or 'a local cluster'}); files in {output_dir}"
                    + (f"; sending {', '.join(p.name for p in ship)} to the trials" if ship else ""))
-            cluster = ray_cluster.connect(cfg.ray, ship)
+            # Trials on an x86-64 CPU train channels-last with oneDNN held at AVX2 (nas.accuracy.training)
+            cpu_timing = (cfg.latency.backend == "torch"
+                          and not str(cfg.latency.options.get("device", "cpu")).lower().startswith("cuda"))
+            cluster = ray_cluster.connect(cfg.ray, ship, trial_environment(cfg.train, cpu_timing))
             try:
                 resources = ray_cluster.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
                 if on_cluster:

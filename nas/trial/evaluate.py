@@ -49,7 +49,7 @@ from latency_predictor.measurement.scenario import check_scenario
 from latency_predictor.measurement.slot import device_work
 from latency_predictor.measurement.statistic import check_runs, protocol_for, stat_value
 from nas.accuracy.precision import precision_evaluator
-from nas.accuracy.training import EpochResult, evaluate, resolve_device, train_briefly
+from nas.accuracy.training import EpochResult, channels_last_on, evaluate, resolve_device, train_briefly
 from nas.accuracy.zero_cost import zero_cost_score
 from nas.core.config import AccuracyConfig, LatencyConfig, RungConfig, TrainConfig
 from nas.core.errors import USER_ERRORS, TrialOutOfMemoryError, TrialTimeoutError
@@ -353,6 +353,8 @@ def _evaluate(
 
     device = resolve_device(ctx.train.device)
     guard = _work_guard(ctx.latency, device)
+    if ctx.accuracy.estimator == "train" or (ctx.accuracy.estimator == "supernet" and ctx.rungs):
+        base["train_memory_format"] = "channels_last" if channels_last_on(ctx.train, device) else "nchw"
     if ctx.accuracy.estimator == "custom":
         _custom(arch, ctx, base, report, deadline, device, guard, scoring, final_latency, lambda: lat)
         return

@@ -6,6 +6,9 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import platform
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,11 +16,22 @@ import torch
 import torch.nn.functional as F
 
 from nas.accuracy.augment import _flip, make_augment, random_crop, random_resized_crop, resolve
-from nas.accuracy.training import _param_groups, amp_dtype, channels_last_on, lr_factor, train_briefly
+from nas.accuracy.training import (
+    ONEDNN_ISA_VARS,
+    _param_groups,
+    amp_dtype,
+    channels_last_on,
+    lr_factor,
+    train_briefly,
+    trial_environment,
+)
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.errors import TrainingError
 from nas.data import load_dataset
 from search_spaces import build, load_space
+from tests.nas.configs import stored_config
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
 def _images(n: int = 16, side: int = 32) -> torch.Tensor:
@@ -105,10 +119,26 @@ def _gradients(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.
     return torch.cat([p.grad.double().flatten() for p in net.parameters() if p.grad is not None])
 
 
+@pytest.fixture
+def no_isa_cap(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for var in ONEDNN_ISA_VARS:
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
 @pytest.mark.parametrize("space", ["tiny", "mobile_cifar"])
-def test_channels_last_is_opt_in_on_the_cpu_and_computes_the_same_gradients(space: str) -> None:
+def test_channels_last_on_the_cpu_needs_onednn_below_avx512_and_computes_the_same_gradients(
+    space: str, no_isa_cap: pytest.MonkeyPatch,
+) -> None:
     cpu = torch.device("cpu")
     assert not channels_last_on(TrainConfig(), cpu) and channels_last_on(TrainConfig(channels_last="on"), cpu)
+    no_isa_cap.setenv("ONEDNN_MAX_CPU_ISA", "avx2")  # oneDNN's names, any case
+    assert channels_last_on(TrainConfig(), cpu) is X86 and not channels_last_on(TrainConfig(channels_last="off"), cpu)
+    no_isa_cap.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    assert not channels_last_on(TrainConfig(), cpu)
+    no_isa_cap.delenv("ONEDNN_MAX_CPU_ISA")
+    no_isa_cap.setenv("DNNL_MAX_CPU_ISA", "AVX2")  # the older name
+    assert channels_last_on(TrainConfig(), cpu) is X86
     torch.manual_seed(0)
     net = build(load_space(space).sample(np.random.default_rng(0)), num_classes=10)
     x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
@@ -116,6 +146,55 @@ def test_channels_last_is_opt_in_on_the_cpu_and_computes_the_same_gradients(spac
     cl = copy.deepcopy(net).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     for g in (_gradients(copy.deepcopy(net), x, y), _gradients(cl, x.contiguous(memory_format=torch.channels_last), y)):
         assert float((g - exact).norm() / exact.norm()) < 0.05  # float32 rounding, in either memory format
+
+
+def test_a_search_holds_its_cpu_trials_at_avx2_unless_the_user_or_the_latency_backend_says_otherwise(
+    no_isa_cap: pytest.MonkeyPatch,
+) -> None:
+    cap = {"ONEDNN_MAX_CPU_ISA": "AVX2"} if X86 else {}
+    assert trial_environment(TrainConfig(), False) == cap
+    assert trial_environment(TrainConfig(device="cpu"), False) == cap
+    assert trial_environment(TrainConfig(), True) == {}  # PyTorch timed on the CPU: oneDNN's own choice
+    assert trial_environment(TrainConfig(channels_last="off"), False) == {}
+    assert trial_environment(TrainConfig(device="cuda:0"), False) == {}
+    no_isa_cap.setenv("ONEDNN_MAX_CPU_ISA", "ALL")  # the user's choice holds
+    assert trial_environment(TrainConfig(), False) == {}
+
+
+@pytest.fixture
+def no_running_ray() -> Iterator[None]:
+    """No Ray in this process, so that the search starts its own local cluster (and its workers'
+    environment); the session's cluster (tests/nas/conftest.py) is started again afterwards."""
+    import ray
+
+    was_up = ray.is_initialized()
+    if was_up:
+        ray.shutdown()
+    yield
+    if was_up and not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
+
+
+@pytest.mark.skipif(not X86, reason="the AVX2 cap is for x86-64 CPUs")
+def test_a_search_on_the_cpu_trains_its_candidates_channels_last_and_says_so(
+    tmp_path: Path, no_isa_cap: pytest.MonkeyPatch, no_running_ray: None,
+) -> None:
+    from mlflow import MlflowClient
+
+    from nas.driver import run_search
+
+    cfg = stored_config(
+        tmp_path, "+space=tiny", "target_ms=1.0", "data.max_train_samples=256", "data.max_val_samples=64",
+        "train.epochs=1", "train.device=cpu", "latency.input_shape=[1,3,32,32]", "latency.measure.min_runs=10",
+        "latency.measure.min_time_s=0.05", "latency.measure.max_time_s=0.5", "latency.measure.max_repeats=1",
+        "latency.final_pass_top_k=0", "search.n_trials=2", "search.max_concurrent=2", "progress=false", "name=format",
+    )
+    result = run_search(cfg)
+    runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs([result.experiment_id])
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == result.parent_run_id]
+    assert len(children) == 2 and all(c.data.tags["status"] == "COMPLETED" for c in children)
+    assert {c.data.tags["train_memory_format"] for c in children} == {"channels_last"}
+    assert channels_last_on(TrainConfig(), torch.device("cpu")) is False  # the driver's own process is left alone
 
 
 @pytest.mark.gpu

@@ -180,7 +180,8 @@ class TrainConfig:
             ``crop_flip``, ``resized_crop`` or ``resized_crop_flip``.
         amp: mixed precision on CUDA: ``auto`` (bf16 where supported, else fp16 with loss
             scaling; off on the CPU), ``bf16``, ``fp16`` or ``off``.
-        channels_last: ``auto`` (on CUDA), ``on`` or ``off``.
+        channels_last: ``auto`` (on CUDA, and on an x86-64 CPU whose oneDNN is held below AVX-512:
+            ``nas.accuracy.training.channels_last_on``), ``on`` or ``off``.
         dropout: dropout before the classifier.
         seed: seed of weight initialisation, batch order and augmentation (the same for every
             candidate).
