@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -42,7 +43,7 @@ from benchmarks.references_cifar10 import SCALE_ROUNDS, TARGET_WIDTHS, anchor_ta
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import export_onnx
 from latency_predictor.measurement.timing import MeasureConfig
-from nas.accuracy.training import channels_last_on, train_briefly
+from nas.accuracy.training import channels_last_on, train_briefly, trial_environment
 from nas.core.config import DataConfig, TrainConfig
 from nas.core.workers import in_workers
 from nas.data import load_dataset
@@ -111,8 +112,9 @@ def _train(job: tuple[str, int, str, dict[str, int], str]) -> dict[str, Any]:
         "val_images": data.n_val, "accuracy": history[-1].accuracy, "val_loss": history[-1].val_loss,
         "per_epoch_accuracy": [h.accuracy for h in history], "seconds": time.perf_counter() - t0,
         "recipe": dataclasses.asdict(cfg), "channels_last": channels_last_on(cfg, torch.device("cpu")),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "mean": list(data.mean), "std": list(data.std),
-        "classes": list(data.classes), "load_average_after": list(__import__("os").getloadavg()),
+        "classes": list(data.classes), "load_average_after": list(os.getloadavg()),
     }
     key = training_key(arch, seed, budget)
     folder = Path(state_dir)
@@ -500,6 +502,10 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--arch {text}: {e}")
     if not args.cifar10.is_file():
         parser.error(f"--cifar10 {args.cifar10}: no such file")
+    # Every training here is on the CPU, as a search's trials train there: channels-last, with oneDNN held
+    # at AVX2 for the whole process (it reads the cap once); latency is ONNX Runtime's, which the cap leaves alone.
+    for key, value in trial_environment(TrainConfig(device="cpu"), False).items():
+        os.environ.setdefault(key, value)
     budget = QUICK_BUDGET if args.quick else BUDGET
     state_dir = STATE_DIR if not args.quick else Path("/tmp/latnas-cifar10-deploy-quick")
     state_dir.mkdir(parents=True, exist_ok=True)

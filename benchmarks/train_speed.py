@@ -20,9 +20,15 @@ This measures what that buys, side by side, on CIFAR-10's JPEG training images a
    (images, epochs) with seeds ``0`` to ``seeds - 1`` in each format (two at a time), validated on
    the 5,000 carved images: the format changes float rounding, not the recipe, so the two formats'
    accuracies should differ by no more than the seeds do.
+4. **oneDNN's instruction set** (``isa``): the speed part's epoch, one thread, in both formats under
+   each of :data:`ISAS`: oneDNN's own choice (AVX-512 where the CPU has it) and ``ONEDNN_MAX_CPU_ISA=AVX2``,
+   the cap a search gives its trials on an x86-64 CPU (:func:`nas.accuracy.training.trial_environment`).
+   oneDNN reads the cap once per process, so each (round, instruction set) runs in a process of its
+   own; a round runs both, in alternating order.
 
+``--parts`` runs some of the parts; the others' figures are kept from the record already written.
 Written to ``benchmarks/records/train_speed.json`` (``records/quick/`` with ``--quick``), with the
-load average before and after each part.
+load average before and after each part and the date of each.
 """
 
 from __future__ import annotations
@@ -33,11 +39,12 @@ import functools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -46,7 +53,7 @@ import torch.nn.functional as F
 from benchmarks.cifar10_deploy import _MBV2_035, _MBV2_05, _MNAS_035, data_config
 from benchmarks.common import ROOT, header, record_path, write_record
 from benchmarks.fidelity import cifar10_archive
-from nas.accuracy.training import train_briefly
+from nas.accuracy.training import ONEDNN_ISA_VARS, TRAINING_ISA, train_briefly
 from nas.core.config import TrainConfig
 from nas.core.workers import in_workers
 from nas.data import load_dataset
@@ -55,10 +62,14 @@ from search_spaces import Arch, build, load_space
 from search_spaces.supernet import Supernet, sandwich_ends
 
 FORMATS = ("off", "on")
+ISAS = ("native", TRAINING_ISA)
+"""oneDNN's instruction sets of the ``isa`` part: ``native`` (no cap) and the trials' cap."""
+PARTS = ("speed", "supernet", "accuracy", "isa")
 FULL = {"images": 1280, "rounds": 3, "threads": [1, 2], "supernet_rounds": 3,
-        "accuracy_archs": ["MnasNet-B1 x0.35", "searched 0.326 ms"], "seeds": 2, "accuracy_budget": [10000, 3]}
+        "accuracy_archs": ["MnasNet-B1 x0.35", "searched 0.326 ms"], "seeds": 2, "accuracy_budget": [10000, 3],
+        "isa_rounds": 3}
 QUICK = {"images": 128, "rounds": 1, "threads": [1], "supernet_rounds": 1,
-         "accuracy_archs": ["MobileNetV2 x0.35"], "seeds": 1, "accuracy_budget": [256, 1]}
+         "accuracy_archs": ["MobileNetV2 x0.35"], "seeds": 1, "accuracy_budget": [256, 1], "isa_rounds": 1}
 
 
 def networks() -> dict[str, str]:
@@ -100,11 +111,15 @@ def _epoch_seconds(arch: Arch, data: Any, threads: int, fmt: str) -> float:
     return time.perf_counter() - t0
 
 
-def part_speed(archive: Path, size: dict[str, Any], nets: dict[str, str], log: Any) -> dict[str, Any]:
-    """Seconds per epoch of each network in both formats, paired rounds, at each thread count."""
+def _speed_data(archive: Path, images: int) -> Dataset:
     full = load_dataset(data_config(archive))
     assert isinstance(full, Dataset)  # the archive is decoded into memory
-    data = dataclasses.replace(full.take_train(size["images"], 0), x_val=full.x_val[:500], y_val=full.y_val[:500])
+    return dataclasses.replace(full.take_train(images, 0), x_val=full.x_val[:500], y_val=full.y_val[:500])
+
+
+def part_speed(archive: Path, size: dict[str, Any], nets: dict[str, str], log: Any) -> dict[str, Any]:
+    """Seconds per epoch of each network in both formats, paired rounds, at each thread count."""
+    data = _speed_data(archive, size["images"])
     rows = []
     load_before = _load()
     for threads in size["threads"]:
@@ -192,6 +207,70 @@ def part_accuracy(archive: Path, size: dict[str, Any], nets: dict[str, str], log
             "load_before": load_before, "load_after": _load()}
 
 
+def isa_child(job: str) -> None:
+    """One round of the ``isa`` part in this process (its oneDNN cap set by the parent): each network's
+    epoch in both formats, after a warm-up epoch; prints the seconds as one JSON line."""
+    spec = json.loads(job)
+    data = _speed_data(Path(spec["archive"]), spec["images"])
+    out = {}
+    for name, text in spec["nets"].items():
+        arch = Arch.decode(text)
+        _epoch_seconds(arch, data, 1, "on")  # warm-up: first allocations, kernel choice
+        seconds, _ = _paired(functools.partial(_epoch_seconds, arch, data, 1), 1)
+        out[name] = {f: s[0] for f, s in seconds.items()}
+    print(json.dumps(out), flush=True)
+
+
+def _isa_round(isa: str, archive: Path, images: int, nets: dict[str, str]) -> dict[str, dict[str, float]]:
+    env = {k: v for k, v in os.environ.items() if k not in ONEDNN_ISA_VARS}
+    if isa != "native":
+        env[ONEDNN_ISA_VARS[0]] = isa
+    job = json.dumps({"archive": str(archive), "images": images, "nets": nets})
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.train_speed", "--isa-child", job], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {isa} round failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return cast(dict[str, dict[str, float]], json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def part_isa(archive: Path, size: dict[str, Any], nets: dict[str, str], log: Any) -> dict[str, Any]:
+    """Seconds per epoch of each network in both formats under each of :data:`ISAS`, one thread; each
+    round runs every instruction set in a process of its own, in alternating order."""
+    seconds: dict[str, dict[str, dict[str, list[float]]]] = {
+        n: {isa: {f: [] for f in FORMATS} for isa in ISAS} for n in nets}
+    load_before = _load()
+    for r in range(size["isa_rounds"]):
+        for isa in (ISAS if r % 2 == 0 else ISAS[::-1]):
+            got = _isa_round(isa, archive, size["images"], nets)
+            for n, by_format in got.items():
+                for f, sec in by_format.items():
+                    seconds[n][isa][f].append(sec)
+            log(f"  round {r + 1}, {isa}: " + ", ".join(f"{n} {v['off']:.1f}/{v['on']:.1f} s" for n, v in got.items()))
+    rows = []
+    native, capped = ISAS
+    for n, by_isa in seconds.items():
+        def med(isa: str, f: str, by_isa: dict[str, dict[str, list[float]]] = by_isa) -> float:
+            return statistics.median(by_isa[isa][f])
+
+        def ratios(a: tuple[str, str], b: tuple[str, str],
+                   by_isa: dict[str, dict[str, list[float]]] = by_isa) -> list[float]:
+            return [x / y for x, y in zip(by_isa[a[0]][a[1]], by_isa[b[0]][b[1]], strict=True)]
+
+        trials = ratios((native, "off"), (capped, "on"))
+        rows.append({
+            "network": n, "seconds": by_isa,
+            "images_per_s": {isa: {f: size["images"] / med(isa, f) for f in FORMATS} for isa in ISAS},
+            # per round: NCHW with oneDNN's own kernels (auto on the CPU before) over channels-last at the cap
+            "trials_speedup": trials,
+            "channels_last_speedup": {isa: ratios((isa, "off"), (isa, "on")) for isa in ISAS},
+            "cap_speedup_nchw": ratios((native, "off"), (capped, "off")),
+        })
+        log(f"  {n:<22} NCHW {native} {med(native, 'off'):.2f} s, channels-last {capped} {med(capped, 'on'):.2f} s: "
+            f"{statistics.median(trials):.2f}x")
+    return {"images": size["images"], "val_images": 500, "rounds": size["isa_rounds"], "threads": 1,
+            "isas": list(ISAS), "rows": rows, "load_before": load_before, "load_after": _load()}
+
+
 def render(rec: dict[str, Any]) -> str:
     """The BENCHMARKS.md section of a record of this benchmark."""
     from benchmarks.render import table
@@ -208,9 +287,10 @@ def render(rec: dict[str, Any]) -> str:
            ", ".join(f"{a:.1%}" for a in s["accuracy"]["on"]), f"{100 * s['median_difference']:+.1f}"]
           for s in acc["summary"]]
     budget = f"{acc['budget'][0]:,} images x {acc['budget'][1]} epochs"
-    return f"""Training on the CPU with `train.channels_last=off` (contiguous NCHW tensors, what `auto` chooses on the
-CPU) against `on` (channels-last, `auto`'s choice on CUDA), on CIFAR-10's JPEG images at 32x32. One epoch of
-`train_briefly` (the `train` recipe, batch 64) on {sp['images']:,} images, then validation on
+    return f"""Training on the CPU with `train.channels_last=off` (contiguous NCHW tensors) against `on` (channels-last:
+`auto`'s choice on CUDA, and on an x86-64 CPU with oneDNN held below AVX-512, as in a search's trials: the
+last table), on CIFAR-10's JPEG images at 32x32, oneDNN's own kernels (measured {sp.get('date', rec['date'])[:10]}).
+One epoch of `train_briefly` (the `train` recipe, batch 64) on {sp['images']:,} images, then validation on
 {sp['val_images']} images; {sp['rounds']} rounds, each timing both formats in alternating order, the speed-up
 being each round's ratio (load average {sp['load_before'][0]} before, {sp['load_after'][0]} after).
 
@@ -225,7 +305,33 @@ The format changes float rounding, not the recipe: trained from scratch at {budg
 seeds 0-{acc['seeds'] - 1} in each format (two at a time), validated on the {acc['runs'][0]['val_images']:,}
 carved images:
 
-{table(['network', 'accuracy, off', 'accuracy, on', 'median on - off (points)'], ac)}"""
+{table(['network', 'accuracy, off', 'accuracy, on', 'median on - off (points)'], ac)}{_render_isa(f.get("isa"))}"""
+
+
+def _render_isa(isa: dict[str, Any] | None) -> str:
+    from benchmarks.render import table
+
+    if isa is None:
+        return ""
+    native, capped = isa["isas"]
+
+    def ips(r: dict[str, Any], i: str, f: str) -> str:
+        return f"{r['images_per_s'][i][f]:.0f}"
+
+    rows = [[r["network"], ips(r, native, "off"), ips(r, native, "on"), ips(r, capped, "off"), ips(r, capped, "on"),
+             f"**{statistics.median(r['trials_speedup']):.2f}x**", ", ".join(f"{x:.2f}" for x in r["trials_speedup"])]
+            for r in isa["rows"]]
+    return f"""
+
+oneDNN's instruction set, which PyTorch's CPU convolutions use (measured {isa['date'][:10]}): the same epoch,
+one thread, in both formats with oneDNN's own choice (`native`: AVX-512 on this CPU) and with
+`ONEDNN_MAX_CPU_ISA={capped}`, the cap a search gives its trials on an x86-64 CPU; each round runs each
+instruction set in a process of its own, in alternating order ({isa['rounds']} rounds; load average
+{isa['load_before'][0]} before, {isa['load_after'][0]} after). The speed-up is what a trial's training gained:
+NCHW with oneDNN's own kernels (`auto` on the CPU before) over channels-last at the cap, per round.
+
+{table(['network', f'images/s, NCHW {native}', f'channels-last {native}', f'NCHW {capped}',
+        f'channels-last {capped}', 'speed-up (median)', 'per round'], rows)}"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,27 +339,52 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.train_speed", description=__doc__.split("\n\n")[0])
     p.add_argument("--cifar10", help="the CIFAR-10 JPEG archive (default: $LATNAS_CIFAR10_JPEG)")
     p.add_argument("--quick", action="store_true", help="a few seconds of each part, the record under records/quick/")
+    p.add_argument("--parts", default=",".join(PARTS),
+                   help=f"comma-separated parts to run, of {', '.join(PARTS)} (default: all); the others' figures "
+                        "are kept from the record")
+    p.add_argument("--isa-child", help=argparse.SUPPRESS)  # one round of the isa part, in its own process
     args = p.parse_args(argv)
+    if args.isa_child:
+        isa_child(args.isa_child)
+        return 0
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    if not parts or set(parts) - set(PARTS):
+        p.error(f"--parts: {args.parts!r}: choose from {', '.join(PARTS)}")
     archive = cifar10_archive(args.cifar10)
     size = QUICK if args.quick else FULL
-    t0 = time.perf_counter()
 
     def log(line: str) -> None:
         print(line, flush=True)
 
     mode = "quick" if args.quick else "full"
+    path = record_path("train_speed", mode)
+    old = json.loads(path.read_text()) if path.exists() and set(parts) != set(PARTS) else {"figures": {}}
+    kept = {k: {**v, "date": v.get("date", old.get("date"))} for k, v in old["figures"].items()}
+    missing = [x for x in PARTS if x not in parts and x not in kept and x != "isa"]
+    if missing:
+        p.error(f"--parts {args.parts}: the record has no {', '.join(missing)} figures yet; run them too")
     rec = header("train_speed", mode, ["python", "-m", "benchmarks.train_speed", "--cifar10",
                                        "DIR/cifar10-train-jpeg.tar.gz", *(["--quick"] if args.quick else [])])
-    log("speed: one epoch in each format")
     nets = networks()
-    speed = part_speed(archive, size, nets, log)
-    log("supernet: one sandwich step in each format")
-    supernet = part_supernet(size, log)
-    log("accuracy: trained from scratch in each format")
-    accuracy = part_accuracy(archive, size, nets, log)
-    rec.update({"size": size, "figures": {"speed": speed, "supernet": supernet, "accuracy": accuracy},
-                "wall_seconds": time.perf_counter() - t0})
-    path = write_record(record_path("train_speed", mode), rec)
+    figures = dict(kept)
+    runners = {"speed": ("speed: one epoch in each format", lambda: part_speed(archive, size, nets, log)),
+               "supernet": ("supernet: one sandwich step in each format", lambda: part_supernet(size, log)),
+               "accuracy": ("accuracy: trained from scratch in each format",
+                            lambda: part_accuracy(archive, size, nets, log)),
+               "isa": ("isa: one epoch in each format under each oneDNN instruction set",
+                       lambda: part_isa(archive, size, nets, log))}
+    wall = old.get("wall_seconds", 0.0) if kept else 0.0  # the kept parts' (records before --parts: in all)
+    for part in PARTS:
+        if part in parts:
+            log(runners[part][0])
+            t1 = time.perf_counter()
+            figures[part] = {**runners[part][1](), "date": rec["date"]}
+            figures[part]["wall_seconds"] = time.perf_counter() - t1
+            wall -= kept.get(part, {}).get("wall_seconds", 0.0)
+            wall += figures[part]["wall_seconds"]
+    # the command runs every part; this run ran ``parts_run``, each part's figures carry their date
+    rec.update({"size": size, "figures": figures, "parts_run": parts, "wall_seconds": wall})
+    write_record(path, rec)
     log(f"record: {path}")
     return 0
 
