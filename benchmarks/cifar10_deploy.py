@@ -504,8 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--cifar10 {args.cifar10}: no such file")
     # Every training here is on the CPU, as a search's trials train there: channels-last, with oneDNN held
     # at AVX2 for the whole process (it reads the cap once); latency is ONNX Runtime's, which the cap leaves alone.
-    for key, value in trial_environment(TrainConfig(device="cpu"), False).items():
-        os.environ.setdefault(key, value)
+    os.environ.update(trial_environment(TrainConfig(device="cpu"), False))  # empty where the user set the cap
     budget = QUICK_BUDGET if args.quick else BUDGET
     state_dir = STATE_DIR if not args.quick else Path("/tmp/latnas-cifar10-deploy-quick")
     state_dir.mkdir(parents=True, exist_ok=True)

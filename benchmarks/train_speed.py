@@ -4,8 +4,9 @@ Usage::
 
     python -m benchmarks.train_speed --cifar10 ARCHIVE [--quick]
 
-``train.channels_last=auto`` trains in channels-last on CUDA only; ``on`` asks for it on the CPU too.
-This measures what that buys, side by side, on CIFAR-10's JPEG training images at 32x32:
+``train.channels_last=auto`` trains in channels-last on CUDA, and on an x86-64 CPU only where oneDNN is
+held below AVX-512, as a search holds its trials (:func:`nas.accuracy.training.channels_last_on`); ``on``
+asks for it anywhere. This measures what it buys, side by side, on CIFAR-10's JPEG training images at 32x32:
 
 1. **Speed**: each network of the CIFAR-10 deployment comparison (the hand-designed references at
    their widths and the two searched networks) and a ``mobile_cifar`` network with squeeze-excitation
@@ -91,6 +92,11 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _ratios(a: list[float], b: list[float]) -> list[float]:
+    """Each round's ``a`` over its ``b``."""
+    return [x / y for x, y in zip(a, b, strict=True)]
+
+
 def _paired(measure: Callable[[str], float], rounds: int) -> tuple[dict[str, list[float]], list[float]]:
     """``measure(format)`` in both formats for ``rounds`` rounds, the order alternating; the seconds of
     each format and each round's speed-up (off over on)."""
@@ -98,7 +104,7 @@ def _paired(measure: Callable[[str], float], rounds: int) -> tuple[dict[str, lis
     for r in range(rounds):
         for fmt in (FORMATS if r % 2 == 0 else FORMATS[::-1]):
             seconds[fmt].append(measure(fmt))
-    return seconds, [off / on for off, on in zip(seconds["off"], seconds["on"], strict=True)]
+    return seconds, _ratios(seconds["off"], seconds["on"])
 
 
 def _epoch_seconds(arch: Arch, data: Any, threads: int, fmt: str) -> float:
@@ -248,25 +254,18 @@ def part_isa(archive: Path, size: dict[str, Any], nets: dict[str, str], log: Any
             log(f"  round {r + 1}, {isa}: " + ", ".join(f"{n} {v['off']:.1f}/{v['on']:.1f} s" for n, v in got.items()))
     rows = []
     native, capped = ISAS
-    for n, by_isa in seconds.items():
-        def med(isa: str, f: str, by_isa: dict[str, dict[str, list[float]]] = by_isa) -> float:
-            return statistics.median(by_isa[isa][f])
-
-        def ratios(a: tuple[str, str], b: tuple[str, str],
-                   by_isa: dict[str, dict[str, list[float]]] = by_isa) -> list[float]:
-            return [x / y for x, y in zip(by_isa[a[0]][a[1]], by_isa[b[0]][b[1]], strict=True)]
-
-        trials = ratios((native, "off"), (capped, "on"))
+    for n, s in seconds.items():
+        trials = _ratios(s[native]["off"], s[capped]["on"])
         rows.append({
-            "network": n, "seconds": by_isa,
-            "images_per_s": {isa: {f: size["images"] / med(isa, f) for f in FORMATS} for isa in ISAS},
+            "network": n, "seconds": s,
+            "images_per_s": {isa: {f: size["images"] / statistics.median(s[isa][f]) for f in FORMATS} for isa in ISAS},
             # per round: NCHW with oneDNN's own kernels (auto on the CPU before) over channels-last at the cap
             "trials_speedup": trials,
-            "channels_last_speedup": {isa: ratios((isa, "off"), (isa, "on")) for isa in ISAS},
-            "cap_speedup_nchw": ratios((native, "off"), (capped, "off")),
+            "channels_last_speedup": {isa: _ratios(s[isa]["off"], s[isa]["on"]) for isa in ISAS},
+            "cap_speedup_nchw": _ratios(s[native]["off"], s[capped]["off"]),
         })
-        log(f"  {n:<22} NCHW {native} {med(native, 'off'):.2f} s, channels-last {capped} {med(capped, 'on'):.2f} s: "
-            f"{statistics.median(trials):.2f}x")
+        log(f"  {n:<22} NCHW {native} {statistics.median(s[native]['off']):.2f} s, channels-last {capped} "
+            f"{statistics.median(s[capped]['on']):.2f} s: {statistics.median(trials):.2f}x")
     return {"images": size["images"], "val_images": 500, "rounds": size["isa_rounds"], "threads": 1,
             "isas": list(ISAS), "rows": rows, "load_before": load_before, "load_after": _load()}
 
@@ -335,7 +334,7 @@ NCHW with oneDNN's own kernels (`auto` on the CPU before) over channels-last at 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the three parts and write the record."""
+    """Run the chosen parts (default: all) and write the record, keeping the other parts' figures."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.train_speed", description=__doc__.split("\n\n")[0])
     p.add_argument("--cifar10", help="the CIFAR-10 JPEG archive (default: $LATNAS_CIFAR10_JPEG)")
     p.add_argument("--quick", action="store_true", help="a few seconds of each part, the record under records/quick/")

@@ -25,8 +25,7 @@ import pytest
 from nas.accuracy.training import trial_environment
 from nas.core.config import TrainConfig
 
-for _key, _value in trial_environment(TrainConfig(), times_torch_on_cpu=False).items():
-    os.environ.setdefault(_key, _value)
+os.environ.update(trial_environment(TrainConfig(), times_torch_on_cpu=False))  # empty where the user set the cap
 
 SHARED_SEARCH_FIXTURE = "small_search"
 

@@ -129,6 +129,7 @@ when the process first runs one of its kernels, so they hold for the whole proce
 TRAINING_ISA = "AVX2"
 """The cap a search's trial processes get on an x86-64 CPU (:func:`trial_environment`)."""
 _BELOW_AVX512 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"})
+_X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 
 
 def onednn_below_avx512() -> bool:
@@ -138,7 +139,7 @@ def onednn_below_avx512() -> bool:
     the heap in long processes, and it still trained faster than NCHW on the CPU measured (BENCHMARKS.md,
     "Training on the CPU").
     """
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not _X86_64:
         return False
     for var in ONEDNN_ISA_VARS:
         value = os.environ.get(var, "").strip().upper()
@@ -164,7 +165,7 @@ def trial_environment(cfg: TrainConfig, times_torch_on_cpu: bool) -> dict[str, s
     is ``off`` or training is on CUDA only, or where the trials time PyTorch itself on the CPU
     (``times_torch_on_cpu``): that latency must be the one the user deploys, with oneDNN's own choice.
     """
-    if (platform.machine().lower() not in ("x86_64", "amd64") or any(os.environ.get(v) for v in ONEDNN_ISA_VARS)
+    if (not _X86_64 or any(os.environ.get(v) for v in ONEDNN_ISA_VARS)
             or cfg.channels_last == "off" or cfg.device.startswith("cuda") or times_torch_on_cpu):
         return {}
     return {ONEDNN_ISA_VARS[0]: TRAINING_ISA}
