@@ -148,15 +148,17 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
     return done
 
 
-SEARCH = {"space": "mobile_cifar_hr", "sampler": "evolution", "population_size": 6, "tournament_size": 3,
-          "n_trials": 12, "reduction_factor": 3, "max_concurrent": 2,
+SEARCH = {"space": "mobile_cifar_res", "sampler": "evolution", "population_size": 6, "tournament_size": 3,
+          "n_trials": 12, "reduction_factor": 3, "max_concurrent": 2, "latency_screen": 1.2,
           "rungs": [{"train_images": 10000, "epochs": 3}, {"train_images": 30000, "epochs": 10}]}
 """LatNAS's multi-fidelity search at each target: the last rung is the deployment budget. Regularised
 evolution starts from :data:`START` (then random members until the population is full) and mutates the
 fittest; ASHA promotes the best third of the first rung. The first rung is ``conf/rungs/cifar10_cpu.yaml``'s,
 chosen from the deployment fidelity study (:mod:`benchmarks.fidelity_deploy`), where 2,500 x 2, this
-search's first rung before, ranked little better than chance."""
-QUICK_SEARCH = {"space": "mobile_cifar_hr", "sampler": "evolution", "population_size": 2, "tournament_size": 1,
+search's first rung before, ranked little better than chance. The space is ``mobile_cifar_res``
+(``mobile_cifar_hr`` with residual blocks beside MBConv): most of its random members are far over
+the targets, so the latency screen refuses a proposal over 1.2x the target before it trains."""
+QUICK_SEARCH = {"space": "mobile_cifar_res", "sampler": "evolution", "population_size": 2, "tournament_size": 1,
                 "n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
                 "rungs": [{"train_images": 100, "epochs": 1}, {"train_images": 300, "epochs": 1}]}
 
@@ -177,7 +179,8 @@ _MNAS_05_TRIM = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1
                  "mb_k3_e6_c48_s1-mb_k5_e6_c80_s2-mb_k5_e6_c80_s1-mb_k5_e6_c80_s1-mb_k3_e6_c160_s1-head_c1280")
 START = {0.35: [_MBV2_035, _MNAS_035_LEAN, _MNAS_035], 0.5: [_MBV2_05, _MNAS_05_TRIM, _MNAS_035]}
 """The search's start at each target (by its anchor's width): the references' shapes in ``mobile_cifar_hr``
-(MobileNetV2 and MnasNet-B1 stage by stage, widths snapped to the space's, ReLU), near the target.
+(MobileNetV2 and MnasNet-B1 stage by stage, widths snapped to the space's, ReLU; members of
+``mobile_cifar_res`` too), near the target.
 ``_MNAS_05_TRIM`` is MnasNet-B1 x0.5 with three blocks in its 80-channel stage, not four (MnasNet-B1
 x0.5 itself is just over 0.326 ms). ``_MNAS_035`` is MnasNet-B1 x0.35 itself (its 32-channel stride-1
 stage is the space's optional stage left out and the 24/32 stage run to depth 5). A change to the start
@@ -187,6 +190,10 @@ or to :data:`SEARCH` makes the search step search again (a recorded search is ke
 def _rungs_override(rungs: list[dict[str, int]]) -> str:
     items = ",".join(f"{{train_images:{r['train_images']},epochs:{r['epochs']}}}" for r in rungs)
     return f"search.rungs=[{items}]"
+
+
+def _screen_override(size: dict[str, Any]) -> list[str]:
+    return [f"search.latency_screen={size['latency_screen']:g}"] if size.get("latency_screen") else []
 
 
 def step_search(archive: Path, target_ms: float, anchor_width: float, start: list[str], size: dict[str, Any],
@@ -217,7 +224,7 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
         "search.start=[" + ",".join(f"'{a}'" for a in start) + "]",
         f"search.reduction_factor={size['reduction_factor']}",
         f"search.n_trials={size['n_trials']}", f"search.max_concurrent={size['max_concurrent']}",
-        _rungs_override(size["rungs"]), "train.device=cpu", f"tracking.uri=sqlite:///{store}",
+        _rungs_override(size["rungs"]), *_screen_override(size), "train.device=cpu", f"tracking.uri=sqlite:///{store}",
         f"output_dir={state_dir / 'search' / name}", "progress=false", f"name={name}", f"resume={str(resume).lower()}",
     )
     started.touch()

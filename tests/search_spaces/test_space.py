@@ -106,7 +106,23 @@ def test_mnasnet_b1_x035_is_a_member_of_mobile_cifar_hr() -> None:
     assert space.from_decisions(decisions) == mnas
 
 
-@pytest.mark.parametrize("name", ["mobile", "efficient", "tiny", "mobile_cifar_hr"])
+def test_mobile_cifar_res_holds_mobile_cifar_hr_and_residual_blocks() -> None:
+    """Every member of mobile_cifar_hr (the references' shapes among them) is a member, so a
+    search of it may start from them; its own members mix MBConv and residual blocks."""
+    hr, res = load_space("mobile_cifar_hr"), load_space("mobile_cifar_res")
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        assert res.contains(hr.sample(rng))
+    mnas = dataclasses.replace(scale_width(small_input_variant(reference("mnasnet_b1")), 0.35), act="relu")
+    assert res.contains(mnas)
+    kinds = {b.block_type for _ in range(20) for b in res.sample(rng).blocks}
+    assert kinds == {"mbconv", "residual"}
+    resnet_like = Arch.decode("act_relu-stem_c24-rb_k3_c8_s1-rb_k3_c32_s1-rb_k3_c64_s2-rb_k3_c128_s2-"
+                              "rb_k3_c160_s1-head_c1280")
+    assert res.contains(resnet_like) and not hr.contains(resnet_like)
+
+
+@pytest.mark.parametrize("name", ["mobile", "efficient", "tiny", "mobile_cifar_hr", "mobile_cifar_res"])
 def test_decisions_round_trip_and_membership(name: str) -> None:
     space = load_space(name)
     rng = np.random.default_rng(0)
