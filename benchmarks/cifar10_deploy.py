@@ -163,6 +163,17 @@ QUICK_SEARCH = {"space": "mobile_cifar_res", "sampler": "evolution", "population
                 "n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
                 "rungs": [{"train_images": 100, "epochs": 1}, {"train_images": 300, "epochs": 1}]}
 
+# The references' shapes in mobile_cifar_hr (ReLU), stage by stage: in the start of the searches before
+# mobile_cifar_res, and the networks benchmarks/train_speed.py times.
+_MBV2_035 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e6_c8_s1-mb_k3_e6_c8_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-"
+             "mb_k3_e6_c16_s1-mb_k3_e6_c24_s2-mb_k3_e6_c24_s1-mb_k3_e6_c24_s1-mb_k3_e6_c24_s1-mb_k3_e6_c40_s1-"
+             "mb_k3_e6_c40_s1-mb_k3_e6_c56_s2-mb_k3_e6_c56_s1-mb_k3_e6_c56_s1-mb_k3_e6_c112_s1-head_c1280")
+_MBV2_05 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-"
+            "mb_k3_e6_c16_s1-mb_k3_e6_c32_s2-mb_k3_e6_c32_s1-mb_k3_e6_c32_s1-mb_k3_e6_c32_s1-mb_k3_e6_c48_s1-"
+            "mb_k3_e6_c48_s1-mb_k3_e6_c48_s1-mb_k3_e6_c80_s2-mb_k3_e6_c80_s1-mb_k3_e6_c80_s1-mb_k3_e6_c160_s1-head_c1280")
+_MNAS_035 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c16_s1-"
+             "mb_k5_e3_c16_s1-mb_k5_e3_c16_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c32_s1-"
+             "mb_k3_e6_c32_s1-mb_k5_e6_c64_s2-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k3_e6_c112_s1-head_c1280")
 START: dict[float, list[str]] = {0.35: [], 0.5: []}
 """The search's start at each target (by its anchor's width): none. The earlier searches of
 ``mobile_cifar_hr`` started from the references' shapes (MobileNetV2 and MnasNet-B1 stage by stage),
