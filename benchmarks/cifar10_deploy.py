@@ -406,7 +406,11 @@ def render(rec: dict[str, Any]) -> str:
                             for r in g["against"]) or "no reference meets the target no faster than it"
         goals.append(f"- at {t['target_ms']:g} ms: **{'met' if g['met'] else 'not met'}** (searched "
                      f"{_pct(g['searched_median'])}; {against})")
-    search = f["targets"][0]["candidates"][0]["search"]["settings"]
+    found = f["targets"][0]["candidates"][0]["search"]
+    search = found["settings"]
+    start = "started from the references' shapes" if found.get("start", True) else "started from random members"
+    if search.get("latency_screen"):
+        start += f", proposals over {search['latency_screen']:g}x the target not trained"
     rungs = ", ".join(f"{r['train_images']:,} x {r['epochs']}" for r in search["rungs"])
     lines = "\n".join(f"- {line}" for line in comparison_lines(f["targets"]))
     keys = [f"{t['target_ms']:g}" for t in f["targets"]]
@@ -426,7 +430,7 @@ def render(rec: dict[str, Any]) -> str:
     return f"""Searched against hand-designed networks at the budget a network is deployed with. Targets: the
 latencies of MobileNetV2 (32x32 layout) at widths 0.35 and 0.5 on this CPU (ONNX Runtime, 1 thread,
 1x3x32x32). LatNAS's multi-fidelity search of `{search.get('space', 'mobile_cifar')}` ({search['n_trials']} candidates,
-{search.get('sampler', 'tpe')} started from the references' shapes, rungs {rungs} images x epochs, ASHA reduction factor
+{search.get('sampler', 'tpe')} {start}, rungs {rungs} images x epochs, ASHA reduction factor
 {search['reduction_factor']}) against MobileNetV2,
 MnasNet-B1 and EfficientNet-B0 width-scaled to each target. Every network trained from scratch with
 the same recipe at {b['train_images']:,} images x {b['epochs']} epochs, {b['seeds']} seeds, validated on
