@@ -18,7 +18,10 @@ target, :data:`SEARCH`, resumed where it stopped, then the searched networks' tr
 ``report`` (a paired latency pass of every network, the goal at each target, the committed networks
 under :data:`EXPORT_DIR` and the record; a quiet machine). ``train`` trains given members of the
 search's space (``--arch``, repeated) at the same budget and keeps them beside the others: the figures
-that show what the space holds near a target, whichever network a search picks. A training already saved under
+that show what the space holds near a target, whichever network a search picks. ``search --latency-floor F``
+is a study beside the comparison: the same search with ``search.latency_floor=F`` (proposals under ``F``
+times the target are not trained), its record and winner's trainings kept apart from the comparison's
+search. A training already saved under
 :data:`STATE_DIR` is never repeated; a step whose inputs are missing says which step to run first.
 """
 
@@ -188,7 +191,13 @@ def _rungs_override(rungs: list[dict[str, int]]) -> str:
 
 
 def _screen_override(size: dict[str, Any]) -> list[str]:
-    return [f"search.latency_screen={size['latency_screen']:g}"] if size.get("latency_screen") else []
+    return [f"search.{key}={size[key]:g}" for key in ("latency_screen", "latency_floor") if size.get(key)]
+
+
+def _search_label(target_ms: float, size: dict[str, Any]) -> str:
+    """The name of a search's record (``search-0.235ms``; with a latency floor, ``search-0.235ms-floor0.6``)."""
+    floor = size.get("latency_floor")
+    return f"search-{target_ms:g}ms" + (f"-floor{floor:g}" if floor else "")
 
 
 def step_search(archive: Path, target_ms: float, anchor_width: float, start: list[str], size: dict[str, Any],
@@ -199,7 +208,8 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
     inflates every figure alike (benchmarks/notes/cifar10_deploy.md), so milliseconds against ``target_ms``
     would call nearly every candidate too slow; the ratio to the anchor timed at the same moment does not
     move with the load. The search's leaderboard (every candidate with its rung, accuracy and ``x_anchor``)
-    is copied beside the step's record as ``search-<target>ms-leaderboard.csv``."""
+    is copied beside the step's record as ``search-<target>ms-leaderboard.csv`` (``-floor<F>`` before
+    ``-leaderboard`` with a latency floor)."""
     from nas.cli import compose_search_config
     from nas.core.record import trials_seconds
     from nas.driver import run_search
@@ -231,7 +241,8 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
     best = result.best
     top = [c for c in result.candidates if c.completed and c.rung == best.rung]
     trials = trials_seconds(result.candidates)  # every part's trials; wall_seconds is the last part's
-    shutil.copyfile(result.output_dir / "leaderboard.csv", state_dir / f"search-{target_ms:g}ms-leaderboard.csv")
+    board = state_dir / f"{_search_label(target_ms, size)}-leaderboard.csv"
+    shutil.copyfile(result.output_dir / "leaderboard.csv", board)
     log(f"  search at {target_ms:.3f} ms: {len(result.candidates)} candidates, their trials "
         f"{trials:.0f} s in all ({size['max_concurrent']} at a time); best "
         f"{best.arch_id} at rung {best.rung_label}, accuracy {best.accuracy:.4f}, {best.x_anchor:.2f}x the anchor")
@@ -489,11 +500,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=None,
                         help="search step: only the target of this many ms (as widths.json rounds it), "
                              "so the step may run in parts; default every target")
+    parser.add_argument("--latency-floor", type=float, default=None,
+                        help="search step: a study beside the comparison: the same search with "
+                             "search.latency_floor=F, recorded as search-<target>ms-floor<F>.json; its winner is "
+                             "trained like the others (the report's comparison keeps the search without a floor)")
     parser.add_argument("--arch", action="append", default=[],
                         help="train step: a member of the search's space (its canonical string); may repeat")
     parser.add_argument("--seeds", type=int, default=None,
                         help="train step: train seeds 0 to N-1 (default: the budget's, 3)")
     args = parser.parse_args(argv)
+    if args.latency_floor is not None and (args.step != "search" or not 0 < args.latency_floor < 1):
+        parser.error(f"--latency-floor {args.latency_floor:g}: a share of the target between 0 and 1, "
+                     "for --step search")
     if args.step == "train":
         if not args.arch:
             parser.error("--step train: name the networks with --arch")
@@ -530,13 +548,15 @@ def main(argv: list[str] | None = None) -> int:
     elif args.step == "search":
         widths = _read_step(state_dir, "widths", "widths")
         size = QUICK_SEARCH if args.quick else SEARCH
+        if args.latency_floor is not None:
+            size = {**size, "latency_floor": args.latency_floor}
         winners = []
         targets = [t for t in widths["targets"] if args.target is None or round(t["target_ms"], 3) == args.target]
         if not targets:
             known = ", ".join(f"{t['target_ms']:.3f}" for t in widths["targets"])
             parser.error(f"--target {args.target:g}: not a target of widths.json ({known})")
         for t in targets:  # the searches, then every winner's trainings (the pool kept full)
-            path = state_dir / f"search-{t['target_ms']:g}ms.json"
+            path = state_dir / f"{_search_label(t['target_ms'], size)}.json"
             width = _anchor_width(t)
             found = json.loads(path.read_text()) if path.exists() else None
             if found is not None and not _searched_with(found, size, t):

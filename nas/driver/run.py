@@ -734,9 +734,9 @@ def _print_summary(
             f"To resume it: {how}",
         ]
     elif outcome.exhausted and screen is not None and screen.gave_up:
-        lines.append(f"The latency screen refused {MAX_REFUSED} proposals in a row (over "
-                     f"{cfg.search.latency_screen:g}x the target), so the search ended after {done} trials: the "
-                     "space holds little within that; raise search.latency_screen or the target.")
+        lines.append(f"The latency screen refused {MAX_REFUSED} proposals in a row ({screen.bounds()} the "
+                     f"target), so the search ended after {done} trials: the space holds little within that; "
+                     "widen search.latency_screen or search.latency_floor, or move the target.")
     elif outcome.exhausted:
         lines.append(f"The space has no architecture left to try after {done} trials.")
     dup = f", {result.duplicates} repeated suggestions answered from earlier results" if result.duplicates else ""

@@ -9,6 +9,12 @@ draws another in its place and never proposes it again. The reward is untouched:
 passes is trained, measured and scored as before, and the screen's figure only decides whether it
 is tried.
 
+``search.latency_floor=F`` refuses, the same way, a proposal under ``F`` times the target: one that
+would leave most of the budget unused. Regularised evolution breeds from its fittest members, and
+when small networks score best at a cheap first rung (they learn fast), the population drifts to
+them and the search settles far inside the target; a floor keeps every trial within ``[F, L]``
+times it. The two may be given together or either alone.
+
 The screen measures while trials train on the same machine, so its figure reads higher than a
 quiet one; a target relative to an anchor (``target_anchor``), measured beside it, moves much less
 with the load than milliseconds do, and ``L`` above 1 (1.2, say) leaves a margin for what remains.
@@ -39,11 +45,12 @@ class LatencyScreen:
     """Judges architectures by their latency against the target, before they train (callable: True to try one).
 
     Attributes:
-        limit: the most times the target a proposal may be (``search.latency_screen``).
+        limit: the most times the target a proposal may be (``search.latency_screen``; inf: no limit).
         measure: how one network's latency is taken here (the search's backend, the input pipeline's cost added).
         objective: the search's target and its statistic.
         anchor: the anchor network a relative target is measured beside (None: the target is in ms).
         anchor_name: the anchor as named (``mobilenetv2_100@0.35``), for records.
+        floor: the fewest times the target a proposal may be (``search.latency_floor``; None: none).
         status: where each refusal is said.
         passed: proposals let through, with their figure (times the target).
         refused: proposals refused, with their figure.
@@ -55,6 +62,7 @@ class LatencyScreen:
     limit: float
     measure: Callable[[Arch], LatencyResult]
     objective: Objective
+    floor: float | None = None
     anchor: Arch | None = None
     anchor_name: str | None = None
     status: Callable[[str], None] = print
@@ -83,15 +91,24 @@ class LatencyScreen:
             return True
         finally:
             self.seconds += time.perf_counter() - t0
-        if x <= self.limit:
+        if x <= self.limit and (self.floor is None or x >= self.floor):
             self.passed.append((arch.arch_id, x))
             self.in_a_row = 0
             log.info("latency screen: %s at %.2fx the target: tried", arch.arch_id, x)
             return True
         self.refused.append((arch.arch_id, x))
         self.in_a_row += 1
-        self.status(f"latency screen: {arch.arch_id} at {x:.2f}x the target (over {self.limit:g}x): not trained")
+        why = f"over {self.limit:g}x" if x > self.limit else f"under {self.floor:g}x"
+        self.status(f"latency screen: {arch.arch_id} at {x:.2f}x the target ({why}): not trained")
         return False
+
+    def bounds(self) -> str:
+        """What the screen lets through, in words: ``over 1.2x``, ``under 0.6x``, ``outside 0.6x-1.2x``."""
+        if self.floor is None:
+            return f"over {self.limit:g}x"
+        if self.limit == float("inf"):
+            return f"under {self.floor:g}x"
+        return f"outside {self.floor:g}x-{self.limit:g}x"
 
     def metrics(self) -> dict[str, float]:
         """The screen's figures for the search's record."""
@@ -106,7 +123,7 @@ class LatencyScreen:
     def summary_line(self) -> str:
         """What the screen did, in one line."""
         judged = len(self.passed) + len(self.refused)
-        line = (f"Latency screen: {len(self.refused)} of {judged} proposal(s) over {self.limit:g}x the target "
+        line = (f"Latency screen: {len(self.refused)} of {judged} proposal(s) {self.bounds()} the target "
                 f"{self.objective.describe()} were not trained (each measured here before its trial, "
                 f"{self.seconds:.0f} s in all)")
         if self.refused:
@@ -120,18 +137,20 @@ class LatencyScreen:
 def make_screen(cfg: SearchConfig, num_classes: int, space: SearchSpace, target_ms: float,
                 preprocessing: LatencyStats | None, on_cluster: bool, status: Callable[[str], None]
                 ) -> LatencyScreen | None:
-    """The screen ``search.latency_screen`` asks for (None: off), measuring with the search's latency backend.
+    """The screen ``search.latency_screen`` and ``search.latency_floor`` ask for (None: neither is set), measuring
+    with the search's latency backend.
 
     Raises:
         ConfigError: asked for on a joined cluster whose trials measure on other machines.
         LatencyError: the backend cannot be built here.
     """
-    limit = cfg.search.latency_screen
-    if limit is None:
+    limit, floor = cfg.search.latency_screen, cfg.search.latency_floor
+    if limit is None and floor is None:
         return None
+    key = "search.latency_screen" if limit is not None else "search.latency_floor"
     lat = cfg.latency
     if on_cluster and lat.backend not in ("remote", "predictor"):
-        raise ConfigError("search.latency_screen", "measures each proposal in the driver, and on a joined cluster "
+        raise ConfigError(key, "measures each proposal in the driver, and on a joined cluster "
                           "the trials measure on other machines: leave it null there, or measure on one device "
                           "with latency=remote")
     est = latency_estimator(lat, num_classes, space, target_ms)
@@ -142,7 +161,8 @@ def make_screen(cfg: SearchConfig, num_classes: int, space: SearchSpace, target_
     anchor = None
     if cfg.target_anchor is not None and cfg.anchor is not None:  # a relative target: judged beside the anchor
         anchor = anchor_network(cfg.anchor, max(lat.input_shape[2:]))
-    return LatencyScreen(float(limit), measure, Objective.of_search(cfg), anchor, cfg.anchor, status)
+    return LatencyScreen(float("inf") if limit is None else float(limit), measure, Objective.of_search(cfg),
+                         None if floor is None else float(floor), anchor, cfg.anchor, status)
 
 
 __all__ = ["MAX_REFUSED", "LatencyScreen", "make_screen"]

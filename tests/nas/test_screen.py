@@ -101,6 +101,58 @@ def test_the_screen_measures_a_proposal_here_and_refuses_one_over_the_target(tar
     assert screen is not None and "1 of 1 proposal(s) over 1.2x the target" in screen.summary_line()
 
 
+@pytest.mark.parametrize("target", [("target_ms=0.00001", "target_ms=1000"),
+                                    ("target_anchor=mobilenetv2_100@0.35 target_x=0.0001",
+                                     "target_anchor=mobilenetv2_100@0.35 target_x=100")])
+def test_a_floor_refuses_a_proposal_that_would_leave_most_of_the_budget_unused(target: tuple[str, str]) -> None:
+    space = load_space("tiny")
+    arch = space.sample(np.random.default_rng(0))
+    said: list[str] = []
+    screen: LatencyScreen | None = None
+    for text, expect in zip(target, (True, False), strict=True):  # a floor alone: far over the target passes
+        cfg = compose_config("+space=tiny", *text.split(), "search.sampler=evolution", "search.latency_floor=0.5",
+                             *QUICK_LATENCY)
+        validate(cfg)
+        screen = make_screen(cfg, 10, space, cfg.target_ms or 0.0, None, False, said.append)
+        assert screen is not None
+        assert screen(arch) is expect
+        x = (screen.passed or screen.refused)[0][1]
+        assert (x > 1.0) if expect else (x < 0.5)
+    assert len(said) == 1 and "under 0.5x): not trained" in said[0]
+    assert screen is not None and "1 of 1 proposal(s) under 0.5x the target" in screen.summary_line()
+
+
+def test_a_screen_and_a_floor_together_pass_only_what_lies_between() -> None:
+    space = load_space("tiny")
+    arch = space.sample(np.random.default_rng(0))
+    verdicts = []
+    for target_x in ("0.0001", "100"):  # far over, then far under: both refused
+        cfg = compose_config("+space=tiny", "target_anchor=mobilenetv2_100@0.35", f"target_x={target_x}",
+                             "search.sampler=evolution", "search.latency_screen=1.2", "search.latency_floor=0.5",
+                             *QUICK_LATENCY)
+        validate(cfg)
+        screen = make_screen(cfg, 10, space, 0.0, None, False, print)
+        assert screen is not None
+        verdicts.append(screen(arch))
+        assert "1 of 1 proposal(s) outside 0.5x-1.2x the target" in screen.summary_line()
+    assert verdicts == [False, False]
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    (["search.sampler=evolution", "search.latency_floor=1"], "must be between 0 and 1"),
+    (["search.sampler=evolution", "search.latency_floor=0"], "must be between 0 and 1"),
+    (["search.sampler=evolution", "search.latency_floor=nan"], "must be between 0 and 1"),
+    (["search.latency_floor=0.6"], "add search.sampler=evolution"),
+    (["search.sampler=evolution", "search.latency_floor=0.6", "latency.scenario=server",
+      "latency.throughput_goal=100"], "screens a single-stream target"),
+])
+def test_a_floor_that_cannot_work_is_refused_before_any_trial(overrides: list[str], words: str) -> None:
+    cfg = compose_config("+space=tiny", "target_ms=5", *overrides)
+    with pytest.raises(ConfigError, match=words) as err:
+        validate(cfg)
+    assert err.value.key == "search.latency_floor"
+
+
 @pytest.mark.parametrize(("overrides", "words"), [
     (["search.sampler=evolution", "search.latency_screen=0.8"], "must be at least 1"),
     (["search.sampler=evolution", "search.latency_screen=nan"], "must be at least 1"),
@@ -127,12 +179,15 @@ def test_a_screen_in_a_driver_whose_trials_measure_elsewhere_is_refused() -> Non
 
 def test_the_default_is_no_screen() -> None:
     assert SearchAlgConfig().latency_screen is None and SearchConfig().search.latency_screen is None
-    assert compose_config("+space=tiny", "target_ms=5").search.latency_screen is None  # conf/search/default.yaml
+    assert SearchAlgConfig().latency_floor is None and SearchConfig().search.latency_floor is None
+    cfg = compose_config("+space=tiny", "target_ms=5")  # conf/search/default.yaml
+    assert cfg.search.latency_screen is None and cfg.search.latency_floor is None
+    assert make_screen(cfg, 10, load_space("tiny"), 5.0, None, False, print) is None
 
 
-def _search(tmp_path: Path, target_x: str) -> tuple[object, str]:
+def _search(tmp_path: Path, target_x: str, screen: str = "search.latency_screen=1.2") -> tuple[object, str]:
     cfg = stored_config(tmp_path, "+space=tiny", "target_anchor=mobilenetv2_100@0.35", f"target_x={target_x}",
-                        "search.sampler=evolution", "search.latency_screen=1.2", "search.n_trials=2",
+                        "search.sampler=evolution", screen, "search.n_trials=2",
                         "search.population_size=2", "search.tournament_size=1", "accuracy=naswot",
                         "data.max_train_samples=64", "data.max_val_samples=32", "data.resolution=16",
                         "progress=false", "latency.final_pass_top_k=0", *QUICK_LATENCY, "name=screened")
@@ -157,3 +212,12 @@ def test_a_search_within_its_screen_trains_every_proposal(tmp_path: Path) -> Non
     assert "Latency screen: 0 of 2 proposal(s) over 1.2x the target" in printed
     run = MlflowClient(result.tracking_uri).get_run(result.parent_run_id)  # type: ignore[attr-defined]
     assert run.data.metrics["screen_passed"] == 2 and run.data.metrics["screen_refused"] == 0
+
+
+def test_a_search_whose_every_proposal_is_under_its_floor_trains_nothing_and_says_why(tmp_path: Path) -> None:
+    result, printed = _search(tmp_path, "100", "search.latency_floor=0.5")  # every tiny network is far under
+    assert result.candidates == []  # type: ignore[attr-defined]
+    assert f"The latency screen refused {MAX_REFUSED} proposals in a row (under 0.5x the target)" in printed
+    assert "widen search.latency_screen or search.latency_floor" in printed
+    run = MlflowClient(result.tracking_uri).get_run(result.parent_run_id)  # type: ignore[attr-defined]
+    assert run.data.metrics["screen_refused"] == MAX_REFUSED and run.data.metrics["screen_passed"] == 0

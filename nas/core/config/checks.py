@@ -225,6 +225,15 @@ def check_search_alg(s: SearchAlgConfig, estimator: str, train_epochs: int) -> N
             raise ConfigError("search.latency_screen", f"screens regularised evolution's proposals, not "
                               f"{s.sampler}'s: add search.sampler=evolution (an Optuna study would have to record "
                               "every refused proposal as a trial)")
+    if s.latency_floor is not None:
+        if not 0 < s.latency_floor < 1:  # NaN too
+            raise ConfigError("search.latency_floor", f"must be between 0 and 1 (a share of the target), got "
+                              f"{s.latency_floor}: a proposal is not trained when it is under this many times the "
+                              "target")
+        if s.sampler != "evolution":
+            raise ConfigError("search.latency_floor", f"screens regularised evolution's proposals, not "
+                              f"{s.sampler}'s: add search.sampler=evolution (an Optuna study would have to record "
+                              "every refused proposal as a trial)")
     if s.storage is not None and s.sampler == "evolution":
         raise ConfigError("search.storage", "is an Optuna study's storage; search.sampler=evolution keeps no study")
     int_at_least("search.max_duplicates", s.max_duplicates, 1)

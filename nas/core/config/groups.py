@@ -306,6 +306,10 @@ class SearchAlgConfig:
             driver before it trains, and one over this many times the target is not trained (the
             sampler draws another; see :mod:`nas.driver.screen`); None: every proposal trains. The
             ``start`` architectures are not screened.
+        latency_floor: evolution: a proposal measured under this many times the target (0.6: 60%)
+            is not trained either, so that the search spends its trials on networks that use the
+            budget; None: no floor. Measured as ``latency_screen`` measures (the two may be given
+            together, or either alone).
     """
 
     sampler: str = one_of(SAMPLERS, "tpe")
@@ -326,6 +330,7 @@ class SearchAlgConfig:
     rungs: list[RungConfig] = field(default_factory=list)
     start: list[str] = field(default_factory=list)
     latency_screen: float | None = None
+    latency_floor: float | None = None
 
 
 @dataclass

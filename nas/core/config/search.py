@@ -109,8 +109,9 @@ def validate(cfg: SearchConfig) -> None:
     check_train(cfg.train)
     check_accuracy(cfg.accuracy, cfg.data.name)
     check_search_alg(cfg.search, cfg.accuracy.estimator, cfg.train.epochs)
-    if cfg.search.latency_screen is not None and cfg.latency.scenario == "server":
-        raise ConfigError("search.latency_screen", "screens a single-stream target; latency.scenario=server bounds "
-                          "each batch size's latency instead: leave search.latency_screen null")
+    for key in ("latency_screen", "latency_floor"):
+        if getattr(cfg.search, key) is not None and cfg.latency.scenario == "server":
+            raise ConfigError(f"search.{key}", "screens a single-stream target; latency.scenario=server bounds "
+                              f"each batch size's latency instead: leave search.{key} null")
     check_ray(cfg.ray)
     check_tracking(cfg.tracking)
