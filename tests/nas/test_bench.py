@@ -627,3 +627,24 @@ def test_render_the_deployment_comparison_with_every_trained_network(tmp_path: P
     # every trained network, the most accurate first, with its seeds and what it is in the comparison
     assert section.index("| `bbbb` | - | 1.25 | 1 | 73.0% (73.0%) |") < section.index(
         "| `aaaa` | searched at 0.235 ms | 0.95 | 3 | 72.4% (71.2%, 72.4%, 72.7%) |")
+    assert "evolution started from the references' shapes, rungs 10,000 x 3" in section  # a record without a start
+    searched["search"]["start"] = []
+    searched["search"]["settings"]["latency_screen"] = 1.2
+    (tmp_path / "records" / "cifar10_deploy.json").write_text(json.dumps(_rec("cifar10_deploy", figures)))
+    out = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text()
+    assert ("evolution started from random members, proposals over 1.2x the target not trained, rungs 10,000 x 3"
+            in out)
+
+
+@pytest.mark.parametrize("argv", [["--step", "report", "--latency-floor", "0.6"],
+                                  ["--step", "search", "--latency-floor", "1.5"],
+                                  ["--step", "search", "--latency-floor", "0"]])
+def test_the_deployment_comparisons_floor_study_refuses_what_it_cannot_run(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import cifar10_deploy
+
+    with pytest.raises(SystemExit) as err:
+        cifar10_deploy.main(["--cifar10", str(tmp_path / "none.tar.gz"), *argv])
+    assert err.value.code == 2
+    said = capsys.readouterr().err
+    assert f"--latency-floor {argv[-1]}: a share of the target between 0 and 1, for --step search" in said
