@@ -216,24 +216,17 @@ def check_search_alg(s: SearchAlgConfig, estimator: str, train_epochs: int) -> N
     if not 1 <= s.tournament_size <= s.population_size:
         raise ConfigError("search.tournament_size", f"must be in 1..search.population_size ({s.population_size}), "
                           f"got {s.tournament_size}")
-    if s.latency_screen is not None:
-        if not s.latency_screen >= 1:  # NaN too
-            raise ConfigError("search.latency_screen", f"must be at least 1 (the target itself), got "
-                              f"{s.latency_screen}: a proposal is not trained when it is over this many times "
-                              "the target")
-        if s.sampler != "evolution":
-            raise ConfigError("search.latency_screen", f"screens regularised evolution's proposals, not "
-                              f"{s.sampler}'s: add search.sampler=evolution (an Optuna study would have to record "
-                              "every refused proposal as a trial)")
-    if s.latency_floor is not None:
-        if not 0 < s.latency_floor < 1:  # NaN too
-            raise ConfigError("search.latency_floor", f"must be between 0 and 1 (a share of the target), got "
-                              f"{s.latency_floor}: a proposal is not trained when it is under this many times the "
-                              "target")
-        if s.sampler != "evolution":
-            raise ConfigError("search.latency_floor", f"screens regularised evolution's proposals, not "
-                              f"{s.sampler}'s: add search.sampler=evolution (an Optuna study would have to record "
-                              "every refused proposal as a trial)")
+    if s.latency_screen is not None and not s.latency_screen >= 1:  # NaN too
+        raise ConfigError("search.latency_screen", f"must be at least 1 (the target itself), got "
+                          f"{s.latency_screen}: a proposal is not trained when it is over this many times the target")
+    if s.latency_floor is not None and not 0 < s.latency_floor < 1:  # NaN too
+        raise ConfigError("search.latency_floor", f"must be between 0 and 1 (a share of the target), got "
+                          f"{s.latency_floor}: a proposal is not trained when it is under this many times the target")
+    for key in ("latency_screen", "latency_floor"):
+        if getattr(s, key) is not None and s.sampler != "evolution":
+            raise ConfigError(f"search.{key}", f"screens regularised evolution's proposals, not {s.sampler}'s: add "
+                              "search.sampler=evolution (an Optuna study would have to record every refused "
+                              "proposal as a trial)")
     if s.storage is not None and s.sampler == "evolution":
         raise ConfigError("search.storage", "is an Optuna study's storage; search.sampler=evolution keeps no study")
     int_at_least("search.max_duplicates", s.max_duplicates, 1)
