@@ -333,6 +333,12 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
 
     data = load_dataset(data_config(archive))
     trained = _trained(state_dir, budget)
+    for path in sorted(state_dir.glob("search-*ms-floor*.json")):  # the studies beside the comparison
+        study = json.loads(path.read_text())
+        for r in trained:
+            if r["arch"] == study["arch"]:
+                r.setdefault("roles", []).append(f"searched at {study['target_ms']:g} ms with latency floor "
+                                                 f"{study['settings']['latency_floor']:g} (a study)")
     targets = []
     for t in widths["targets"]:
         found = _read_step(state_dir, f"search-{t['target_ms']:g}ms", "search")

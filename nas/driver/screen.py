@@ -48,9 +48,9 @@ class LatencyScreen:
         limit: the most times the target a proposal may be (``search.latency_screen``; inf: no limit).
         measure: how one network's latency is taken here (the search's backend, the input pipeline's cost added).
         objective: the search's target and its statistic.
+        floor: the fewest times the target a proposal may be (``search.latency_floor``; None: none).
         anchor: the anchor network a relative target is measured beside (None: the target is in ms).
         anchor_name: the anchor as named (``mobilenetv2_100@0.35``), for records.
-        floor: the fewest times the target a proposal may be (``search.latency_floor``; None: none).
         status: where each refusal is said.
         passed: proposals let through, with their figure (times the target).
         refused: proposals refused, with their figure.
