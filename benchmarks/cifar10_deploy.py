@@ -14,7 +14,8 @@ multiplier whose median latency ratio to the anchor, measured back to back in ro
 The run is split into steps that each save what they produced, so it may run in parts
 (``--step``): ``widths`` (targets and reference widths: a quiet machine, a few minutes),
 ``references`` (the references' trainings) and ``search`` (LatNAS's multi-fidelity search at each
-target, :data:`SEARCH`, resumed where it stopped, then the searched networks' trainings) and
+target, :data:`SEARCH`, resumed where it stopped, then the searched networks' trainings, in one pool with
+the references' not yet trained, so a run from nothing may skip ``references``) and
 ``report`` (a paired latency pass of every network, the goal at each target, the committed networks
 under :data:`EXPORT_DIR` and the record; a quiet machine). ``train`` trains given members of the
 search's space (``--arch``, repeated) at the same budget and keeps them beside the others: the figures
@@ -195,9 +196,18 @@ def _screen_override(size: dict[str, Any]) -> list[str]:
 
 
 def _search_label(target_ms: float, size: dict[str, Any]) -> str:
-    """The name of a search's record (``search-0.235ms``; with a latency floor, ``search-0.235ms-floor0.6``)."""
+    """The name of a search's record (``search-0.235ms``; with a latency floor, ``search-0.235ms-floor0.6``).
+    Records of earlier settings are kept beside them as studies, renamed (``search-0.235ms-n12.json``)."""
     floor = size.get("latency_floor")
     return f"search-{target_ms:g}ms" + (f"-floor{floor:g}" if floor else "")
+
+
+def _study_role(study: dict[str, Any]) -> str:
+    """How the report names a recorded search that is not the comparison's: its target, size and floor."""
+    size = study["settings"]
+    floor = size.get("latency_floor")
+    return (f"searched at {study['target_ms']:g} ms, {size['n_trials']} candidates"
+            + (f", latency floor {floor:g}" if floor else "") + " (a study)")
 
 
 def step_search(archive: Path, target_ms: float, anchor_width: float, start: list[str], size: dict[str, Any],
@@ -333,12 +343,14 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
 
     data = load_dataset(data_config(archive))
     trained = _trained(state_dir, budget)
-    for path in sorted(state_dir.glob("search-*ms-floor*.json")):  # the studies beside the comparison
+    comparison = {f"{_search_label(t['target_ms'], size)}.json" for t in widths["targets"]}
+    for path in sorted(state_dir.glob("search-*ms*.json")):  # the studies beside the comparison
+        if path.name in comparison:
+            continue
         study = json.loads(path.read_text())
         for r in trained:
             if r["arch"] == study["arch"]:
-                r.setdefault("roles", []).append(f"searched at {study['target_ms']:g} ms with latency floor "
-                                                 f"{study['settings']['latency_floor']:g} (a study)")
+                r.setdefault("roles", []).append(_study_role(study))
     targets = []
     for t in widths["targets"]:
         found = _read_step(state_dir, f"search-{t['target_ms']:g}ms", "search")
@@ -489,10 +501,18 @@ def _searched_with(found: dict[str, Any], size: dict[str, Any], target: dict[str
     return (found["settings"], found.get("start")) == (size, START[_anchor_width(target)])
 
 
+def _reference_archs(widths: dict[str, Any]) -> list[Arch]:
+    """The networks the comparison trains besides the searched ones: every reference that meets a target,
+    and the targets' anchors (duplicates are trained once)."""
+    archs = [Arch.decode(r["arch"]) for t in widths["targets"] for r in t["references"] if r["meets"]]
+    return archs + [Arch.decode(t["anchor_arch"]) for t in widths["targets"]]
+
+
 def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
     path = state_dir / f"{name}.json"
     if not path.exists():
-        raise SystemExit(f"cifar10_deploy: {path.relative_to(ROOT)} is missing: run --step {run_first} first")
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        raise SystemExit(f"cifar10_deploy: {shown} is missing: run --step {run_first} first")
     result: dict[str, Any] = json.loads(path.read_text())
     return result
 
@@ -502,6 +522,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cifar10", type=Path, required=True, help="the CIFAR-10 training-image archive")
     parser.add_argument("--step", choices=("widths", "references", "search", "train", "report"), required=True)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where the steps save and resume (default: the committed records; with --quick a "
+                             "scratch folder); another folder also takes the report's exports and record, so a "
+                             "run from nothing can be timed without touching the committed ones")
     parser.add_argument("--quick", action="store_true", help="a tiny budget, state in a scratch folder")
     parser.add_argument("--target", type=float, default=None,
                         help="search step: only the target of this many ms (as widths.json rounds it), "
@@ -536,7 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     # at AVX2 for the whole process (it reads the cap once); latency is ONNX Runtime's, which the cap leaves alone.
     os.environ.update(trial_environment(TrainConfig(device="cpu"), False))  # empty where the user set the cap
     budget = QUICK_BUDGET if args.quick else BUDGET
-    state_dir = STATE_DIR if not args.quick else Path("/tmp/latnas-cifar10-deploy-quick")
+    default_dir = STATE_DIR if not args.quick else Path("/tmp/latnas-cifar10-deploy-quick")
+    state_dir = args.state_dir.resolve() if args.state_dir is not None else default_dir
+    apart = args.quick or state_dir != STATE_DIR  # exports and the record stay beside the state
     state_dir.mkdir(parents=True, exist_ok=True)
 
     def log(line: str) -> None:
@@ -548,9 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  saved {state_dir / 'widths.json'}")
     elif args.step == "references":
         widths = _read_step(state_dir, "widths", "widths")
-        archs = [Arch.decode(r["arch"]) for t in widths["targets"] for r in t["references"] if r["meets"]]
-        archs += [Arch.decode(t["anchor_arch"]) for t in widths["targets"]]
-        train_all(archs, args.cifar10, budget, args.workers, state_dir, log)
+        train_all(_reference_archs(widths), args.cifar10, budget, args.workers, state_dir, log)
     elif args.step == "search":
         widths = _read_step(state_dir, "widths", "widths")
         size = QUICK_SEARCH if args.quick else SEARCH
@@ -572,13 +596,17 @@ def main(argv: list[str] | None = None) -> int:
                 found = step_search(args.cifar10, t["target_ms"], width, START[width], size, state_dir, log)
                 path.write_text(json.dumps(found, indent=2) + "\n")
             winners.append(Arch.decode(found["arch"]))
-        train_all(winners, args.cifar10, budget, args.workers, state_dir, log)
+        # The references' trainings not yet saved share the pool with the winners' (no worker waits alone
+        # between two steps), first: theirs are the longest (many thin layers), and the winners' shorter ones
+        # fill the end. A part that searches one target, or a study, trains its winner only.
+        refs = _reference_archs(widths) if args.target is None and args.latency_floor is None else []
+        train_all([*refs, *winners], args.cifar10, budget, args.workers, state_dir, log)
     elif args.step == "train":
         seeds = budget["seeds"] if args.seeds is None else args.seeds
         train_all(archs, args.cifar10, {**budget, "seeds": seeds}, args.workers, state_dir, log)
     elif args.step == "report":
         t0 = time.perf_counter()
-        export_dir = EXPORT_DIR if not args.quick else state_dir / "exports"
+        export_dir = EXPORT_DIR if not apart else state_dir / "exports"
         figures = step_report(args.cifar10, budget, QUICK_SEARCH if args.quick else SEARCH, state_dir, export_dir, log)
         mode = "quick" if args.quick else "full"
         rec = {**header("cifar10_deploy", mode, command_line(["--cifar10", "DIR/cifar10-train-jpeg.tar.gz",
@@ -586,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
                "figures": figures, "wall_seconds": time.perf_counter() - t0}
         rec["command"] = "python -m benchmarks.cifar10_deploy --cifar10 DIR/cifar10-train-jpeg.tar.gz --step " \
                          "widths|references|search|report"
-        path = write_record(record_path("cifar10_deploy", mode), rec)
+        path = write_record(record_path("cifar10_deploy", mode, state_dir if apart else None), rec)
         log(f"  record: {path}")
     return 0
 

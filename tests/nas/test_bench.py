@@ -648,3 +648,19 @@ def test_the_deployment_comparisons_floor_study_refuses_what_it_cannot_run(
     assert err.value.code == 2
     said = capsys.readouterr().err
     assert f"--latency-floor {argv[-1]}: a share of the target between 0 and 1, for --step search" in said
+
+
+@pytest.mark.parametrize("step", ["references", "search", "report"])
+def test_a_deployment_comparison_in_another_folder_starts_from_its_widths(
+        step: str, tmp_path: Path) -> None:
+    """A run from nothing in a scratch folder (``--state-dir``) reads nothing of the committed records:
+    before its widths step, every later step names the file it lacks and the step that makes it."""
+    from benchmarks import cifar10_deploy
+
+    archive = tmp_path / "cifar10.tar.gz"
+    archive.write_bytes(b"")
+    fresh = tmp_path / "fresh"
+    with pytest.raises(SystemExit) as err:
+        cifar10_deploy.main(["--cifar10", str(archive), "--step", step, "--state-dir", str(fresh)])
+    assert str(err.value) == f"cifar10_deploy: {fresh / 'widths.json'} is missing: run --step widths first"
+    assert not (fresh / "exports").exists() and not (fresh / "cifar10_deploy.json").exists()
