@@ -228,12 +228,27 @@ def _gcs_up(port: int) -> bool:
 @pytest.fixture
 def user_folder(tmp_path: Path) -> Path:
     """A folder holding the segmentation example's modules and space, and a probe that says which copy of
-    them a trial imported: the folder's own, or the copy the search sent."""
+    them a trial imported: the folder's own, or the copy the search sent.
+
+    In a trial the probe also waits (up to a minute) until two trial processes have reached it, each
+    leaving its mark in a folder beside the user's that every node sees (the search's own check of
+    ``accuracy.fn``, in the driver before any trial, leaves the first and does not wait): with one CPU
+    per node, the first two trials then run on different nodes at once, however fast a trial ends on a
+    loaded or an idle machine. The search must run without the measurement slot, which a held trial
+    would hold."""
     folder = tmp_path / "work"
+    marks = tmp_path / "trials-started"
+    marks.mkdir()
     shutil.copytree(EXAMPLES / "segmentation", folder, ignore=shutil.ignore_patterns("__pycache__"))
     (folder / "probe.py").write_text(
-        "import os\n\nimport shapes\n\n\n"
+        "import os\nimport time\n\nimport shapes\n\n\n"
         "def evaluate(model, context):\n"
+        f"    marks = {str(marks)!r}\n"
+        "    check = not os.listdir(marks)  # the search's check of accuracy.fn, in its driver, comes first\n"
+        "    open(os.path.join(marks, str(os.getpid())), 'w').close()\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while not check and len(os.listdir(marks)) < 3 and time.monotonic() < deadline:\n"
+        "        time.sleep(0.2)\n"
         "    out = shapes.evaluate(model, context)\n"
         f"    out['sent_copy'] = float(not os.path.realpath(shapes.__file__).startswith({str(folder.resolve())!r}))\n"
         "    return out\n"
@@ -305,6 +320,9 @@ def test_the_users_module_reaches_a_node_that_cannot_see_its_folder(
          "+data.options.n_train=32", "+data.options.n_val=16", "accuracy=custom", "accuracy.fn=probe:evaluate",
          "+accuracy.options.batch_size=8", "train.epochs=1", "search.n_trials=4", "search.max_concurrent=2",
          "ray.cpus_per_trial=1", f"ray.address={address}", "name=two-nodes", f"tracking.uri=sqlite:///{db}",
+         # The probe holds a trial until a second one reaches it; with the measurement slot the held trial
+         # would keep the other's latency measurement waiting (both nodes are this machine's processes).
+         "+latency.options.slot=false",
          f"output_dir={tmp_path / 'out'}", "progress=false", *QUICK_LATENCY],
         cwd=user_folder, env=env, capture_output=True, text=True, timeout=600,
     )
@@ -317,8 +335,7 @@ def test_the_users_module_reaches_a_node_that_cannot_see_its_folder(
     copies: dict[str, set[float]] = {}
     for child in children:
         copies.setdefault(child.data.tags["ray_node_id"], set()).add(child.data.metrics["sent_copy"])
-    # one CPU per node and two trials at once; four trials, so a trial that ends before the next
-    # one starts (a loaded machine) does not leave the second node without one
+    # one CPU per node, and the probe holds the first trial until a second one has started: on the other node
     assert len(copies) == 2, copies
     if hidden:
         # The head sees the folder (the search started there); the other node saw only the copy sent.
