@@ -165,7 +165,7 @@ one (1.7x the 0.235 ms anchor at the median), so the latency screen refuses a pr
 target before it trains.
 
 Sized so that the whole comparison fits 180 minutes on a 2-core CPU: each candidate promoted to the top
-rung costs a training at the deployment budget (8-15 minutes here), and the references' nine trainings
+rung costs a training at the deployment budget (6-15 minutes here), and the references' nine trainings
 take about 90 of the 180 minutes. Eight candidates and the best quarter promoted: the earlier searches
 (12 candidates, the best third; records ``search-<target>ms-n12.json``) promoted 5 or 6 to the top rung
 and took 35 and 60 minutes. No latency floor: with ``search.latency_floor=0.6`` the same search took
