@@ -360,7 +360,7 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
                 r.setdefault("roles", []).append(_study_role(study))
     targets = []
     for t in widths["targets"]:
-        found = _read_step(state_dir, f"search-{t['target_ms']:g}ms", "search")
+        found = _read_step(state_dir, _search_label(t["target_ms"], size), "search")
         if not _searched_with(found, size, t):
             raise SystemExit(f"cifar10_deploy: the search at {t['target_ms']:g} ms was run with other settings "
                              "or another start: run --step search again")
