@@ -14,6 +14,7 @@ as a user runs them, and the user's module sent to a second node that cannot see
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -288,17 +289,27 @@ def two_nodes(tmp_path: Path, user_folder: Path) -> Iterator[tuple[str, dict[str
             time.sleep(0.5)
         else:
             pytest.fail(f"the head node did not start:\n{head.stdout.read() if head.stdout else ''}")
-        node = subprocess.Popen([*(prefix or []), "ray", "start", f"--address={address}", *node_args()], cwd=tmp_path,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and node.poll() is None:
-            status = subprocess.run(["ray", "status", f"--address={address}"], env=env, capture_output=True,
-                                    text=True, timeout=60)
-            if status.stdout.count("node_") >= 2:
+        # Ray gives a starting node a fixed 30 s to register with the head; a loaded machine can miss that,
+        # and the node's `ray start` then exits: start it again (what is left of the failed one killed first).
+        deadline = time.monotonic() + 240
+        joined = False
+        for _attempt in range(3):
+            if node is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.pid, signal.SIGKILL)
+            node = subprocess.Popen([*(prefix or []), "ray", "start", f"--address={address}", *node_args()],
+                                    cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+            while time.monotonic() < deadline and node.poll() is None:
+                status = subprocess.run(["ray", "status", f"--address={address}"], env=env, capture_output=True,
+                                        text=True, timeout=60)
+                if status.stdout.count("node_") >= 2:
+                    joined = True
+                    break
+                time.sleep(2)
+            if joined or time.monotonic() >= deadline:
                 break
-            time.sleep(2)
-        else:
+        if not joined:
             pytest.fail(f"the second node did not join:\n{node.stdout.read() if node.stdout else ''}")
         yield address, env, prefix is not None
     finally:
