@@ -49,9 +49,9 @@ from latency_predictor.measurement.export import export_onnx
 from latency_predictor.measurement.timing import MeasureConfig
 from nas.accuracy.training import channels_last_on, train_briefly, trial_environment
 from nas.core.config import DataConfig, TrainConfig
-from nas.core.workers import in_workers
 from nas.data import load_dataset
 from nas.deploy.fuse import fuse_conv_bn
+from nas.runtime.workers import in_workers
 from search_spaces import REFERENCES, Arch, SearchSpaceError, build, load_space
 
 SHAPE = (1, 3, 32, 32)

@@ -49,9 +49,9 @@ from latency_predictor.measurement.paired import alternate
 from latency_predictor.measurement.timing import MeasureConfig
 from nas.accuracy.training import train_briefly
 from nas.core.config import DataConfig, TrainConfig
-from nas.core.workers import in_workers
 from nas.data import load_dataset
 from nas.deploy.fuse import fuse_conv_bn
+from nas.runtime.workers import in_workers
 from search_spaces import REFERENCES, Arch, build, count_macs, count_params, reference
 from search_spaces.references import MULTIPLIERS, scale_width, small_input_variant
 

@@ -56,9 +56,9 @@ from benchmarks.common import ROOT, header, record_path, write_record
 from benchmarks.fidelity import cifar10_archive
 from nas.accuracy.training import ONEDNN_ISA_VARS, TRAINING_ISA, train_briefly
 from nas.core.config import TrainConfig
-from nas.core.workers import in_workers
 from nas.data import load_dataset
 from nas.data.datasets import Dataset
+from nas.runtime.workers import in_workers
 from search_spaces import Arch, build, load_space
 from search_spaces.supernet import Supernet, sandwich_ends
 

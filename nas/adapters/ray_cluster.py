@@ -13,7 +13,7 @@ With :mod:`nas.adapters.ray_tune` (the Tuner), the only modules that import Ray.
   below is set when this module is imported, before Ray is, and the cluster's processes inherit
   it); warnings from trials still reach the console. A local cluster ends with the driver even
   when the driver is killed (SIGKILL): Ray's head processes share its fate, and an
-  :class:`~nas.core.workers.OrphanReaper` ends the agents its raylet started, which Ray leaves
+  :class:`~nas.runtime.workers.OrphanReaper` ends the agents its raylet started, which Ray leaves
   running for about a minute (they try to report the raylet's death to the dead cluster's GCS,
   with a fixed 60 s timeout, before they exit). :func:`disconnect` stops what :func:`connect` started.
 * :func:`trial_resources`: the CPUs and GPUs each trial asks for, checked against the cluster's.
@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from latency_predictor import LatencyError
-from nas.core import plugins
 from nas.core.config import LatencyConfig, RayConfig
 from nas.core.errors import ClusterError, UserCodeError
-from nas.core.workers import OrphanReaper, children
+from nas.runtime import plugins
+from nas.runtime.workers import OrphanReaper, children
 from nas.trial.evaluate import latency_estimator
 from search_spaces import SearchSpace
 
@@ -255,7 +255,7 @@ def connect(cfg: RayConfig, py_modules: list[Path] | None = None, env_vars: dict
                 "runs; unset RAY_AUTH_MODE to keep Ray's token (docs/cluster.md, 'Token authentication')"
             )
         # Ray's head processes die with this process; the agents its raylet starts linger for a
-        # minute after a SIGKILL of it (see nas.core.workers): a watcher ends them then. It starts
+        # minute after a SIGKILL of it (see nas.runtime.workers): a watcher ends them then. It starts
         # first and adopts the processes ray.init starts, so a kill while Ray starts is covered too.
         reaper = OrphanReaper((), adopt_except=children(os.getpid()))
         try:

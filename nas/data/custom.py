@@ -36,9 +36,9 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data import Dataset as TorchDataset
 
-from nas.core import plugins
 from nas.core.config import DataConfig
 from nas.core.errors import UserCodeError
+from nas.runtime import plugins
 
 KEY = "data.fn"
 _STAT_SAMPLE = 2000  # training items the per-channel statistics of uint8 inputs are estimated from

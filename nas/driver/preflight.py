@@ -8,7 +8,7 @@ custom evaluator is called once on the space's smallest network with a little of
 no usable score stops the search with one clear error instead of failing every candidate.
 
 :func:`code_to_ship` says which of the user's files go to every Ray worker
-(:func:`nas.core.plugins.ship_paths`).
+(:func:`nas.runtime.plugins.ship_paths`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import cast
 
 import torch
 
-from nas.core import plugins
 from nas.core.config import SearchConfig
 from nas.core.errors import ConfigError
 from nas.data import TaskData, UserData
+from nas.runtime import plugins
 from nas.trial.custom import Evaluator, in_chans, preflight
 from search_spaces import SearchSpace
 

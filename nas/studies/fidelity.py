@@ -54,9 +54,9 @@ from nas.core.config import (
 )
 from nas.core.errors import NASError
 from nas.core.paths import default_tracking_uri, project_home
-from nas.core.workers import die_with_parent, in_workers
 from nas.data import ProxyData, load_dataset
 from nas.oneshot.subnet import LoadedSupernet, SupernetTarget, check_supernet, load_supernet, subnet_accuracy
+from nas.runtime.workers import die_with_parent, in_workers
 from nas.studies.stats import Agreement, agreement, noise_ceiling
 from search_spaces import Arch, SearchSpace, build
 

@@ -45,10 +45,10 @@ from typing import Any
 
 import torch
 
-from nas.core import plugins
 from nas.core.errors import UserCodeError
 from nas.core.record import USER_METRICS, metric_name_problem
 from nas.data import TaskData
+from nas.runtime import plugins
 from search_spaces import Arch, SearchSpace, build
 
 KEY = "accuracy.fn"

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from nas.core import plugins
 from nas.core.config import AccuracyConfig, DataConfig, LatencyConfig, RungConfig, TrainConfig, validate
 from nas.core.errors import ConfigError, TrialTimeoutError, UserCodeError
 from nas.core.record import COMPLETED, FAILED, RUNNING, candidate_from_reports, metric_name_problem
 from nas.core.reward import squared_penalty
 from nas.data import UserData, load_task
+from nas.runtime import plugins
 from nas.trial.evaluate import TrialContext, evaluate_candidate
 from search_spaces import SearchSpace, build, load_space
 from search_spaces.space import SPACES_DIR

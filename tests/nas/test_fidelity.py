@@ -135,7 +135,7 @@ def test_a_small_study_is_recorded_and_resumes_without_redoing_anything(
 @pytest.mark.ci
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ctrl_c_keeps_the_estimates_recorded_and_says_how_to_go_on(tmp_path: Path, workers: int) -> None:
-    from nas.core.workers import children
+    from nas.runtime.workers import children
 
     folder = tmp_path / "study"
     args = [sys.executable, "-m", "nas.fidelity", "+space=tiny", "k=4", "cheap_train_samples=64", "cheap_epochs=[1]",

@@ -1,5 +1,5 @@
 """A pool's workers, and the processes an OrphanReaper watches, end when the process that started
-them is killed (Linux); :func:`nas.core.workers.in_workers`'s end when their caller stops."""
+them is killed (Linux); :func:`nas.runtime.workers.in_workers`'s end when their caller stops."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ PARENT = """
 import sys, time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from nas.core.workers import die_with_parent
+from nas.runtime.workers import die_with_parent
 
 def task(_):
     import os
@@ -36,7 +36,7 @@ if __name__ == "__main__":
 # its agents. The parent watches the first with an OrphanReaper and prints both pids.
 REAPED = """
 import subprocess, sys, time
-from nas.core.workers import OrphanReaper
+from nas.runtime.workers import OrphanReaper
 
 root = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                          "print(subprocess.Popen(['sleep', '300']).pid, flush=True); time.sleep(300)"],
@@ -52,7 +52,7 @@ time.sleep(300)
 # ray.init): the children its starter starts later are adopted.
 ADOPTED = """
 import subprocess, sys, time
-from nas.core.workers import OrphanReaper, children
+from nas.runtime.workers import OrphanReaper, children
 import os
 
 OrphanReaper((), adopt_except=children(os.getpid()))
@@ -70,7 +70,7 @@ time.sleep(300)
 # workers' pids first.
 STOPPED = """
 import os, time
-from nas.core.workers import in_workers
+from nas.runtime.workers import in_workers
 
 def task(i):
     if i == 0:
@@ -91,7 +91,7 @@ if __name__ == "__main__":
 # KeyboardInterrupt at once) and which says one line when interrupted.
 INTERRUPTED = """
 import os, sys
-from nas.core.workers import in_workers
+from nas.runtime.workers import in_workers
 
 def task(i):
     print(os.getpid(), flush=True)
