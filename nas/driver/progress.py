@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,16 +13,84 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from nas.core.config import RungConfig
 from nas.core.record import FAILED, Candidate
 from search_spaces import arch_id_of
 
 
 @dataclass
 class _Running:
-    """A trial that started and has not ended: its candidate's arch_id and the last epoch it reported."""
+    """A trial that started and has not ended: its candidate's arch_id, the last epoch it reported
+    (counted from its first rung's first) and that epoch's rung (None: not said)."""
 
     arch_id: str
     epoch: int = 0
+    rung: int | None = None
+
+
+@dataclass(frozen=True)
+class RungPlan:
+    """The training a multi-fidelity search's trial has ahead, for the estimate of the time left.
+
+    Work is counted in epochs of the first training rung, an epoch of a rung weighing its images
+    over the first one's (a rung of twice the images takes about twice as long an epoch), plus one
+    per trial for what it does besides training. A trial reaches each rung above the first with
+    ``go_on`` times the chance of the rung below (ASHA promotes ``1/reduction_factor``), so the
+    promoted trials' rungs to come are counted, not only the first rung every trial trains.
+
+    Attributes:
+        epochs: each rung's epochs (0: the supernet's estimate, a rung with nothing trained).
+        weights: the work of one epoch of each rung.
+        go_on: the share of a rung's trials that go on to the next.
+    """
+
+    epochs: tuple[int, ...]
+    weights: tuple[float, ...]
+    go_on: float
+
+    @classmethod
+    def of(cls, rungs: Sequence[RungConfig], reduction_factor: int, supernet: bool = False) -> RungPlan:
+        """The plan of ``search.rungs`` under ASHA's ``reduction_factor`` (``supernet``: the supernet's
+        estimate is the rung below them)."""
+        base = rungs[0].train_images
+        epochs = tuple(r.epochs for r in rungs)
+        weights = tuple(r.train_images / base for r in rungs)
+        if supernet:
+            epochs, weights = (0, *epochs), (0.0, *weights)
+        return cls(epochs, weights, 1 / reduction_factor)
+
+    def _rung_of(self, epoch: int) -> int:
+        """The rung of the ``epoch``-th epoch (counted over the rungs); the top one past the last."""
+        end = 0
+        for k, n in enumerate(self.epochs):
+            end += n
+            if n and epoch <= end:
+                return k
+        return len(self.epochs) - 1
+
+    def _cost(self, k: int) -> float:
+        return self.epochs[k] * self.weights[k]
+
+    def done(self, epoch: int, rung: int | None = None) -> float:
+        """The work of a trial's first ``epoch`` epochs, the last of them at ``rung`` (None: from ``epoch``)."""
+        if epoch <= 0:
+            return 0.0
+        k = self._rung_of(epoch) if rung is None else min(rung, len(self.epochs) - 1)
+        below = sum(self.epochs[:k])
+        return sum(self._cost(j) for j in range(k)) + min(max(epoch - below, 0), self.epochs[k]) * self.weights[k]
+
+    def left(self, epoch: int, rung: int | None = None) -> float:
+        """The training a running trial has ahead, expected, after its ``epoch``-th epoch at ``rung``:
+        the rest of that rung, then each rung above with the chance of reaching it."""
+        if epoch <= 0:
+            return sum(self._cost(j) * self.go_on**j for j in range(len(self.epochs)))
+        k = self._rung_of(epoch) if rung is None else min(rung, len(self.epochs) - 1)
+        rest = sum(self._cost(j) for j in range(k + 1)) - self.done(epoch, k)
+        return rest + sum(self._cost(j) * self.go_on ** (j - k) for j in range(k + 1, len(self.epochs)))
+
+    def trial(self) -> float:
+        """The work of a trial not started yet, expected (what it does besides training included)."""
+        return 1 + self.left(0)
 
 
 class Progress:
@@ -36,17 +104,20 @@ class Progress:
     The time left is estimated from the work done since the first trial started, in epochs (plus
     one per trial, for what a trial does besides training: a training-free score is all that):
     nothing is estimated before a trial has ended or every running trial has reported an epoch,
-    so the estimate never rests on one trial of several that run side by side.
+    so the estimate never rests on one trial of several that run side by side. Without rungs, a
+    trial to come is expected to do what the ended ones did on average; with rungs, what the
+    :class:`RungPlan` says, since the first trials to end are the ones stopped at the first rung.
 
     Args:
         total: the number of trials planned.
         enabled: False shows nothing (e.g. in tests).
         stream: where the bar or the lines go (stderr by default).
         clock: seconds, for the elapsed and remaining time (monotonic by default).
+        rungs: a multi-fidelity search's plan (None: no rungs).
     """
 
     def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, rungs: RungPlan | None = None) -> None:
         self._stream = stream or sys.stderr
         self._clock = clock
         terminal = _is_terminal(self._stream)
@@ -64,6 +135,7 @@ class Progress:
         self._t_first: float | None = None  # the first trial's start (this run)
         self._work_done = 0.0  # in epochs (+1 per trial), this run's trials that ended
         self._ended_here = 0
+        self._plan = rungs
 
     def started(self, trial_id: str, arch: str) -> None:
         """A trial started evaluating ``arch``."""
@@ -81,6 +153,8 @@ class Progress:
             self._epochs = int(report["epochs"])
         run = self._running.setdefault(trial_id, _Running(str(report.get("arch_id") or trial_id)))
         run.epoch = epoch
+        if isinstance(report.get("rung"), int):
+            run.rung = report["rung"]
         figures = [f"{name} {report[k]:.4f}" for k, name in (("train_loss", "train loss"), ("accuracy", "accuracy"))
                    if isinstance(report.get(k), float)]
         self._show(f"{run.arch_id} epoch {self._of(epoch)}" + (f": {', '.join(figures)}" if figures else ""))
@@ -95,7 +169,8 @@ class Progress:
         run = self._running.pop(cand.trial_id, None)
         if not earlier:
             self._ended_here += 1
-            self._work_done += 1 + (run.epoch if run is not None else len(cand.history))
+            epoch = run.epoch if run is not None else len(cand.history)
+            self._work_done += 1 + self._done(epoch, run.rung if run is not None else None)
         self._bar.update(1)
         if earlier:
             self._bar.set_postfix_str(self._postfix(), refresh=False)
@@ -111,6 +186,10 @@ class Progress:
         # Ray Tune pickles its callbacks, and what they hold, into the experiment's state; the
         # stream drawn on is this process's (it may not pickle), so a copy is one that shows nothing.
         return Progress, (self._total, False)
+
+    def _done(self, epoch: int, rung: int | None) -> float:
+        """A trial's training so far, in work (its epochs without a plan)."""
+        return float(epoch) if self._plan is None else self._plan.done(epoch, rung)
 
     # ------------------------------------------------------------------ what is shown
 
@@ -141,11 +220,15 @@ class Progress:
         if self._t_first is None or (self._ended_here == 0 and (
                 not self._running or any(r.epoch == 0 for r in self._running.values()))):
             return "time left: estimating"
-        running = sum(1 + r.epoch for r in self._running.values() if r.epoch)
+        running = sum(1 + self._done(r.epoch, r.rung) for r in self._running.values() if r.epoch)
         done = self._work_done + running
-        per_trial = self._work_done / self._ended_here if self._ended_here else 1 + (self._epochs or 0)
-        left = (self._total - self._ended - len(self._running)) * per_trial + sum(
-            max(0.0, per_trial - 1 - r.epoch) for r in self._running.values())
+        to_start = self._total - self._ended - len(self._running)
+        if self._plan is not None:
+            plan = self._plan
+            left = to_start * plan.trial() + sum(plan.left(r.epoch, r.rung) for r in self._running.values())
+        else:
+            per_trial = self._work_done / self._ended_here if self._ended_here else 1 + (self._epochs or 0)
+            left = to_start * per_trial + sum(max(0.0, per_trial - 1 - r.epoch) for r in self._running.values())
         elapsed = self._clock() - self._t_first
         if done <= 0 or elapsed <= 0:
             return "time left: estimating"

@@ -70,7 +70,7 @@ from nas.core.table import accuracy_label, budget_used, format_best, format_tabl
 from nas.data import ProxyData, TaskData, load_task
 from nas.driver.final_pass import FinalPass, measuring_estimator, run_final_pass
 from nas.driver.preflight import check_user_code, code_to_ship, user_refs
-from nas.driver.progress import Progress, log, search_log, status
+from nas.driver.progress import Progress, RungPlan, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
 from nas.driver.screen import MAX_REFUSED, LatencyScreen, make_screen
 from nas.oneshot.subnet import check_supernet
@@ -567,7 +567,9 @@ def _search(
               + (f" Its last run stopped on: {run.previous.tags[STOP_REASON_TAG]}"
                  if STOP_REASON_TAG in run.previous.tags else ""),
               flush=True)
-    progress = Progress(cfg.search.n_trials, enabled=cfg.progress)
+    plan = (RungPlan.of(cfg.search.rungs, cfg.search.reduction_factor, supernet=cfg.accuracy.estimator == "supernet")
+            if cfg.search.rungs else None)
+    progress = Progress(cfg.search.n_trials, enabled=cfg.progress, rungs=plan)
     for cand in candidates:
         progress.update(cand, earlier=True)
 

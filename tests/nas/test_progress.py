@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from nas.core.config import RungConfig
 from nas.core.record import COMPLETED, FAILED, Candidate
-from nas.driver.progress import Progress, search_log, status
+from nas.driver.progress import Progress, RungPlan, search_log, status
 from search_spaces import arch_id_of
 
 A = "act_relu-stem_c8-mb_k3_e2_c16_s2_se0.25"
@@ -109,6 +110,46 @@ def test_a_resumed_searchs_earlier_trials_count_but_not_towards_the_pace() -> No
     progress.update(_ended(B, "t1", 0.5))
     assert out.getvalue().splitlines()[-1].endswith(
         "2/3 trials ended, best reward 0.7500, 30 s elapsed, about 30 s left")
+
+
+# The README's CIFAR-10 rungs: 10,000 images x 3 epochs for every candidate, the best third on to
+# 20,000 x 8 (an epoch there is two of the first rung's).
+CIFAR_RUNGS = [RungConfig(10_000, 3), RungConfig(20_000, 8)]
+
+
+def test_the_rung_plan_counts_a_promoted_trials_rungs_to_come() -> None:
+    plan = RungPlan.of(CIFAR_RUNGS, reduction_factor=3)
+    assert plan.done(5, rung=1) == 3 + 2 * 2  # the first rung, then two epochs of the top one
+    assert plan.left(5, rung=1) == 6 * 2  # six epochs of the top rung to go
+    assert plan.left(3, rung=0) == pytest.approx(16 / 3)  # its first rung done: the top one, with a third's chance
+    assert plan.left(2, rung=0) == pytest.approx(1 + 16 / 3)
+    assert plan.trial() == pytest.approx(1 + 3 + 16 / 3)  # a trial not started, what it does besides training included
+    # The supernet's estimate is a rung of its own, with nothing trained: the training rungs are above it.
+    supernet = RungPlan.of(CIFAR_RUNGS, reduction_factor=3, supernet=True)
+    assert supernet.trial() == pytest.approx(1 + 3 / 3 + 16 / 9)
+    assert supernet.left(2, rung=1) == pytest.approx(1 + 16 / 3)
+
+
+def test_the_time_left_counts_the_promoted_trials_top_rung() -> None:
+    out, clock = io.StringIO(), Clock()
+    progress = Progress(9, stream=out, clock=clock, rungs=RungPlan.of(CIFAR_RUNGS, reduction_factor=3))
+    for i in range(7):  # six stopped at the first rung; the seventh was promoted and finished the top one
+        progress.started(f"t{i}", A)
+        progress.reported(f"t{i}", {**_epoch(3, 1.0, 0.5), "epochs": 11, "rung": 0})
+        if i == 6:
+            progress.reported(f"t{i}", {**_epoch(11, 1.0, 0.5), "epochs": 11, "rung": 1})
+        progress.update(_ended(A, f"t{i}", 0.5))
+    for i in (7, 8):  # the last two promoted, two epochs into the top rung's eight
+        progress.started(f"t{i}", B)
+        progress.reported(f"t{i}", {**_epoch(3, 1.0, 0.5), "epochs": 11, "rung": 0})
+    clock.now += 590
+    progress.reported("t7", {**_epoch(5, 1.0, 0.5), "epochs": 11, "rung": 1})
+    clock.now += 10
+    progress.reported("t8", {**_epoch(5, 1.0, 0.5), "epochs": 11, "rung": 1})
+    # Done, in the first rung's epochs (+1 per trial): 6 x 4 stopped, 1 + 3 + 16 finished, 2 x (1 + 3 + 4)
+    # running = 60 in 600 s; to go: six epochs of the top rung each, 2 x 12 = 24, at that pace 240 s.
+    assert out.getvalue().splitlines()[-1].endswith("7/9 trials ended, 2 running (epochs 5/11, 5/11), best reward "
+                                                     "0.5000, 10 min elapsed, about 4 min left")
 
 
 def test_a_status_line_after_the_trials_starts_on_its_own_line(capsys: pytest.CaptureFixture[str]) -> None:
