@@ -5,7 +5,9 @@ An architecture string is a ``-`` separated list of tokens in a fixed order::
     act_relu6-stem_c32-mb_k3_e1_c16_s1-mb_k5_e4_c24_s2_se0.25-rb_k3_c24_s1-head_c1280
 
 * ``act_<name>``: the activation used everywhere (relu, relu6, hardswish, silu);
-* ``stem_c<chs>``: the 3x3 stride-2 stem convolution;
+* ``stem_c<chs>[_s1]``: the 3x3 stem convolution, stride 2 (written ``stem_c<chs>``) or stride 1
+  (``stem_c<chs>_s1``: the first stage runs at the input's full resolution, as the CIFAR ResNets'
+  does);
 * ``mb_k<kernel>_e<exp_ratio>_c<out_chs>_s<stride>[_se<ratio>]``: an MBConv block;
 * ``rb_k<kernel>_c<out_chs>_s<stride>[_se<ratio>]``: a residual basic block (it has no
   expansion, so no ``e`` field);
@@ -31,7 +33,8 @@ _PREFIX_BLOCK = {v: k for k, v in _BLOCK_PREFIX.items()}
 
 _MB_RE = re.compile(r"mb_k(\d+)_e(\d+)_c(\d+)_s(\d+)(?:_se([0-9.]+))?")
 _RB_RE = re.compile(r"rb_k(\d+)_c(\d+)_s(\d+)(?:_se([0-9.]+))?")
-_STEM_RE = re.compile(r"stem_c(\d+)")
+_STEM_RE = re.compile(r"stem_c(\d+)(?:_s(\d+))?")
+STEM_STRIDES: tuple[int, ...] = (1, 2)
 _HEAD_RE = re.compile(r"head_c(\d+)")
 
 
@@ -119,12 +122,21 @@ class Arch:
     """A complete network: stem, body blocks, optional head conv, activation.
 
     Frozen and hashable; equal networks are equal objects and have equal strings.
+
+    Attributes:
+        stem_chs: the stem convolution's output channels.
+        blocks: the body, in order.
+        head_chs: the final 1x1 convolution's channels (0: none).
+        act: the activation used everywhere.
+        stem_stride: the stem's stride: 2 (the default: the body starts at half the input's
+            resolution) or 1 (it starts at full resolution).
     """
 
     stem_chs: int
     blocks: tuple[Block, ...]
     head_chs: int = 0
     act: str = "relu"
+    stem_stride: int = 2
     _encoded: str = field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -136,9 +148,12 @@ class Arch:
             raise ArchError(f"stem_chs must be >= 1, got {self.stem_chs}")
         if self.head_chs < 0:
             raise ArchError(f"head_chs must be >= 0 (0: no head conv), got {self.head_chs}")
+        if self.stem_stride not in STEM_STRIDES:
+            raise ArchError(f"stem_stride must be one of {list(STEM_STRIDES)}, got {self.stem_stride}")
         if not self.blocks:
             raise ArchError("an architecture needs at least one block")
-        tokens = [f"act_{self.act}", f"stem_c{self.stem_chs}"]
+        stem = f"stem_c{self.stem_chs}" + ("" if self.stem_stride == 2 else f"_s{self.stem_stride}")
+        tokens = [f"act_{self.act}", stem]
         tokens += [b.encode() for b in self.blocks]
         if self.head_chs:
             tokens.append(f"head_c{self.head_chs}")
@@ -180,7 +195,13 @@ class Arch:
             )
         m = _STEM_RE.fullmatch(stem_tok)
         if not m or str(int(m.group(1))) != m.group(1) or int(m.group(1)) < 1:
-            raise ArchDecodeError(stem_tok, "expected 'stem_c<chs>' with chs >= 1")
+            raise ArchDecodeError(stem_tok, "expected 'stem_c<chs>' (stride 2) or 'stem_c<chs>_s1' with chs >= 1")
+        stem_stride = 2 if m.group(2) is None else int(m.group(2))
+        if m.group(2) is not None and m.group(2) != "1":
+            canonical = f"stem_c{int(m.group(1))}" if m.group(2) == "2" else None
+            raise ArchDecodeError(stem_tok, f"not canonical; the canonical form is {canonical!r}" if canonical
+                                  else f"stem stride must be one of {list(STEM_STRIDES)} (written 'stem_c<chs>' "
+                                       "for 2, 'stem_c<chs>_s1' for 1)")
         head = 0
         if rest and rest[-1].startswith("head"):
             head_tok = rest.pop()
@@ -191,7 +212,7 @@ class Arch:
         if not rest:
             raise ArchDecodeError(text, "no blocks between the stem and the head")
         blocks = tuple(Block.decode(t) for t in rest)
-        return cls(int(m.group(1)), blocks, head, act_tok[4:])
+        return cls(int(m.group(1)), blocks, head, act_tok[4:], stem_stride)
 
 
 def arch_id_of(encoded: str) -> str:

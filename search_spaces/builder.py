@@ -122,7 +122,7 @@ class Net(nn.Module):
         super().__init__()
         self.arch = arch
         self.features_only = features_only
-        self.stem = conv_bn(in_chans, arch.stem_chs, 3, 2, act=arch.act)
+        self.stem = conv_bn(in_chans, arch.stem_chs, 3, arch.stem_stride, act=arch.act)
         blocks: list[nn.Module] = []
         chs = arch.stem_chs
         for b in arch.blocks:
@@ -131,7 +131,7 @@ class Net(nn.Module):
         self.blocks = nn.Sequential(*blocks)
         self.head: nn.Module = conv_bn(chs, arch.head_chs, 1, act=arch.act) if arch.head_chs else nn.Identity()
         self.feature_chs = arch.head_chs or chs
-        self.reduction = 2 * math.prod(b.stride for b in arch.blocks)
+        self.reduction = arch.stem_stride * math.prod(b.stride for b in arch.blocks)
         if not features_only:
             self.pool = nn.AdaptiveAvgPool2d(1)
             self.dropout = nn.Dropout(dropout)

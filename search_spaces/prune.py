@@ -180,7 +180,7 @@ def pruned_arch(arch: Arch, widths: Mapping[str, int], expand: Mapping[int, int]
     unknown = sorted(set(expand or {}) - set(range(len(arch.blocks))))
     if unknown:
         raise ArchError(f"unknown block(s) {unknown} for an expansion ratio")
-    pruned = Arch(new[STEM], tuple(blocks), new.get(HEAD, 0), arch.act)
+    pruned = Arch(new[STEM], tuple(blocks), new.get(HEAD, 0), arch.act, arch.stem_stride)
     _check_same_shortcuts(arch, pruned)
     return pruned
 

@@ -1,8 +1,15 @@
 """Search spaces: typed, loaded from YAML (the built-in ones in ``search_spaces/spaces/``), validated.
 
-A space is a stem, a list of stages and a head. Each stage has a depth choice, a width
-(``out_chs``) choice, a stride, and per-block choices (block type, expansion ratio, kernel size,
-SE ratio). A stride-1 stage whose depth choices include 0 is optional: a network may leave it out.
+A space is a stem (its width, and its stride: 2, or 1 for a first stage at full resolution), a list
+of stages and a head. Each stage has a depth choice, a width (``out_chs``) choice, a stride, and
+per-block choices (block type, expansion ratio, kernel size, SE ratio). A stride-1 stage whose depth
+choices include 0 is optional: a network may leave it out.
+
+Stride-1 stages may offer the same widths, so that one space holds networks whose stages are cut
+differently (the CIFAR ResNets' and MobileNetV2's, say). A network is then read the one canonical
+way: each stage, first to last, takes as many of the blocks as it can while the rest still fits
+(:meth:`SearchSpace.to_decisions`). The network, its string and its ``arch_id`` stay one; two
+decision sets of a sampler may then give the same network, which the search counts once.
 The flat list of decisions a sampler sees comes from :meth:`SearchSpace.choices`;
 :meth:`SearchSpace.from_decisions` maps them back to an :class:`Arch`.
 """
@@ -81,6 +88,7 @@ class SearchSpace:
     description: str = ""
     source: str = field(default="<dict>", compare=False)
     features_only: bool = False
+    stem_stride: tuple[int, ...] = (2,)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -96,7 +104,7 @@ class SearchSpace:
     def choices(self) -> list[Decision]:
         """The flat list of decisions with more than one option, in a fixed order."""
         out: list[Decision] = []
-        for key in ("activation", "stem_chs", "head_chs"):
+        for key in ("activation", "stem_chs", "stem_stride", "head_chs"):
             opts = getattr(self, key)
             if len(opts) > 1:
                 out.append(Decision(key, tuple(opts)))
@@ -148,7 +156,7 @@ class SearchSpace:
                 )
         return Arch(
             get("stem_chs", self.stem_chs), tuple(blocks), get("head_chs", self.head_chs),
-            get("activation", self.activation),
+            get("activation", self.activation), get("stem_stride", self.stem_stride),
         )
 
     def to_decisions(self, arch: Arch) -> dict[str, Value]:
@@ -167,6 +175,7 @@ class SearchSpace:
 
         put("activation", arch.act)
         put("stem_chs", arch.stem_chs)
+        put("stem_stride", arch.stem_stride)
         put("head_chs", arch.head_chs)
         k = 0
         for i, depth in enumerate(depths):
@@ -207,26 +216,36 @@ class SearchSpace:
         for key, value, token in (
             ("activation", arch.act, f"act_{arch.act}"),
             ("stem_chs", arch.stem_chs, f"stem_c{arch.stem_chs}"),
+            ("stem_stride", arch.stem_stride, arch.encode().split("-")[1]),
             ("head_chs", arch.head_chs, f"head_c{arch.head_chs}" if arch.head_chs else "<no head>"),
         ):
             if value not in getattr(self, key):
                 raise OutOfSpaceError(self.name, token, f"{key} {value!r} not in {list(getattr(self, key))}")
         blocks = arch.blocks
-        furthest: list[Any] = [-1, "", ""]  # block index, token, problem
+        furthest: list[Any] = [-1, -1, "", ""]  # block index, stage, token, problem
 
-        def fail(idx: int, problem: str) -> None:
-            if idx > furthest[0]:
+        def fail(idx: int, si: int, problem: str) -> None:
+            # The furthest block any reading reached explains the failure; among readings that fail there,
+            # the one in which it belongs to the latest stage (it starts a stage rather than extending one).
+            if (idx, si) > (furthest[0], furthest[1]):
                 tok = blocks[idx].encode() if idx < len(blocks) else "<end>"
-                furthest[:] = [idx, tok, problem]
+                furthest[:] = [idx, si, tok, problem]
+
+        memo: dict[tuple[int, int], list[int] | None] = {}
 
         def rec(si: int, bi: int) -> list[int] | None:
+            if (si, bi) not in memo:
+                memo[si, bi] = fit(si, bi)
+            return memo[si, bi]
+
+        def fit(si: int, bi: int) -> list[int] | None:
             if si == len(self.stages):
                 if bi == len(blocks):
                     return []
-                fail(bi, f"block {bi} is beyond the last stage (the space has {len(self.stages)} stages)")
+                fail(bi, si, f"block {bi} is beyond the last stage (the space has {len(self.stages)} stages)")
                 return None
             st = self.stages[si]
-            for d in st.depth:
+            for d in sorted(st.depth, reverse=True):  # the canonical reading: each stage as long as it can be
                 if d == 0:
                     rest = rec(si + 1, bi)
                     if rest is not None:
@@ -235,12 +254,12 @@ class SearchSpace:
                 ok = True
                 for j in range(d):
                     if bi + j >= len(blocks):
-                        fail(bi + j, f"stage {si} needs {d} blocks but the network ends")
+                        fail(bi + j, si, f"stage {si} needs {d} blocks but the network ends")
                         ok = False
                         break
                     problem = _block_problem(st, j, blocks[bi + j], blocks[bi].out_chs)
                     if problem:
-                        fail(bi + j, f"stage {si} block {j}: {problem}")
+                        fail(bi + j, si, f"stage {si} block {j}: {problem}")
                         ok = False
                         break
                 if ok:
@@ -251,7 +270,7 @@ class SearchSpace:
 
         depths = rec(0, 0)
         if depths is None:
-            raise OutOfSpaceError(self.name, furthest[1], furthest[2])
+            raise OutOfSpaceError(self.name, furthest[2], furthest[3])
         return depths
 
     # ------------------------------------------------------------------ sampling
@@ -281,7 +300,7 @@ class SearchSpace:
     # ------------------------------------------------------------------ size
     def size(self) -> int:
         """Number of distinct networks in the space."""
-        n = len(self.activation) * len(self.stem_chs) * len(self.head_chs)
+        n = len(self.activation) * len(self.stem_chs) * len(self.stem_stride) * len(self.head_chs)
         for st in self.stages:
             c = st.block.combos()
             n *= sum(len(st.out_chs) * c**d if d else 1 for d in st.depth)
@@ -325,7 +344,8 @@ def _block_problem(st: Stage, j: int, b: Block, stage_width: int) -> str:
 
 # ---------------------------------------------------------------------- YAML parsing
 
-_TOP_KEYS = {"name", "description", "activation", "stem_chs", "head_chs", "block", "stages", "features_only"}
+_TOP_KEYS = {"name", "description", "activation", "stem_chs", "stem_stride", "head_chs", "block", "stages",
+             "features_only"}
 _STAGE_KEYS = {"depth", "out_chs", "stride", "block"}
 _BLOCK_KEYS = ("block_type", "exp_ratio", "kernel_size", "se_ratio")
 
@@ -378,7 +398,7 @@ def _ratio(v: Any) -> tuple[bool, Any]:
     return (ok, float(v) if ok else v)
 
 
-def _member(options: tuple[str, ...]) -> Any:
+def _member(options: tuple[Any, ...]) -> Any:
     return lambda v: (v in options, v)
 
 
@@ -424,6 +444,8 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
         src, "activation", data.get("activation", "relu"), _member(ACTIVATIONS), f"{list(ACTIVATIONS)}"
     )
     stem = _choice_list(src, "stem_chs", data["stem_chs"], _chs, f"integers 1..{MAX_CHS}")
+    stem_stride = _choice_list(src, "stem_stride", data.get("stem_stride", 2), _member((1, 2)),
+                               "1 (the first stage at full resolution) or 2")
     head = _choice_list(
         src, "head_chs", data.get("head_chs", 0), _head_chs, f"integers 0..{MAX_CHS} (0: no head conv)"
     )
@@ -459,20 +481,6 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
             )
         if st.depth == (0,):
             raise SpaceConfigError(src, f"{p}.depth", "[0] alone: the stage is never built; remove it")
-        # A stride-1 stage whose widths overlap those of a stage it may follow could continue
-        # that stage: then one network would have two decision sets. Refuse it. A stage follows
-        # the one before it, or, when that one may be left out (depth 0), the one before that.
-        if st.stride == 1:
-            for prev in reversed(stages):
-                if set(st.out_chs) & set(prev.out_chs):
-                    raise SpaceConfigError(
-                        src, f"{p}.out_chs",
-                        "a stride-1 stage must not share widths with the stage before it, nor with any "
-                        "stage it follows when the stages between are left out (the network would be "
-                        "ambiguous); use disjoint out_chs or stride 2",
-                    )
-                if 0 not in prev.depth:
-                    break
         stages.append(st)
     desc = data.get("description", "")
     if not isinstance(desc, str):
@@ -480,7 +488,7 @@ def _parse_space(data: Mapping[str, Any], src: str) -> SearchSpace:
     features_only = data.get("features_only", False)
     if not isinstance(features_only, bool):
         raise SpaceConfigError(src, "features_only", f"must be true or false, got {_short(features_only)}")
-    return SearchSpace(name, activation, stem, head, tuple(stages), desc, src, features_only)
+    return SearchSpace(name, activation, stem, head, tuple(stages), desc, src, features_only, stem_stride)
 
 
 def available_spaces() -> list[str]:

@@ -226,7 +226,7 @@ class Supernet(nn.Module):
             OutOfSpaceError: ``arch`` is not a network of this supernet's space.
         """
         act = activation(arch.act)
-        y = self.stem.run(x, self.in_chans, arch.stem_chs, 3, 2, act)
+        y = self.stem.run(x, self.in_chans, arch.stem_chs, 3, arch.stem_stride, act)
         chs = arch.stem_chs
         for step in self._steps(arch):
             y = self._block(step).run(y, step.in_chs, step.block, act)

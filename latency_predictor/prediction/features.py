@@ -181,7 +181,7 @@ class FeatureExtractor:
         self.num_classes = num_classes
         # Each distinct unit (stem, block at an input size, head) is computed once; a unit's
         # row in self._rows holds its per-sample contribution.
-        self._stems: dict[tuple[int, str], int] = {}
+        self._stems: dict[tuple[int, str, int], int] = {}
         self._blocks: dict[tuple[Block, int, int, int, str], int] = {}
         self._heads: dict[tuple[int, int, int, int, str], int] = {}
         self._rows: list[np.ndarray] = []
@@ -201,13 +201,13 @@ class FeatureExtractor:
         self._rows.append(row)
         return len(self._rows) - 1
 
-    def _stem(self, stem_chs: int, act: str) -> int:
-        key = (stem_chs, act)
+    def _stem(self, stem_chs: int, act: str, stride: int) -> int:
+        key = (stem_chs, act, stride)
         idx = self._stems.get(key)
         if idx is None:
             _, cin, h, w = self.input_shape
             r = _Row()
-            ho, wo = _conv_out(h, 2), _conv_out(w, 2)
+            ho, wo = _conv_out(h, stride), _conv_out(w, stride)
             r.conv("stem", cin, stem_chs, 3, h, w, ho, wo, stem=True)
             r.act(act, stem_chs * ho * wo)
             idx = self._stems[key] = self._add(r.v)
@@ -231,9 +231,9 @@ class FeatureExtractor:
 
     def _units(self, arch: Arch) -> list[int]:
         _, _, h, w = self.input_shape
-        h, w = _conv_out(h, 2), _conv_out(w, 2)
+        h, w = _conv_out(h, arch.stem_stride), _conv_out(w, arch.stem_stride)
         act = arch.act
-        units = [self._stem(arch.stem_chs, act)]
+        units = [self._stem(arch.stem_chs, act, arch.stem_stride)]
         chs = arch.stem_chs
         for b in arch.blocks:
             key = (b, chs, h, w, act)

@@ -92,8 +92,9 @@ def _lut_keys(arch: Arch, extractor: FeatureExtractor) -> list[tuple[object, ...
     seen in training still gets its configuration's average cost instead of zero.
     """
     _, _, h, w = extractor.input_shape
-    h, w = (h - 1) // 2 + 1, (w - 1) // 2 + 1
-    keys: list[tuple[object, ...]] = [("stem", arch.act, arch.stem_chs)]
+    s = arch.stem_stride
+    h, w = (h - 1) // s + 1, (w - 1) // s + 1
+    keys: list[tuple[object, ...]] = [("stem", arch.act, arch.stem_chs, s)]
     chs = arch.stem_chs
     for b in arch.blocks:
         keys.append(("block", arch.act, b.encode(), chs, h, w))

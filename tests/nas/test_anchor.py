@@ -66,7 +66,7 @@ def test_the_review_commands_check_their_anchor_before_any_work() -> None:
     from nas.core.config import ExportConfig, ExportLatencyConfig, OptimizeConfig, validate_export, validate_optimize
     from nas.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"^latency.anchor: unknown anchor network 'mobilenet'"):
+    with pytest.raises(ConfigError, match=r"^latency.anchor: unknown reference network 'mobilenet'"):
         validate_export(ExportConfig(latency=ExportLatencyConfig(anchor="mobilenet@0.35")))
     validate_export(ExportConfig(latency=ExportLatencyConfig(anchor=SPEC)))
     with pytest.raises(ConfigError, match=r"^latency.anchor: nas.optimize times its variants against each other"):

@@ -116,7 +116,7 @@ def test_a_malformed_fault_spec_fails_before_trials(tmp_path: Path, monkeypatch:
         (("target_anchor=mobilenetv2_100@0.35",), "target_anchor",
          "target_ms and target_anchor are two targets: give one"),
         (("target_ms=null", "target_anchor=resnet50@0.5"), "target_anchor",
-         r"unknown anchor network 'resnet50'.*\['efficientnet_b0', 'mnasnet_b1', 'mobilenetv2_100'\]"),
+         r"unknown reference network 'resnet50'.*\['efficientnet_b0', 'mnasnet_b1', 'mobilenetv2_100'\]"),
         (("target_ms=null", "target_anchor=mobilenetv2_100@2"), "target_anchor", "must be a number from 0.25 to 1.4"),
         (("latency.anchor=mnasnet_b1@0.1",), "latency.anchor", "must be a number from 0.25 to 1.4"),
         (("target_ms=null", "target_anchor=mobilenetv2_100", "target_x=0"), "target_x", "finite number > 0"),

@@ -21,6 +21,7 @@ archs = st.builds(
     st.lists(blocks, min_size=1, max_size=12).map(tuple),
     st.sampled_from([0, 1280, 512]),
     st.sampled_from(ACTIVATIONS),
+    st.sampled_from([1, 2]),
 )
 
 
@@ -37,6 +38,19 @@ def test_equal_strings_iff_equal_networks(a: Arch, b: Arch) -> None:
     assert (a == b) == (a.encode() == b.encode())
     if a == b:
         assert hash(a) == hash(b)
+
+
+def test_a_full_resolution_stem_is_written_s1_and_builds_at_stride_1() -> None:
+    from search_spaces import build
+
+    arch = Arch(16, (Block("residual", 3, 1, 16, 1), Block("residual", 3, 1, 32, 2)), stem_stride=1)
+    assert arch.encode() == "act_relu-stem_c16_s1-rb_k3_c16_s1-rb_k3_c32_s2"
+    assert Arch.decode(arch.encode()) == arch != Arch(16, arch.blocks)  # stride 2 is another network
+    import torch
+
+    net = build(arch, num_classes=10, features_only=True)
+    assert net.reduction == 2 and net(torch.zeros(1, 3, 32, 32)).shape == (1, 32, 16, 16)
+    assert build(Arch(16, arch.blocks), features_only=True)(torch.zeros(1, 3, 32, 32)).shape == (1, 32, 8, 8)
 
 
 def test_example_string_and_id() -> None:
@@ -59,6 +73,9 @@ def test_example_string_and_id() -> None:
         ("act_gelu-stem_c32-mb_k3_e1_c16_s1", "act_gelu"),  # unknown activation
         ("act_relu-stem_c032-mb_k3_e1_c16_s1", "stem_c032"),
         ("act_relu-stem_c32-mb_k3_e1_c16_s1-head_c0", "head_c0"),
+        ("act_relu-stem_c32_s2-mb_k3_e1_c16_s1", "stem_c32_s2"),  # non-canonical: stride 2 is written stem_c32
+        ("act_relu-stem_c32_s3-mb_k3_e1_c16_s1", "stem_c32_s3"),  # stem stride 3
+        ("act_relu-stem_c32_s01-mb_k3_e1_c16_s1", "stem_c32_s01"),
     ],
 )
 def test_malformed_tokens_raise_typed_error_naming_token(text: str, bad: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from nas.core.errors import ConfigError
 from search_spaces import SearchSpaceError
-from search_spaces.references import parse_anchor
+from search_spaces.references import Member, parse_member
 
 CHOICES = "choices"
 """The metadata key of a field's allowed values (:func:`one_of`)."""
@@ -83,10 +83,10 @@ def in_range(key: str, value: float, low: float, high: float, text: str) -> None
         raise ConfigError(key, f"must be in {text}, got {value!r}")
 
 
-def anchor_network(key: str, spec: str) -> tuple[str, float]:
-    """The reference network and width ``spec`` names, ``<reference>[@<width>]``
-    (:func:`search_spaces.references.parse_anchor`), refused under ``key``."""
+def anchor_network(key: str, spec: str) -> Member:
+    """The reference member ``spec`` names, ``<reference>[@<width>][:d<depth>]``
+    (:func:`search_spaces.references.parse_member`), refused under ``key``."""
     try:
-        return parse_anchor(spec)
+        return parse_member(spec)
     except SearchSpaceError as err:
         raise ConfigError(key, str(err)) from None
