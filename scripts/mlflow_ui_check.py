@@ -11,7 +11,7 @@ page, read from the rendered page through chromedriver (WebDriver) and saved as 
    whatever the experiment's kind tag says (one GenAI / model-training switch for all experiments);
 2. the link the search prints (``StoreWriter.ui_link``) opens the model-training runs table with
    the search's candidates only, best reward first, ``reward``, ``accuracy``, ``latency_p50``,
-   ``meets_target`` and ``params`` as columns inside the page, each run name whole, and the
+   ``meets_target`` and ``params_m`` as columns inside the page, each run name whole, and the
    figures as recorded (5 significant digits);
 3. the second printed link (``ui_link(..., charts=True)``) opens the same runs in chart mode,
    reward and accuracy against latency p50 first;

@@ -72,12 +72,15 @@ _VIEW_KEY_PREFIX = "latnas-"
 MAX_SEARCH_VIEWS = 20
 """Saved views LatNAS keeps in an experiment, one per recent search (MLflow's UI saves no more
 than 40 views per experiment, so the user keeps room for theirs)."""
-TABLE_METRICS = ("reward", "accuracy", "latency_p50", "meets_target", "params")
+TABLE_METRICS = ("reward", "accuracy", "latency_p50", "meets_target", "params_m")
 """The candidates' figures the runs table of a search's view shows as columns, in this order."""
 _COLUMN_WIDTHS = {"attributes.`Run Name`": 270, "runDateAndNestInfo": 130, "metrics.`reward`": 80,
                   "metrics.`accuracy`": 80, "metrics.`latency_p50`": 95, "metrics.`meets_target`": 105,
-                  "metrics.`params`": 75}
+                  "metrics.`params_m`": 75}
 """Pixels: the run names and the five figures fit beside MLflow's side bars in a 1600 px window."""
+IN_MILLIONS = {"params": "params_m", "macs": "macs_m"}
+"""Counts also logged in millions, for a table column: the 75-pixel column shows five characters,
+and a network's parameters run to eight digits (``12870...``)."""
 
 
 def candidate_run_name(cand: Candidate) -> str:
@@ -190,6 +193,15 @@ def _now_ms() -> int:
 def _metric(key: str, value: float, timestamp: int, step: int) -> Metric:
     """A metric as LatNAS logs it: rounded as a search records its figures (:func:`~nas.core.record.figure`)."""
     return Metric(key, figure(float(value)), timestamp, step)
+
+
+def millions(count: float) -> float:
+    """``count`` in millions, in five characters at most: four significant digits, three decimals at
+    most (``12870123`` -> ``12.87``, ``36686`` -> ``0.037``, ``301460000`` -> ``301.5``)."""
+    m = count / 1e6
+    if m == 0 or not math.isfinite(m):
+        return m
+    return round(m, max(0, min(3, 3 - math.floor(math.log10(abs(m))))))
 
 
 class StoreWriter:
@@ -344,7 +356,9 @@ class StoreWriter:
                 "trial_id": cand.trial_id, **cand.tags}
         history_keys = {k for row in cand.history for k in row if k != "epoch"}
         now = _now_ms()
-        metrics = [_metric(k, v, now, 0) for k, v in cand.metrics.items() if k not in history_keys]
+        final = {k: v for k, v in cand.metrics.items() if k not in history_keys}
+        final.update({IN_MILLIONS[k]: millions(v) for k, v in final.items() if k in IN_MILLIONS})
+        metrics = [_metric(k, v, now, 0) for k, v in final.items()]
         for row in cand.history:
             step = int(row["epoch"])
             metrics += [_metric(k, v, now, step) for k, v in row.items() if k != "epoch"]

@@ -67,7 +67,7 @@ def test_the_printed_link_opens_the_searchs_view_with_its_figures_as_columns(uri
 
     state = _view(writer, query["viewStateShareKey"])
     assert state["selectedColumns"] == [f"metrics.`{k}`" for k in TABLE_METRICS]
-    assert TABLE_METRICS == ("reward", "accuracy", "latency_p50", "meets_target", "params")
+    assert TABLE_METRICS == ("reward", "accuracy", "latency_p50", "meets_target", "params_m")
     assert state["orderByKey"] == "metrics.`reward`" and state["orderByAsc"] is False
     # the view's filter, run as MLflow runs it: this search's candidates only, best reward first
     shown = MlflowClient(uri).search_runs([writer.experiment_id], state["searchFilter"],
@@ -133,6 +133,24 @@ def test_figures_are_recorded_with_five_significant_digits(uri: str) -> None:
     run = MlflowClient(uri).get_run(writer.log_candidate(parent, _cand(0, 0.912345678, 0.679177999), "s"))
     assert run.data.metrics["accuracy"] == 0.91235 and run.data.metrics["latency_p50"] == 0.67918
     assert run.data.metrics["params"] == 36686.0
+
+
+def test_the_tables_size_column_shows_millions_that_fit_it(uri: str) -> None:
+    # The 75-pixel column showed 5 characters of an 8-digit count ("12870..." in a real browser).
+    writer = StoreWriter(uri, "sizes")
+    parent = writer.start_search("s", {}, {})
+    client = MlflowClient(uri)
+    shown = {}
+    for i, (params, macs) in enumerate([(12_870_123, 301_460_000), (36_686, 1_234_567), (99_999_999, 98_765)]):
+        cand = _cand(i, 0.9, 5.0)
+        cand.metrics.update(params=float(params), macs=float(macs))
+        metrics = client.get_run(writer.log_candidate(parent, cand, "s")).data.metrics
+        assert metrics["params"] == params and metrics["macs"] == macs  # the counts themselves stay whole
+        shown[params] = (metrics["params_m"], metrics["macs_m"])
+    assert shown == {12_870_123: (12.87, 301.5), 36_686: (0.037, 1.235), 99_999_999: (100.0, 0.099)}
+    state = _view(writer, view_key(parent))
+    assert "metrics.`params_m`" in state["selectedColumns"] and "metrics.`params`" not in state["selectedColumns"]
+    assert all(len(f"{v:g}") <= 5 for pair in shown.values() for v in pair)
 
 
 def test_a_candidates_name_is_short_and_says_what_it_is() -> None:
