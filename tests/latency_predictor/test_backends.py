@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from latency_predictor.measurement.backends import (
     make_estimator,
 )
 from latency_predictor.measurement.backends.ort_backend import PROVIDERS
+from latency_predictor.measurement.environment import usable_cpus
 from latency_predictor.measurement.export import build_eval_net, sample_input
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE
@@ -34,11 +36,17 @@ HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 TRT_MAJOR = int(importlib.import_module("tensorrt").__version__.split(".")[0]) if HAS_TRT else 0
 ORT_GPU = set(ort.get_available_providers())
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
+HAS_NNCF = importlib.util.find_spec("nncf") is not None
+needs_openvino = pytest.mark.skipif(not HAS_OPENVINO, reason="OpenVINO not installed: pip install 'latnas[openvino]'")
 
 CASES = [
     pytest.param("onnxruntime", {}, id="onnxruntime-cpu"),
     pytest.param("torch", {}, id="torch-cpu"),
     pytest.param("torch", {"precision": "bf16"}, id="torch-cpu-bf16"),
+    pytest.param("openvino", {}, id="openvino-cpu", marks=[needs_openvino]),
+    pytest.param("openvino", {"precision": "int8"}, id="openvino-cpu-int8", marks=[
+        needs_openvino, pytest.mark.skipif(not HAS_NNCF, reason="NNCF not installed: pip install 'latnas[openvino]'")]),
     pytest.param("onnxruntime", {"provider": "cuda"}, id="onnxruntime-cuda", marks=[
         pytest.mark.gpu, needs_cuda,
         pytest.mark.skipif("CUDAExecutionProvider" not in ORT_GPU, reason="onnxruntime-gpu not installed")]),
@@ -63,7 +71,7 @@ CASES = [
 def _make(backend: str, opts: dict[str, Any], slot_dir: Path, tmp_path: Path) -> LatencyEstimator:
     if backend == "tensorrt":
         opts = {**opts, "cache_dir": tmp_path / "engines", "calibration_samples": 16}
-    if opts.get("provider") == "tensorrt":
+    if opts.get("provider") == "tensorrt" or backend == "openvino":
         opts = {**opts, "cache_dir": tmp_path / "engines"}
     measure = dataclasses.replace(FAST, throughput_batch_sizes=(1, 2))
     return make_estimator(backend, input_shape=TINY_SHAPE, measure=measure, slot_dir=slot_dir, **opts)
@@ -115,7 +123,7 @@ def test_a_network_of_one_input_channel_is_timed_at_its_shape(tiny_arch: Arch, s
 
 
 def test_unknown_backend_and_option() -> None:
-    with pytest.raises(ConfigError, match=r"known: \['onnxruntime', 'tensorrt', 'torch'\]"):
+    with pytest.raises(ConfigError, match=r"known: \['onnxruntime', 'openvino', 'tensorrt', 'torch'\]"):
         make_estimator("tflite")
     with pytest.raises(ConfigError, match=r"does not take option.*intra_op_threads"):
         make_estimator("torch", intra_op_threads=2)
@@ -181,3 +189,59 @@ def test_breakdown_covers_the_blocks(backend: str, tiny_arch: Arch, slot_dir: Pa
     assert sum(b.share for b in bd.blocks) == pytest.approx(1.0)
     assert all(b.ms >= 0 for b in bd.blocks) and bd.total_ms == pytest.approx(sum(b.ms for b in bd.blocks))
     assert bd.runs == 10 and "blocks.1" in bd.format_table()
+
+
+@needs_openvino
+def test_openvino_output_equals_torch(tiny_arch: Arch, tmp_path: Path) -> None:
+    net = build_eval_net(tiny_arch)
+    x = sample_input(TINY_SHAPE)
+    with torch.no_grad():
+        expected = net(x).numpy()
+    got = make_estimator("openvino", input_shape=TINY_SHAPE, cache_dir=tmp_path).run(net, x.numpy())
+    assert got.shape == (1, 1000)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@needs_openvino
+def test_openvino_states_its_latency_settings_and_caches_by_digest(tiny_arch: Arch, slot_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    cache = tmp_path / "compiled"
+    est = make_estimator("openvino", input_shape=TINY_SHAPE, measure=FAST, slot_dir=slot_dir, cache_dir=cache)
+    torch.manual_seed(0)
+    r = est.measure(tiny_arch)
+    env = r.environment
+    assert (env["performance_hint"], env["num_streams"], env["intra_op_threads"]) == ("LATENCY", "1", "1")
+    assert env["inference_precision"] == "f32" and r.extra["runtime_precision"].endswith("f32")
+    first = sorted(p.name for p in cache.iterdir())
+    assert len(first) == 1 and any((cache / first[0]).iterdir())  # one folder per model digest, holding a blob
+    torch.manual_seed(0)
+    est.measure(tiny_arch)  # the same network, the same weights: the same folder
+    assert sorted(p.name for p in cache.iterdir()) == first
+    torch.manual_seed(1)
+    est.measure(tiny_arch)  # other weights: another digest
+    assert len(list(cache.iterdir())) == 2
+
+
+@needs_openvino
+def test_openvino_threads_above_the_cores_is_one_clear_line() -> None:
+    cpus = usable_cpus()
+    with pytest.raises(ConfigError, match=rf"intra_op_threads={cpus + 1} is more than the {cpus} CPU"):
+        make_estimator("openvino", intra_op_threads=cpus + 1)
+
+
+@needs_openvino
+def test_openvino_precision_the_cpu_cannot_run_is_unavailable() -> None:
+    import openvino
+
+    runs = set(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    missing = [p for p, cap in (("fp16", "FP16"), ("bf16", "BF16")) if cap not in runs]
+    if not missing:
+        pytest.skip(f"this CPU runs every precision OpenVINO offers ({sorted(runs)})")
+    with pytest.raises(BackendUnavailableError, match=rf"precision '{missing[0]}'.*use precision='fp32'"):
+        make_estimator("openvino", precision=missing[0])
+
+
+def test_openvino_not_installed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "openvino", None)  # what `import openvino` meets where it is not installed
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'latnas\[openvino\]'"):
+        make_estimator("openvino")

@@ -8,6 +8,7 @@ searches that already exist.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,7 +18,9 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from mlflow import MlflowClient
 
+from latency_predictor import BackendUnavailableError
 from latency_predictor import ConfigError as LatencyConfigError
+from latency_predictor.measurement.environment import usable_cpus
 from nas.core.config import SearchConfig, validate
 from nas.core.errors import ConfigError, FaultSpecError
 from nas.driver import run_search
@@ -100,6 +103,26 @@ def test_bad_latency_protocol_settings_name_the_group(tmp_path: Path) -> None:
     cfg = _config(tmp_path, "latency.measure.min_time_s=2", "latency.measure.max_time_s=1")
     with pytest.raises(LatencyConfigError, match=r"^latency \(backend 'onnxruntime'\): .*max_time_s.*latency\.measure"):
         run_search(cfg)
+    assert _n_runs(tmp_path) == 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
+                    reason="OpenVINO not installed: pip install 'latnas[openvino]'")
+def test_a_runtime_setting_the_machine_cannot_give_fails_before_trials(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "latency=openvino", f"latency.options.intra_op_threads={usable_cpus() + 1}")
+    with pytest.raises(LatencyConfigError, match=rf"^latency \(backend 'openvino'\): intra_op_threads="
+                       rf"{usable_cpus() + 1} is more than the {usable_cpus()} CPU"):
+        run_search(cfg)
+    assert _n_runs(tmp_path) == 0
+
+
+@pytest.mark.parametrize(("backend", "module"), [("openvino", "openvino")])
+def test_a_runtime_that_is_not_installed_names_its_extra_before_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, module: str,
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # what its import meets where it is not installed
+    with pytest.raises(BackendUnavailableError, match=rf"pip install 'latnas\[{backend}\]'"):
+        run_search(_config(tmp_path, f"latency={backend}"))
     assert _n_runs(tmp_path) == 0
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from latency_predictor.errors import ConfigError
 from latency_predictor.measurement.backends.base import CommonOptions, MeasuredBackend, Prepared
+from latency_predictor.measurement.backends.openvino_backend import OpenVinoBackend
 from latency_predictor.measurement.backends.ort_backend import OnnxRuntimeBackend
 from latency_predictor.measurement.backends.tensorrt_backend import TensorRTBackend
 from latency_predictor.measurement.backends.torch_backend import TorchBackend
@@ -26,6 +27,7 @@ BACKENDS: dict[str, type[MeasuredBackend]] = {
     OnnxRuntimeBackend.name: OnnxRuntimeBackend,
     TorchBackend.name: TorchBackend,
     TensorRTBackend.name: TensorRTBackend,
+    OpenVinoBackend.name: OpenVinoBackend,
 }
 DEFAULT_BACKEND = OnnxRuntimeBackend.name
 
@@ -44,7 +46,7 @@ def make_estimator(backend: str = DEFAULT_BACKEND, **options: Any) -> MeasuredBa
     """Construct a measuring backend by name from plain option values.
 
     Args:
-        backend: ``onnxruntime``, ``torch`` or ``tensorrt``.
+        backend: ``onnxruntime``, ``torch``, ``tensorrt``, ``openvino`` or ``litert``.
         **options: the backend's constructor options (``input_shape``, ``measure``, ``precision``, ...).
             ``input_shape`` may be a list (as it comes from YAML); ``measure`` a mapping.
 
@@ -70,6 +72,6 @@ def _backend_class(backend: str) -> type[MeasuredBackend]:
 
 
 __all__ = [
-    "BACKENDS", "DEFAULT_BACKEND", "CommonOptions", "MeasuredBackend", "OnnxRuntimeBackend", "Prepared",
-    "TensorRTBackend", "TorchBackend", "backend_options", "make_estimator",
+    "BACKENDS", "DEFAULT_BACKEND", "CommonOptions", "MeasuredBackend", "OnnxRuntimeBackend", "OpenVinoBackend",
+    "Prepared", "TensorRTBackend", "TorchBackend", "backend_options", "make_estimator",
 ]
