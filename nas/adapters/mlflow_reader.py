@@ -22,6 +22,7 @@ import logging
 import math
 import re
 import sqlite3
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI (None for other schemes)."""
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
+
+ARTIFACTS_FOLDER = "mlartifacts"
+"""The folder beside a SQLite store that holds its experiments' artifacts (MLflow's own default name)."""
 
 _DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
@@ -117,6 +121,12 @@ def tracking_error(action: str, err: MlflowException) -> TrackingError:
     db = _database_error(err)
     if db is None:
         return TrackingError(f"{action}: {err.message}")
+    return database_error(action, db)
+
+
+def database_error(action: str, db: BaseException) -> TrackingError:
+    """The :class:`TrackingError` of ``action`` refused by the database with ``db`` (its driver's own
+    exception), in one line: a :class:`StoreFullError` where SQLite says the disk is full."""
     name = getattr(db, "sqlite_errorname", None)
     problem = f"{db} ({name})" if name else str(db).strip().splitlines()[0]
     code = getattr(db, "sqlite_errorcode", None)
@@ -293,6 +303,24 @@ class StoreReader:
                 raise NotRecordedError(f"experiment {experiment!r} not found in {self.uri}; experiments there: {names}")
         self.experiment = experiment
         self.experiment_id: str = exp.experiment_id
+
+    def moved_from(self) -> Path | None:
+        """The folder this SQLite store was in when its experiment was made, where the store has moved since.
+
+        A store LatNAS makes keeps its artifacts beside it (``<folder>/mlartifacts``), so an
+        experiment whose artifacts are in another folder's ``mlartifacts`` says where the store was.
+        None: the store has not moved, it is a server's, or the experiment keeps its artifacts elsewhere.
+        """
+        path = sqlite_path(self.uri)
+        if path is None:
+            return None
+        with mlflow_errors(lambda: f"cannot read the MLflow store {self.uri}"):
+            location = urllib.parse.urlsplit(self.client.get_experiment(self.experiment_id).artifact_location)
+        artifacts = Path(urllib.parse.unquote(location.path))
+        if location.scheme != "file" or artifacts.name != ARTIFACTS_FOLDER:
+            return None
+        was, now = artifacts.parent, path.parent.resolve()
+        return None if was == now or was.resolve() == now else was
 
     # ------------------------------------------------------------------ runs
     def _search(self, filter_string: str, order_by: list[str] | None = None, limit: int | None = None) -> list[RunInfo]:

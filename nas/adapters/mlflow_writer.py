@@ -23,10 +23,11 @@ import json
 import math
 import os
 import socket
+import sqlite3
 import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -35,9 +36,11 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
+from mlflow.tracking._tracking_service import utils as tracking_utils
 
 from latency_predictor.locking import locked
 from nas.adapters.mlflow_reader import (
+    ARTIFACTS_FOLDER,
     EXPORTED_FROM_TAG,
     PARENT_TAG,
     REFERENCE_DEVICE_TAG,
@@ -47,6 +50,7 @@ from nas.adapters.mlflow_reader import (
     StoreReader,
     candidate_from_run,
     check_sqlite_store,
+    database_error,
     mlflow_errors,
     quiet_mlflow,
     sqlite_path,
@@ -237,7 +241,7 @@ class StoreWriter:
                 path = sqlite_path(uri)
                 if path is not None:
                     # Artifacts next to the database, wherever the command is started from.
-                    location = (path.parent / "mlartifacts").as_uri()
+                    location = (path.parent / ARTIFACTS_FOLDER).as_uri()
                 self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
             elif exp.lifecycle_stage == "deleted":
                 raise TrackingError(
@@ -307,6 +311,39 @@ class StoreWriter:
                 self.client.delete_experiment_tag(self.experiment_id, tag)
 
     # ------------------------------------------------------------------ a search
+    def follow_move(self, was: Path) -> int:
+        """Point the artifacts kept in ``was``'s ``mlartifacts/`` (where the store was: see
+        :meth:`~nas.adapters.mlflow_reader.StoreReader.moved_from`) at the ``mlartifacts/`` beside
+        the store now, for every experiment and run, so that what is logged from here on, and what
+        MLflow's UI reads, is where the store moved with its folder. Returns how many were re-pointed.
+
+        MLflow keeps each experiment's and run's artifact location as an absolute URI and has no
+        call to change it; a store moved with its folder is the case this rewrites, in one
+        transaction, as MLflow's users do by hand.
+
+        Raises:
+            TrackingError: the store is not a SQLite file, or refused the write.
+        """
+        path = sqlite_path(self.uri)
+        if path is None:
+            raise TrackingError(f"tracking.uri {self.uri!r}: only a SQLite store moves with its folder")
+        before, after = (was / ARTIFACTS_FOLDER).as_uri(), (path.parent.resolve() / ARTIFACTS_FOLDER).as_uri()
+        n = len(before) + 1
+        try:
+            with closing(sqlite3.connect(path, timeout=60)) as db, db:
+                moved = sum(db.execute(
+                    f"UPDATE {table} SET {column} = ? || substr({column}, ?) WHERE {column} = ? OR "
+                    f"substr({column}, 1, ?) = ?", (after, n, before, n, before + "/")).rowcount
+                    for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri")))
+        except sqlite3.Error as err:
+            raise database_error(f"cannot point the artifacts of {self.uri} from {before} to {after}", err) from None
+        # MLflow keeps each run's artifact location, once used, in a cache of the process: a search
+        # run before the move in this process (the Python API, a notebook) would write to the old one.
+        cache = getattr(tracking_utils, "_artifact_repos_cache", None)
+        if cache is not None:
+            cache.clear()
+        return moved
+
     def start_search(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         """Create the parent run of a search; returns its run id."""
         with mlflow_errors(lambda: f"cannot start the search's run in {self.uri}"):

@@ -344,13 +344,13 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
     t_start = time.perf_counter()
     validate(cfg)
     space = SearchSpace.from_dict(cast(dict[str, Any], cfg.space), source=cfg.space_source)
-    start_archs(cfg.search.start, space)  # a start outside the space is refused before anything is created
+    start_archs(cfg.search.start, space, _input_hw(cfg))  # a start outside the space: refused before anything is made
     name = _search_name(cfg, space)
     uri = cfg.tracking.uri or default_tracking_uri()
     # Everything is checked before anything is created: a refused search leaves no folder, store or log.
     check_reachable(uri)
     ray_cluster.check_cluster(cfg.ray)
-    previous = _recorded_search(uri, cfg.tracking.experiment, name)
+    previous, moved_from = _recorded_search(uri, cfg.tracking.experiment, name)
     if previous is not None and not cfg.resume:
         raise ConfigError(
             "name", f"a search named {name!r} is already recorded in {uri} (run {previous.run_id}, "
@@ -361,8 +361,7 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
             "resume", f"no search named {name!r} in experiment {cfg.tracking.experiment!r} of {uri}: check name= "
             "and tracking.uri=, or drop resume=true to start it"
         )
-    out = cfg.output_dir or (previous.tags.get("output_dir") if previous is not None else None)
-    output_dir = Path(out).resolve() if out else (project_home() / "searches" / name)
+    output_dir = _search_folder(cfg.output_dir, name, previous, moved_from, uri)
     problem = unwritable(output_dir)
     if problem:
         raise ConfigError("output_dir", f"cannot write {str(output_dir)!r}: {problem}; choose a folder you can write")
@@ -399,6 +398,10 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                          lambda text: status(f"search {name}: {text}"))
     sampler = make_sampler(cfg, space, name, screen)  # opens search.storage: a URL Optuna cannot open is refused here
     writer = StoreWriter(uri, cfg.tracking.experiment)  # creates the store first, in this process only
+    if moved_from is not None:  # the store was moved with its folder: what follows is written where it is now
+        status(f"search {name}: the store has moved from {moved_from} since the search began; its folder and "
+               f"artifacts now go beside it, in {cast(Path, sqlite_path(uri)).parent}")
+        writer.follow_move(moved_from)
     created = not output_dir.exists()
     output_dir.mkdir(parents=True, exist_ok=True)
     begun = False
@@ -451,8 +454,13 @@ def _target_ms(cfg: SearchConfig, anchor_ms: float | None) -> float:
     return cfg.target_x * anchor_ms if anchor_ms is not None else float("nan")
 
 
-def start_archs(texts: list[str], space: SearchSpace) -> list[str]:
-    """``search.start`` as canonical strings of ``space``'s members (a reference name is resolved).
+def _input_hw(cfg: SearchConfig) -> int:
+    return max(cfg.latency.input_shape[2:])
+
+
+def start_archs(texts: list[str], space: SearchSpace, input_hw: int = 224) -> list[str]:
+    """``search.start`` as canonical strings of ``space``'s members (a reference member such as
+    ``resnet14@1.5`` is resolved for inputs of ``input_hw`` pixels a side).
 
     Raises:
         ConfigError: an entry that is not an architecture, or not in the space (naming the decision).
@@ -460,7 +468,7 @@ def start_archs(texts: list[str], space: SearchSpace) -> list[str]:
     out = []
     for i, text in enumerate(texts):
         try:
-            arch = space.validate(resolve_arch(str(text)))
+            arch = space.validate(resolve_arch(str(text), input_hw))
         except SearchSpaceError as err:
             raise ConfigError(f"search.start[{i}]", f"{str(text)[:60]!r} cannot start a search of space "
                               f"{space.name!r}: {err}") from None
@@ -479,20 +487,37 @@ def make_sampler(cfg: SearchConfig, space: SearchSpace, name: str, screen: Laten
     else:
         inner = ArchSampler(space, s.sampler, s.seed, s.n_startup_trials, s.population_size, s.max_duplicates,
                             storage=s.storage, study_name=name)
-    return StartFirst(inner, start_archs(s.start, space)) if s.start else inner
+    return StartFirst(inner, start_archs(s.start, space, _input_hw(cfg))) if s.start else inner
 
 
-def _recorded_search(uri: str, experiment: str, name: str) -> SearchRecord | None:
-    """The search called ``name`` in the store, if the store and the experiment exist (nothing is created)."""
+def _recorded_search(uri: str, experiment: str, name: str) -> tuple[SearchRecord | None, Path | None]:
+    """The search called ``name`` in the store, if the store and the experiment exist (nothing is
+    created), and the folder the store was in when it has moved since (:meth:`StoreReader.moved_from`)."""
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
-        return None
+        return None, None
     try:
         reader = StoreReader(uri, experiment)
     except NotRecordedError:  # no such store or experiment yet: no search by that name either
-        return None
+        return None, None
     runs = reader.search_runs(name)
-    return reader.find_search(runs[0].run_id) if runs else None
+    return (reader.find_search(runs[0].run_id), reader.moved_from()) if runs else (None, None)
+
+
+def _search_folder(given: str | None, name: str, previous: SearchRecord | None, moved_from: Path | None,
+                   uri: str) -> Path:
+    """Where the search's files go (Ray Tune's state among them): ``output_dir`` when given; on a
+    resume, the folder recorded, or where it is now if it lay in the store's folder and the store
+    has moved with that folder (``moved_from``); else ``searches/<name>`` in the project's home."""
+    if given:
+        return Path(given).resolve()
+    recorded = Path(previous.tags["output_dir"]) if previous is not None and "output_dir" in previous.tags else None
+    if recorded is None:
+        return project_home() / "searches" / name
+    store = sqlite_path(uri)
+    if moved_from is not None and store is not None and recorded.is_relative_to(moved_from):
+        return store.parent.resolve() / recorded.relative_to(moved_from)
+    return recorded.resolve()
 
 
 REVISED_TAGS = (FINAL_PASS_TAG, "latency_source", "latency_confirm_reason")
@@ -613,6 +638,7 @@ def _search(
                 ctx, sampler, cfg.search, resources, output_dir / "ray", ray_name, on_record, n_trials=remaining,
                 front=(lambda: pareto_points(candidates)) if hybrid else None,
                 earlier=[c.rung_rewards() for c in candidates] if cfg.search.rungs else None, watch=progress,
+                start=start_archs(cfg.search.start, space, _input_hw(cfg)),
             )
         else:
             outcome = ray_tune.TuneOutcome(experiment_path="(no trials left to run)", finished_trials=0)

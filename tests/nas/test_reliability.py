@@ -52,7 +52,7 @@ from nas.review.leaderboard import run_leaderboard
 from nas.trial.evaluate import TrialContext, evaluate_candidate
 from nas.trial.faults import ENV_VAR, FaultPlan
 from search_spaces import load_space
-from tests.nas.configs import stored_config
+from tests.nas.configs import compose_config, stored_config
 
 FAST_MEASURE = {"warmup_runs": 2, "warmup_s": 0.0, "min_runs": 10, "min_time_s": 0.0, "max_time_s": 1.0,
                 "max_repeats": 1}
@@ -619,6 +619,38 @@ def test_a_full_store_stops_the_search_at_its_first_failed_write(tmp_path: Path)
         for run_id, arch in recorded.items():  # recorded before the disk filled: kept, not replaced
             assert by_id[run_id].data.params["arch"] == arch and by_id[run_id].data.tags["status"] != "KILLED"
         assert _search_rows(db, "before") == recorded_before
+
+
+# ---------------------------------------------------------------------- a store moved before a resume
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_search_resumed_after_its_project_folder_moved_writes_where_the_store_now_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The project's folder (the store, the search's folder, the artifacts) moved to a bigger disk,
+    ``$LATNAS_HOME`` naming the new place: the resume writes nothing to the old one."""
+    monkeypatch.chdir(tmp_path)
+    old, new = tmp_path.resolve() / "small" / ".latnas", tmp_path.resolve() / "big" / ".latnas"
+    common = (*CHEAP, "accuracy=naswot", "name=moved")
+    monkeypatch.setenv("LATNAS_HOME", str(old))
+    first = run_search(compose_config(*common, "search.n_trials=1"))
+    assert first.output_dir == old / "searches" / "moved" and (old / "mlflow.db").is_file()
+
+    new.parent.mkdir()
+    shutil.move(old, new)
+    monkeypatch.setenv("LATNAS_HOME", str(new))
+    again = run_search(compose_config(*common, "search.n_trials=2", "resume=true"))
+    assert again.resumed == 1 and again.parent_run_id == first.parent_run_id
+    assert again.output_dir == new / "searches" / "moved"
+    # no search folder, Ray Tune state or artifact written at the old place
+    assert not old.exists(), sorted(str(f.relative_to(old)) for f in old.rglob("*"))
+    assert any((new / "searches" / "moved" / "ray").glob("moved-resume1*"))  # the resume's Ray Tune experiment
+    client = MlflowClient(f"sqlite:///{new / 'mlflow.db'}")
+    parent = client.get_run(again.parent_run_id)
+    assert parent.info.artifact_uri.startswith((new / "mlartifacts").as_uri())
+    assert "leaderboard.csv" in {f.path for f in client.list_artifacts(parent.info.run_id)}  # as the UI lists them
 
 
 # ---------------------------------------------------------------------- the full suite
