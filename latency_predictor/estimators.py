@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from latency_predictor.agent.client import RemoteEstimator, read_token
-from latency_predictor.agent.wire import TOKEN_ENV
+from latency_predictor.agent.client import RemoteEstimator
+from latency_predictor.agent.wire import TOKEN_ENV, read_token
 from latency_predictor.errors import ConfigError, PredictorMismatchError
 from latency_predictor.measurement.backends import MeasuredBackend, make_estimator
 from latency_predictor.measurement.fingerprint import DeviceFingerprint
@@ -331,7 +331,9 @@ def make_remote_estimator(
     """
     opts = RemoteOptions.parse(options)
     _no_precision_option(opts.backend_options, "latency.options.backend_options")
-    token = read_token(token_env=opts.token_env, token_file=opts.token_file)
+    token = read_token(opts.token_env, opts.token_file, file_setting="latency.options.token_file",
+                       other_ways=" to the token the agents were started with (or give latency.options.token_file"
+                                  " / token_env)")
     return RemoteEstimator(
         opts.url, token=token, backend=opts.backend, backend_options={**opts.backend_options, "precision": precision},
         input_shape=input_shape,

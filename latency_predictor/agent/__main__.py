@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from pathlib import Path
 import uvicorn
 
 from latency_predictor.agent.server import AgentSettings, create_app
-from latency_predictor.agent.wire import DEFAULT_PORT, TOKEN_ENV
+from latency_predictor.agent.wire import DEFAULT_PORT, NEW_TOKEN, TOKEN_ENV, read_token
 from latency_predictor.agent.worker import Worker
 from latency_predictor.errors import ConfigError
 
@@ -55,29 +54,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_token(env: str, path: Path | None) -> str:
-    """The token from ``path`` if given, else from the environment variable ``env``.
-
-    Raises:
-        ConfigError: neither holds a token.
-    """
-    if path is not None:
-        try:
-            token = path.read_text().strip()
-        except OSError as err:
-            raise ConfigError(f"--token-file {str(path)!r}: cannot read it ({err.strerror})") from None
-        if not token:
-            raise ConfigError(f"--token-file {str(path)!r} is empty")
-        return token
-    token = os.environ.get(env, "").strip()
-    if not token:
-        raise ConfigError(
-            f"no token: set ${env} (e.g. export {env}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')) "
-            "or give --token-file; clients need the same token"
-        )
-    return token
-
-
 def _listen(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -102,8 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s agent %(levelname)s %(message)s",
                         stream=sys.stderr)
     try:
+        token = read_token(args.token_env, args.token_file, file_setting="--token-file", other_ways=(
+            f" (e.g. export {args.token_env}=$({NEW_TOKEN})) or give --token-file; clients need the same token"))
         settings = AgentSettings(
-            token=read_token(args.token_env, args.token_file), host=args.host, port=args.port, queue=args.queue,
+            token=token, host=args.host, port=args.port, queue=args.queue,
             time_limit_s=args.time_limit_s, max_request_bytes=int(args.max_request_mb * 2**20),
             max_input_elements=args.max_input_elements, slot=not args.no_slot, slot_dir=args.slot_dir,
         )

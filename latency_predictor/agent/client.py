@@ -27,16 +27,14 @@ import base64
 import dataclasses
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 
-from latency_predictor.agent.wire import AGENT_OWNED_OPTIONS, API, MIN_TOKEN_CHARS, RETRYABLE_KINDS, TOKEN_ENV
+from latency_predictor.agent.wire import AGENT_OWNED_OPTIONS, API, RETRYABLE_KINDS
 from latency_predictor.errors import (
     AgentError,
     AgentMismatchError,
@@ -81,32 +79,6 @@ def check_url(url: object) -> str:
     except ValueError:
         raise ConfigError(f"agent URL {url!r} has an invalid port") from None
     return url.strip().rstrip("/")
-
-
-def read_token(token: str | None = None, token_env: str = TOKEN_ENV, token_file: str | Path | None = None) -> str:
-    """The agents' token: ``token`` itself, else the file ``token_file``, else ``$token_env``.
-
-    Raises:
-        ConfigError: none of them holds a token of at least 16 characters.
-    """
-    where = "the token given"
-    if token is None and token_file is not None:
-        where = f"token file {str(token_file)!r}"
-        try:
-            token = Path(token_file).read_text().strip()
-        except OSError as err:
-            raise ConfigError(f"cannot read the agents' {where}: {err.strerror}") from None
-    elif token is None:
-        where = f"${token_env}"
-        token = os.environ.get(token_env, "").strip()
-        if not token:
-            raise ConfigError(
-                f"no token for the agents: set ${token_env} to the token the agents were started with "
-                "(or give latency.options.token_file / token_env)"
-            )
-    if len(token) < MIN_TOKEN_CHARS:
-        raise ConfigError(f"{where} holds {len(token)} characters; agent tokens have at least {MIN_TOKEN_CHARS}")
-    return token
 
 
 class AgentClient:
@@ -219,7 +191,7 @@ class RemoteEstimator:
 
     Args:
         urls: the agents, ``http://HOST:PORT`` each; several make a pool of identical devices.
-        token: the shared token (see :func:`read_token`).
+        token: the shared token (see :func:`~latency_predictor.agent.wire.read_token`).
         backend: the measuring backend the agents use (``onnxruntime``, ``torch``, ``tensorrt``).
         backend_options: its options, as for a local measurement (``intra_op_threads``, ``provider``,
             ...); files and the slot are the agents' own settings.

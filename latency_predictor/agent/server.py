@@ -38,6 +38,7 @@ from latency_predictor.agent.wire import (
     API,
     DEFAULT_PORT,
     MIN_TOKEN_CHARS,
+    NEW_TOKEN,
     STATUS,
     DescribeRequest,
     MeasureRequest,
@@ -80,8 +81,8 @@ class AgentSettings:
     def __post_init__(self) -> None:
         if len(self.token) < MIN_TOKEN_CHARS:
             raise ConfigError(
-                f"the agent's token has {len(self.token)} characters; use at least {MIN_TOKEN_CHARS}, e.g. "
-                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+                f"the agent's token has {len(self.token)} characters; use at least {MIN_TOKEN_CHARS}, "
+                f"e.g. `{NEW_TOKEN}`"
             )
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be in [0, 65535], got {self.port}")

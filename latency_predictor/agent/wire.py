@@ -12,6 +12,8 @@ description, or an error ``{"error": <kind>, "type": <error class>, "message": <
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from pydantic import (
@@ -26,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from latency_predictor.errors import ConfigError
+
 API = "/v1"
 """Prefix of the agent's endpoints: ``POST /v1/describe``, ``POST /v1/measure``."""
 
@@ -34,6 +38,42 @@ TOKEN_ENV = "LATNAS_AGENT_TOKEN"
 
 MIN_TOKEN_CHARS = 16
 """Shortest token accepted: anything shorter is too easy to guess to guard a machine."""
+
+NEW_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+"""A command that prints a good token."""
+
+
+def read_token(token_env: str = TOKEN_ENV, token_file: str | Path | None = None, token: str | None = None, *,
+               file_setting: str = "token file", other_ways: str = "") -> str:
+    """The shared token, as the agent and its clients read it: ``token`` itself, else the file
+    ``token_file``, else ``$token_env``.
+
+    Args:
+        token_env: the environment variable to read.
+        token_file: a file that holds the token (its whitespace stripped).
+        token: the token itself.
+        file_setting: what the user calls the file's setting (``--token-file``,
+            ``latency.options.token_file``), for messages.
+        other_ways: said after "set $<token_env>" when there is no token (how else to give one).
+
+    Raises:
+        ConfigError: none of them holds a token of at least :data:`MIN_TOKEN_CHARS` characters.
+    """
+    where = "the token given"
+    if token is None and token_file is not None:
+        where = f"{file_setting} {str(token_file)!r}"
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as err:
+            raise ConfigError(f"{where}: cannot read it ({err.strerror})") from None
+    elif token is None:
+        where = f"${token_env}"
+        token = os.environ.get(token_env, "").strip()
+        if not token:
+            raise ConfigError(f"no token: set ${token_env}{other_ways}")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(f"{where} holds {len(token)} characters; use at least {MIN_TOKEN_CHARS}, e.g. `{NEW_TOKEN}`")
+    return token
 
 DEFAULT_PORT = 8765
 

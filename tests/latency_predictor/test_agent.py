@@ -177,13 +177,19 @@ def test_collect_command_line_with_remote_backend(agent: Agent, tmp_path: Path,
         ({"url": ["http://127.0.0.1:1", "http://127.0.0.1:1/"]}, "listed more than once"),
         ({"url": "http://127.0.0.1:1", "backend_options": {"slot_dir": "/tmp"}}, "set on the agent"),
         ({"url": "http://127.0.0.1:1", "backend_options": {"thread": 2}}, r"does not take option\(s\) \['thread'\]"),
-        ({"url": "http://127.0.0.1:1", "token_env": "LATNAS_NO_SUCH_VARIABLE"}, r"set \$LATNAS_NO_SUCH_VARIABLE"),
+        ({"url": "http://127.0.0.1:1", "token_env": "LATNAS_NO_SUCH_VARIABLE"},
+         r"^no token: set \$LATNAS_NO_SUCH_VARIABLE to the token the agents were started with"),
+        ({"url": "http://127.0.0.1:1", "token_file": "/no/such/token"},
+         r"^latency.options.token_file '/no/such/token': cannot read it"),
+        ({"url": "http://127.0.0.1:1", "token_env": "LATNAS_SHORT_TOKEN"},
+         r"^\$LATNAS_SHORT_TOKEN holds 5 characters; use at least 16"),  # as the agent refuses it
     ],
 )
 def test_bad_remote_options_fail_before_any_agent_is_asked(
     options: dict[str, object], words: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LATNAS_AGENT_TOKEN", TOKEN)
+    monkeypatch.setenv("LATNAS_SHORT_TOKEN", "short")
     with pytest.raises(ConfigError, match=words):
         make_latency_estimator("remote", TINY_SHAPE, options, {}, 10)
 
