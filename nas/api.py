@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import yaml
 
@@ -36,7 +36,7 @@ from nas.core.errors import ConfigError, UserCodeError
 from nas.driver import SearchResult, run_search
 from nas.trial.custom import EvalContext
 
-__all__ = ["EvalContext", "SearchResult", "UserCodeError", "compose", "function_ref", "search"]
+__all__ = ["EvalContext", "SearchOptions", "SearchResult", "UserCodeError", "compose", "function_ref", "search"]
 
 _running = False
 
@@ -99,25 +99,45 @@ def _one_at_a_time() -> Iterator[None]:
         _running = False
 
 
+class SearchOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`search` and :func:`compose` (each may be left out).
+
+    Attributes:
+        evaluator_options: settings handed to the evaluator as ``context.options``.
+        data_options: keyword arguments of the data function.
+        overrides: any other setting, as on the command line (``"train.epochs=3"``, ``"search.n_trials=20"``,
+            ``"latency=torch"``, ``"ray.address=auto"``, ...).
+        name: the search's name (None: made from the space, the target and the time).
+        output_dir: the search's folder (None: ``<home>/searches/<name>``).
+        tracking_uri: the MLflow store (None: ``sqlite:///<home>/mlflow.db``).
+    """
+
+    evaluator_options: Mapping[str, Any] | None
+    data_options: Mapping[str, Any] | None
+    overrides: Sequence[str]
+    name: str | None
+    output_dir: str | Path | None
+    tracking_uri: str | None
+
+
 def compose(
     space: str | Path | Mapping[str, Any],
     target_ms: float,
     evaluator: Callable[..., Any] | str | None = None,
     data: Callable[..., Any] | str | None = None,
-    *,
-    evaluator_options: Mapping[str, Any] | None = None,
-    data_options: Mapping[str, Any] | None = None,
-    overrides: Sequence[str] = (),
-    name: str | None = None,
-    output_dir: str | Path | None = None,
-    tracking_uri: str | None = None,
+    **options: Unpack[SearchOptions],
 ) -> SearchConfig:
     """The configuration :func:`search` runs (the arguments are :func:`search`'s), for a look before running it.
 
     Raises:
         ConfigError: an argument of the wrong kind (see :func:`function_ref`).
+        TypeError: a keyword argument that is none of :class:`SearchOptions`.
         hydra.errors.HydraException: an override the command line would refuse too (naming the key).
     """
+    unknown = sorted(set(options) - SearchOptions.__optional_keys__)
+    if unknown:  # as Python says of a named parameter: a typo must not pass as a setting left out
+        raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}; the options are "
+                        f"{', '.join(SearchOptions.__annotations__)}")
     groups, mapping, source = _space_overrides(space)
     accuracy_ref = function_ref(evaluator, "evaluator") if evaluator is not None else None
     data_ref: str | None = None
@@ -129,23 +149,23 @@ def compose(
             groups.append(f"data={data}")  # a data option of the command line: digits, cifar10_jpeg, image_folder, ...
     if accuracy_ref is not None:
         groups.append("accuracy=custom")
-    cfg = compose_search_config(*groups, *overrides)
+    cfg = compose_search_config(*groups, *options.get("overrides", ()))
     cfg.target_ms = float(target_ms)
     if mapping is not None:
         cfg.space, cfg.space_source = mapping, str(source)
     if accuracy_ref is not None:
         cfg.accuracy.fn = accuracy_ref
-    if evaluator_options is not None:
+    if (evaluator_options := options.get("evaluator_options")) is not None:
         cfg.accuracy.options = dict(evaluator_options)
     if data_ref is not None:
         cfg.data.fn = data_ref
-    if data_options is not None:
+    if (data_options := options.get("data_options")) is not None:
         cfg.data.options = dict(data_options)
-    if name is not None:
+    if (name := options.get("name")) is not None:
         cfg.name = name
-    if output_dir is not None:
+    if (output_dir := options.get("output_dir")) is not None:
         cfg.output_dir = str(Path(output_dir).expanduser().resolve())
-    if tracking_uri is not None:
+    if (tracking_uri := options.get("tracking_uri")) is not None:
         cfg.tracking.uri = tracking_uri
     return cfg
 
@@ -155,13 +175,7 @@ def search(
     target_ms: float,
     evaluator: Callable[..., Any] | str | None = None,
     data: Callable[..., Any] | str | None = None,
-    *,
-    evaluator_options: Mapping[str, Any] | None = None,
-    data_options: Mapping[str, Any] | None = None,
-    overrides: Sequence[str] = (),
-    name: str | None = None,
-    output_dir: str | Path | None = None,
-    tracking_uri: str | None = None,
+    **options: Unpack[SearchOptions],
 ) -> SearchResult:
     """Run a search, as ``python -m nas.search`` does, and return what it found.
 
@@ -176,13 +190,9 @@ def search(
             its name ``"module:function"``; or a built-in data option's name (``"digits"``,
             ``"cifar10_jpeg"`` with ``data.path=...`` in ``overrides``); None: the default (digits).
             See :mod:`nas.data.custom`.
-        evaluator_options: settings handed to the evaluator as ``context.options``.
-        data_options: keyword arguments of the data function.
-        overrides: any other setting, as on the command line (``"train.epochs=3"``, ``"search.n_trials=20"``,
-            ``"latency=torch"``, ``"ray.address=auto"``, ...).
-        name: the search's name (None: made from the space, the target and the time).
-        output_dir: the search's folder (None: ``<home>/searches/<name>``).
-        tracking_uri: the MLflow store (None: ``sqlite:///<home>/mlflow.db``).
+        **options: ``evaluator_options``, ``data_options``, ``overrides`` (any other setting, as on
+            the command line: ``"train.epochs=3"``, ``"search.n_trials=20"``), ``name``,
+            ``output_dir``, ``tracking_uri`` (see :class:`SearchOptions`).
 
     Returns:
         The search's :class:`~nas.driver.SearchResult`: ``best``, ``candidates`` and ``leaderboard``
@@ -195,7 +205,6 @@ def search(
             FAILS with it and the search goes on).
         NASError: anything else the command would report (an unreachable cluster or store, ...).
     """
-    cfg = compose(space, target_ms, evaluator, data, evaluator_options=evaluator_options, data_options=data_options,
-                  overrides=overrides, name=name, output_dir=output_dir, tracking_uri=tracking_uri)
+    cfg = compose(space, target_ms, evaluator, data, **options)
     with _one_at_a_time():
         return run_search(cfg)

@@ -404,6 +404,8 @@ def test_the_api_names_functions_as_the_trials_import_them() -> None:
     mapping = {"name": "mine", "stem_chs": [8], "block": {}, "stages": []}
     builtin = compose(mapping, 1.0, data="cifar10_jpeg")
     assert builtin.space == mapping and builtin.data.label == "cifar10_jpeg"
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) overide; the options are .*overrides"):
+        compose("tiny", 1.0, overide=["train.epochs=1"])  # type: ignore[call-arg]  # a typo is not a setting left out
 
 
 def test_a_script_that_searches_when_imported_is_told_to_guard_the_call(tmp_path: Path) -> None:
