@@ -199,7 +199,7 @@ def _hydra_main(main: Callable[[], None], schema: type) -> None:
 
     Hydra reports its own errors over several lines and exits 1, unless ``$HYDRA_FULL_ERROR`` is
     1: then it raises them, typed. So the variable is set while Hydra composes the config, and the
-    command itself (:func:`_command`) starts with the user's own setting back, leaving its errors
+    command itself (:func:`_entry_point`'s body) starts with the user's own setting back, leaving its errors
     to Hydra as before. A user who set ``HYDRA_FULL_ERROR=1`` gets Hydra's traceback.
     """
     global _user_full_error
@@ -216,15 +216,31 @@ def _hydra_main(main: Callable[[], None], schema: type) -> None:
         _set_full_error(_user_full_error)
 
 
-def _command(task: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]:
-    """The body of a ``@hydra.main`` function, run once Hydra has composed its config (see :func:`_hydra_main`)."""
+def _entry_point(command: str, schema: type, config_dir: str, config_name: str, groups: Iterable[str] = ()
+                 ) -> Callable[[Callable[[DictConfig], None]], Callable[[], None]]:
+    """``python -m <command>`` made of its body, which is called with the config Hydra composed from
+    ``config_name`` in ``config_dir``: the ``groups`` offered (:func:`register_groups`), the help when
+    asked (:func:`exit_with_help_if_asked`), the user's YAML files checked (:func:`check_user_yaml`),
+    then the ``@hydra.main`` function, a command line Hydra refuses told in one line (:func:`_hydra_main`).
+    """
 
-    @functools.wraps(task)
-    def run(dcfg: DictConfig) -> None:
-        _set_full_error(_user_full_error)
-        task(dcfg)
+    def entry(body: Callable[[DictConfig], None]) -> Callable[[], None]:
+        @hydra.main(version_base="1.3", config_path=config_dir, config_name=config_name)
+        @functools.wraps(body)
+        def composed(dcfg: DictConfig) -> None:
+            _set_full_error(_user_full_error)  # the body's own errors: Hydra's setting as the user left it
+            body(dcfg)
 
-    return run
+        def main() -> None:
+            register_groups(groups)
+            exit_with_help_if_asked(sys.argv[1:], command, schema, config_dir, config_name)
+            check_user_yaml(sys.argv[1:])
+            _hydra_main(composed, schema)
+
+        main.__doc__ = body.__doc__
+        return main
+
+    return entry
 
 
 def exit_with_help_if_asked(argv: list[str], command: str, schema: type, config_dir: str, config_name: str) -> None:
@@ -324,9 +340,14 @@ def _with_space(dcfg: DictConfig, kind: type[T], command: str, rest: str = "") -
     return cast(T, cfg)
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
-@_command
-def _search(dcfg: DictConfig) -> None:
+@_entry_point("nas.search", SearchConfig, CONF_DIR, "config")
+def search_main(dcfg: DictConfig) -> None:
+    """``python -m nas.search +space=mobile target_ms=50``: convert the config and run the search.
+
+    Exit status: 0 when the search finished, 2 on a user error (bad config, unreachable
+    service) or a write the record refused (a full disk; what was recorded is kept and
+    ``resume=true`` continues), 130 when it was interrupted (Ctrl-C; what finished is recorded).
+    """
     cfg = _with_space(dcfg, SearchConfig, "nas.search", " target_ms=50")
     from nas.driver import run_search  # the search's dependencies (torch, Ray, MLflow) load once the config is typed
     command = ["python", "-m", "nas.search", *HydraConfig.get().overrides.task]
@@ -338,24 +359,12 @@ def _search(dcfg: DictConfig) -> None:
         sys.exit(130)
 
 
-def search_main() -> None:
-    """``python -m nas.search +space=mobile target_ms=50``: convert the config and run the search.
-
-    Exit status: 0 when the search finished, 2 on a user error (bad config, unreachable
-    service) or a write the record refused (a full disk; what was recorded is kept and
-    ``resume=true`` continues), 130 when it was interrupted (Ctrl-C; what finished is recorded).
-    """
-    exit_with_help_if_asked(sys.argv[1:], "nas.search", SearchConfig, CONF_DIR, "config")
-    check_user_yaml(sys.argv[1:])
-    _hydra_main(_search, SearchConfig)
-
-
 # ---------------------------------------------------------------------- python -m nas.leaderboard
 
 
-@hydra.main(version_base="1.3", config_path=REVIEW_DIR, config_name="leaderboard")
-@_command
-def _leaderboard(dcfg: DictConfig) -> None:
+@_entry_point("nas.leaderboard", LeaderboardConfig, REVIEW_DIR, "leaderboard", ["tracking"])
+def leaderboard_main(dcfg: DictConfig) -> None:
+    """``python -m nas.leaderboard [search=...] [top_k=...] [sort=...] [pareto=true] [format=csv] ...``."""
     cfg = _run_or_exit(lambda: _typed(dcfg, LeaderboardConfig))
     _run_or_exit(lambda: validate_leaderboard(cfg))  # before the review's imports (MLflow, torch): a typo is quick
     from nas.review.leaderboard import run_leaderboard
@@ -366,20 +375,12 @@ def _leaderboard(dcfg: DictConfig) -> None:
         print(note, file=sys.stderr if cfg.format != "table" else sys.stdout)
 
 
-def leaderboard_main() -> None:
-    """``python -m nas.leaderboard [search=...] [top_k=...] [sort=...] [pareto=true] [format=csv] ...``."""
-    register_groups(["tracking"])
-    exit_with_help_if_asked(sys.argv[1:], "nas.leaderboard", LeaderboardConfig, REVIEW_DIR, "leaderboard")
-    check_user_yaml(sys.argv[1:])
-    _hydra_main(_leaderboard, LeaderboardConfig)
-
-
 # ---------------------------------------------------------------------- python -m nas.export
 
 
-@hydra.main(version_base="1.3", config_path=REVIEW_DIR, config_name="export")
-@_command
-def _export(dcfg: DictConfig) -> None:
+@_entry_point("nas.export", ExportConfig, REVIEW_DIR, "export", ["tracking", "train", "data"])
+def export_main(dcfg: DictConfig) -> None:
+    """``python -m nas.export [candidate=...] [search=...] [train.epochs=N] [register=NAME] ...``."""
     cfg = _run_or_exit(lambda: _typed(dcfg, ExportConfig))
     _run_or_exit(lambda: validate_export(cfg))  # before the export's imports (MLflow, torch): a typo is quick
     from nas.deploy.export import run_export, summary
@@ -387,20 +388,12 @@ def _export(dcfg: DictConfig) -> None:
     print(summary(result), flush=True)
 
 
-def export_main() -> None:
-    """``python -m nas.export [candidate=...] [search=...] [train.epochs=N] [register=NAME] ...``."""
-    register_groups(["tracking", "train", "data"])
-    exit_with_help_if_asked(sys.argv[1:], "nas.export", ExportConfig, REVIEW_DIR, "export")
-    check_user_yaml(sys.argv[1:])
-    _hydra_main(_export, ExportConfig)
-
-
 # ---------------------------------------------------------------------- python -m nas.fidelity
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="fidelity")
-@_command
-def _fidelity(dcfg: DictConfig) -> None:
+@_entry_point("nas.fidelity", FidelityConfig, CONF_DIR, "fidelity")
+def fidelity_main(dcfg: DictConfig) -> None:
+    """``python -m nas.fidelity +space=mobile_cifar data=cifar10_jpeg data.path=... [k=20] ...``."""
     cfg = _with_space(dcfg, FidelityConfig, "nas.fidelity")
     from nas.studies.fidelity import run_fidelity, table
     try:
@@ -414,19 +407,11 @@ def _fidelity(dcfg: DictConfig) -> None:
     print(f"MLflow run {result.run_id}")
 
 
-def fidelity_main() -> None:
-    """``python -m nas.fidelity +space=mobile_cifar data=cifar10_jpeg data.path=... [k=20] ...``."""
-    exit_with_help_if_asked(sys.argv[1:], "nas.fidelity", FidelityConfig, CONF_DIR, "fidelity")
-    check_user_yaml(sys.argv[1:])
-    _hydra_main(_fidelity, FidelityConfig)
-
-
 # ---------------------------------------------------------------------- python -m nas.supernet
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="supernet")
-@_command
-def _supernet(dcfg: DictConfig) -> None:
+@_entry_point("nas.supernet", SupernetConfig, CONF_DIR, "supernet")
+def supernet_main(dcfg: DictConfig) -> None:
     """``python -m nas.supernet +space=mobile_cifar data=cifar10_jpeg data.path=... [train.epochs=N] ...``
     (under ``torchrun``: one process per GPU or CPU share, data-parallel).
 
@@ -447,28 +432,13 @@ def _supernet(dcfg: DictConfig) -> None:
         print(f"MLflow run {result.run_id}; search with it: accuracy=supernet accuracy.checkpoint={result.checkpoint}")
 
 
-def supernet_main() -> None:
-    """``python -m nas.supernet +space=... [train.epochs=N]`` (the YAML files checked first)."""
-    exit_with_help_if_asked(sys.argv[1:], "nas.supernet", SupernetConfig, CONF_DIR, "supernet")
-    check_user_yaml(sys.argv[1:])
-    _hydra_main(_supernet, SupernetConfig)
-
-
 # ---------------------------------------------------------------------- python -m nas.optimize
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="optimize")
-@_command
-def _optimize(dcfg: DictConfig) -> None:
+@_entry_point("nas.optimize", OptimizeConfig, CONF_DIR, "optimize")
+def optimize_main(dcfg: DictConfig) -> None:
     """``python -m nas.optimize candidate=<arch_id> [prune.ratios=[0.3,0.5]] [precisions=[int8]] ...``."""
     cfg = _run_or_exit(lambda: _typed(dcfg, OptimizeConfig))
     from nas.deploy.optimize import run_optimize, summary
     result = _run_or_exit(lambda: run_optimize(cfg))
     print(summary(result), flush=True)
-
-
-def optimize_main() -> None:
-    """``python -m nas.optimize candidate=<arch_id> ...`` (the YAML files checked first)."""
-    exit_with_help_if_asked(sys.argv[1:], "nas.optimize", OptimizeConfig, CONF_DIR, "optimize")
-    check_user_yaml(sys.argv[1:])
-    _hydra_main(_optimize, OptimizeConfig)
