@@ -438,6 +438,33 @@ def _custom(
         _train_rungs(arch, model, ctx, base, report, deadline, guard, None, scoring, final_latency, latency_now,
                      ctx.data, _custom_rungs(evaluator, model, ctx, device, guard, deadline, arch, latency_now))
         return
+
+    def on_step(steps: int, score: float, metrics: dict[str, float], seconds: float) -> None:
+        report({**base, **user_figures(metrics), "status": RUNNING, "epoch": steps, "accuracy": score,
+                "train_seconds": seconds, "reward": scoring.score(score, latency_now())})
+
+    score, metrics, steps, t0 = _call_evaluator(evaluator, model, ctx, device, guard, deadline, arch, latency_now,
+                                                (ctx.train.epochs, None, ctx.data), on_step)
+    settled = final_latency(score)
+    report({**base, **user_figures(metrics), "status": COMPLETED, "epoch": steps, "accuracy": score,
+            "accuracy_precision": "fp32", "train_seconds": time.perf_counter() - t0,
+            "reward": scoring.score(score, settled)})
+
+
+def _call_evaluator(
+    evaluator: Evaluator, model: torch.nn.Module, ctx: TrialContext, device: torch.device,
+    guard: Callable[[], AbstractContextManager[Any]], deadline: Deadline, arch: Arch,
+    latency_now: Callable[[], LatencyResult], budget: tuple[int, int | None, TaskData],
+    on_step: Callable[[int, float, dict[str, float], float], None],
+) -> tuple[float, dict[str, float], int, float]:
+    """The user's evaluator called on ``model`` with the ``(epochs, rung, data)`` of ``budget``, holding
+    the measurement slot shared (``guard``) and the trial's time limit at each ``context.report``,
+    which calls ``on_step(steps so far, score, metrics, seconds since the start)``.
+
+    Returns:
+        The score and metrics it returned, the steps it reported, and when it started (``perf_counter``).
+    """
+    epochs, rung, data = budget
     t0 = time.perf_counter()
     steps = 0
 
@@ -445,27 +472,17 @@ def _custom(
         nonlocal steps
         deadline.check("a report of accuracy.fn")
         steps += 1
-        report({**base, **user_figures(metrics), "status": RUNNING, "epoch": steps, "accuracy": score,
-                "train_seconds": time.perf_counter() - t0, "reward": scoring.score(score, latency_now())})
+        on_step(steps, score, metrics, time.perf_counter() - t0)
 
-    context = _eval_context(ctx, device, arch, latency_now(), ctx.train.epochs, None, ctx.data, on_report)
+    context = EvalContext(
+        device=device, seed=ctx.train.seed, epochs=epochs, rung=rung, data=data, options=ctx.accuracy.options,
+        arch=arch.encode(), arch_id=arch.arch_id, latency_ms=stat_value(latency_now(), ctx.latency.target_stat),
+        threads=ctx.threads, _report=on_report, _workdir=ctx.workdir,
+    )
     with guard():
         score, metrics = evaluator(model, context)
     deadline.check("the end of accuracy.fn")
-    settled = final_latency(score)
-    report({**base, **user_figures(metrics), "status": COMPLETED, "epoch": steps, "accuracy": score,
-            "accuracy_precision": "fp32", "train_seconds": time.perf_counter() - t0,
-            "reward": scoring.score(score, settled)})
-
-
-def _eval_context(ctx: TrialContext, device: torch.device, arch: Arch, lat: LatencyResult, epochs: int,
-                  rung: int | None, data: TaskData, on_report: Callable[[float, dict[str, float]], None]
-                  ) -> EvalContext:
-    return EvalContext(
-        device=device, seed=ctx.train.seed, epochs=epochs, rung=rung, data=data, options=ctx.accuracy.options,
-        arch=arch.encode(), arch_id=arch.arch_id, latency_ms=stat_value(lat, ctx.latency.target_stat),
-        threads=ctx.threads, _report=on_report, _workdir=ctx.workdir,
-    )
+    return score, metrics, steps, t0
 
 
 RungEpoch = Callable[[EpochResult, bool, dict[str, Any]], None]
@@ -492,20 +509,11 @@ def _custom_rungs(evaluator: Evaluator, model: torch.nn.Module, ctx: TrialContex
     """Each rung scored by the user's evaluator, given the rung's budget and the same network."""
 
     def train_rung(k: int, rung: RungConfig, data: TaskData, on_epoch: RungEpoch) -> None:
-        t0 = time.perf_counter()
-        steps = 0
+        def on_step(steps: int, score: float, metrics: dict[str, float], seconds: float) -> None:
+            on_epoch(EpochResult(steps, score, math.nan, math.nan, seconds), False, user_figures(metrics))
 
-        def on_report(score: float, metrics: dict[str, float]) -> None:
-            nonlocal steps
-            deadline.check("a report of accuracy.fn")
-            steps += 1
-            on_epoch(EpochResult(steps, score, math.nan, math.nan, time.perf_counter() - t0), False,
-                     user_figures(metrics))
-
-        context = _eval_context(ctx, device, arch, latency_now(), rung.epochs, k, data, on_report)
-        with guard():
-            score, metrics = evaluator(model, context)
-        deadline.check("the end of accuracy.fn")
+        score, metrics, _, t0 = _call_evaluator(evaluator, model, ctx, device, guard, deadline, arch, latency_now,
+                                                (rung.epochs, k, data), on_step)
         on_epoch(EpochResult(rung.epochs, score, math.nan, math.nan, time.perf_counter() - t0), True,
                  user_figures(metrics))
 
