@@ -56,6 +56,16 @@ def _user_function(group: str, fn: str | None, kind: str) -> None:
         raise ConfigError(key, f"{fn!r} is not module:function (e.g. my_pkg.my_module:evaluate)")
 
 
+def check_space(space: object, example: str) -> None:
+    """A command that works on a search space has one (``example``: a space the message suggests).
+
+    Raises:
+        ConfigError: naming ``space`` and how to choose one.
+    """
+    if space is None:
+        raise ConfigError("space", f"no search space chosen; add +space=<name> (e.g. +space={example})")
+
+
 def check_latency(lat: LatencyConfig) -> None:
     """The ``latency`` group: the final pass, the server scenario, the input shape and preprocessing.
 

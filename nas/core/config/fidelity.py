@@ -6,7 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nas.core.config.checks import check_data, check_rungs, check_supernet_estimate, check_tracking, check_train
+from nas.core.config.checks import (
+    check_data,
+    check_rungs,
+    check_space,
+    check_supernet_estimate,
+    check_tracking,
+    check_train,
+)
 from nas.core.config.fields import HIDDEN, check_choices, int_at_least, one_of, run_name
 from nas.core.config.groups import (
     ZERO_COST_ESTIMATORS,
@@ -97,8 +104,7 @@ def validate_fidelity(cfg: FidelityConfig) -> None:
     Raises:
         ConfigError: naming the key and what is allowed.
     """
-    if cfg.space is None:
-        raise ConfigError("space", "no search space chosen; add +space=<name> (e.g. +space=mobile_cifar)")
+    check_space(cfg.space, "mobile_cifar")
     int_at_least("k", cfg.k, 4)
     int_at_least("reference.train_samples", cfg.reference.train_samples, 1)
     int_at_least("reference.epochs", cfg.reference.epochs, 1)

@@ -12,6 +12,7 @@ from nas.core.config.checks import (
     check_latency,
     check_ray,
     check_search_alg,
+    check_space,
     check_tracking,
     check_train,
 )
@@ -87,8 +88,7 @@ def validate(cfg: SearchConfig) -> None:
     Raises:
         ConfigError: naming the key, the value and what is allowed.
     """
-    if cfg.space is None:
-        raise ConfigError("space", "no search space chosen; add +space=<name> (e.g. +space=mobile)")
+    check_space(cfg.space, "mobile")
     if cfg.target_ms is not None and cfg.target_anchor is not None:
         raise ConfigError("target_anchor", "target_ms and target_anchor are two targets: give one, target_ms=<ms> "
                           "or target_anchor=<reference>[@<width>] (relative to that network, measured beside the "

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nas.core.config.checks import check_data, check_tracking, check_train
+from nas.core.config.checks import check_data, check_space, check_tracking, check_train
 from nas.core.config.fields import HIDDEN, check_choices, int_at_least, one_of, positive, run_name
 from nas.core.config.groups import DataConfig, TrackingConfig, TrainConfig
-from nas.core.errors import ConfigError
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 
@@ -79,8 +78,7 @@ def validate_supernet(cfg: SupernetConfig) -> None:
     Raises:
         ConfigError: naming the key and what is allowed.
     """
-    if cfg.space is None:
-        raise ConfigError("space", "no search space chosen; add +space=<name> (e.g. +space=mobile_cifar)")
+    check_space(cfg.space, "mobile_cifar")
     run_name(cfg.name)
     int_at_least("random_subnets", cfg.random_subnets, 0)
     int_at_least("bn_batches", cfg.bn_batches, 1)
