@@ -16,8 +16,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from torch import nn
 
-from latency_predictor import BackendUnavailableError, ConfigError, LatencyEstimator, LatencyResult
+from latency_predictor import BackendUnavailableError, ConfigError, ExportError, LatencyEstimator, LatencyResult
 from latency_predictor.measurement.backends import (
     BACKENDS,
     OnnxRuntimeBackend,
@@ -39,6 +40,8 @@ needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
 HAS_NNCF = importlib.util.find_spec("nncf") is not None
 needs_openvino = pytest.mark.skipif(not HAS_OPENVINO, reason="OpenVINO not installed: pip install 'latnas[openvino]'")
+HAS_LITERT = all(importlib.util.find_spec(m) is not None for m in ("ai_edge_litert", "litert_torch"))
+needs_litert = pytest.mark.skipif(not HAS_LITERT, reason="LiteRT not installed: pip install 'latnas[litert]'")
 
 CASES = [
     pytest.param("onnxruntime", {}, id="onnxruntime-cpu"),
@@ -47,6 +50,8 @@ CASES = [
     pytest.param("openvino", {}, id="openvino-cpu", marks=[needs_openvino]),
     pytest.param("openvino", {"precision": "int8"}, id="openvino-cpu-int8", marks=[
         needs_openvino, pytest.mark.skipif(not HAS_NNCF, reason="NNCF not installed: pip install 'latnas[openvino]'")]),
+    pytest.param("litert", {}, id="litert-cpu", marks=[needs_litert]),
+    pytest.param("litert", {"precision": "int8"}, id="litert-cpu-int8", marks=[needs_litert]),
     pytest.param("onnxruntime", {"provider": "cuda"}, id="onnxruntime-cuda", marks=[
         pytest.mark.gpu, needs_cuda,
         pytest.mark.skipif("CUDAExecutionProvider" not in ORT_GPU, reason="onnxruntime-gpu not installed")]),
@@ -123,7 +128,7 @@ def test_a_network_of_one_input_channel_is_timed_at_its_shape(tiny_arch: Arch, s
 
 
 def test_unknown_backend_and_option() -> None:
-    with pytest.raises(ConfigError, match=r"known: \['onnxruntime', 'openvino', 'tensorrt', 'torch'\]"):
+    with pytest.raises(ConfigError, match=r"known: \['litert', 'onnxruntime', 'openvino', 'tensorrt', 'torch'\]"):
         make_estimator("tflite")
     with pytest.raises(ConfigError, match=r"does not take option.*intra_op_threads"):
         make_estimator("torch", intra_op_threads=2)
@@ -223,13 +228,6 @@ def test_openvino_states_its_latency_settings_and_caches_by_digest(tiny_arch: Ar
 
 
 @needs_openvino
-def test_openvino_threads_above_the_cores_is_one_clear_line() -> None:
-    cpus = usable_cpus()
-    with pytest.raises(ConfigError, match=rf"intra_op_threads={cpus + 1} is more than the {cpus} CPU"):
-        make_estimator("openvino", intra_op_threads=cpus + 1)
-
-
-@needs_openvino
 def test_openvino_precision_the_cpu_cannot_run_is_unavailable() -> None:
     import openvino
 
@@ -245,3 +243,58 @@ def test_openvino_not_installed_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "openvino", None)  # what `import openvino` meets where it is not installed
     with pytest.raises(BackendUnavailableError, match=r"pip install 'latnas\[openvino\]'"):
         make_estimator("openvino")
+
+
+@needs_litert
+def test_litert_output_equals_torch_and_int8_is_full_integer(tiny_arch: Arch) -> None:
+    torch.manual_seed(0)  # int8's error is judged against the logits of one fixed network
+    net = build_eval_net(tiny_arch)
+    x = sample_input(TINY_SHAPE)
+    with torch.no_grad():
+        expected = net(x).numpy()
+    got = make_estimator("litert", input_shape=TINY_SHAPE).run(net, x.numpy())
+    assert got.shape == (1, 1000)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    int8 = make_estimator("litert", input_shape=TINY_SHAPE, precision="int8")
+    model = int8.convert(net, TINY_SHAPE)
+    interp = int8.interpreter(model)
+    assert interp.get_input_details()[0]["dtype"] == np.int8 and interp.get_output_details()[0]["dtype"] == np.int8
+    got8 = int8.run_model(model, x.numpy())  # within a few quantisation steps of the float logits
+    assert np.abs(got8 - expected).max() <= 0.1 * np.abs(expected).max()
+    assert np.corrcoef(got8.ravel(), expected.ravel())[0, 1] > 0.99
+
+
+class _DataDependent(nn.Module):
+    """A network whose output shape depends on its input's values: torch.export refuses it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten()[: int((x > 0).sum())]
+
+
+@needs_litert
+def test_litert_a_network_the_converter_rejects_is_an_export_error_with_its_reason(tiny_arch: Arch,
+                                                                                  slot_dir: Path) -> None:
+    est = make_estimator("litert", input_shape=TINY_SHAPE, measure=FAST, slot_dir=slot_dir)
+    with pytest.raises(ExportError, match=r"^LiteRT's converter \(litert-torch\) rejected the network: \w+: \S") as err:
+        est.measure(tiny_arch, net=_DataDependent().eval())
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("backend", ["openvino", "litert"])
+def test_threads_above_the_cores_is_one_clear_line(backend: str) -> None:
+    cpus = usable_cpus()
+    with pytest.raises(ConfigError, match=rf"^intra_op_threads={cpus + 1} is more than the {cpus} CPU"):
+        make_estimator(backend, intra_op_threads=cpus + 1)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_litert_a_precision_it_cannot_run_is_refused(precision: str) -> None:
+    with pytest.raises(ConfigError, match=rf"precision '{precision}' cannot run on LiteRT.*\['fp32', 'int8'\]"):
+        make_estimator("litert", precision=precision)
+
+
+@pytest.mark.parametrize("module", ["ai_edge_litert", "litert_torch"])
+def test_litert_not_installed_names_the_extra(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # what `import` meets where it is not installed
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'latnas\[litert\]'"):
+        make_estimator("litert")

@@ -116,7 +116,7 @@ def test_a_runtime_setting_the_machine_cannot_give_fails_before_trials(tmp_path:
     assert _n_runs(tmp_path) == 0
 
 
-@pytest.mark.parametrize(("backend", "module"), [("openvino", "openvino")])
+@pytest.mark.parametrize(("backend", "module"), [("openvino", "openvino"), ("litert", "ai_edge_litert")])
 def test_a_runtime_that_is_not_installed_names_its_extra_before_trials(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, module: str,
 ) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from latency_predictor.errors import ConfigError
 from latency_predictor.measurement.backends.base import CommonOptions, MeasuredBackend, Prepared
+from latency_predictor.measurement.backends.litert_backend import LiteRTBackend
 from latency_predictor.measurement.backends.openvino_backend import OpenVinoBackend
 from latency_predictor.measurement.backends.ort_backend import OnnxRuntimeBackend
 from latency_predictor.measurement.backends.tensorrt_backend import TensorRTBackend
@@ -28,6 +29,7 @@ BACKENDS: dict[str, type[MeasuredBackend]] = {
     TorchBackend.name: TorchBackend,
     TensorRTBackend.name: TensorRTBackend,
     OpenVinoBackend.name: OpenVinoBackend,
+    LiteRTBackend.name: LiteRTBackend,
 }
 DEFAULT_BACKEND = OnnxRuntimeBackend.name
 
@@ -72,6 +74,6 @@ def _backend_class(backend: str) -> type[MeasuredBackend]:
 
 
 __all__ = [
-    "BACKENDS", "DEFAULT_BACKEND", "CommonOptions", "MeasuredBackend", "OnnxRuntimeBackend", "OpenVinoBackend",
-    "Prepared", "TensorRTBackend", "TorchBackend", "backend_options", "make_estimator",
+    "BACKENDS", "DEFAULT_BACKEND", "CommonOptions", "LiteRTBackend", "MeasuredBackend", "OnnxRuntimeBackend",
+    "OpenVinoBackend", "Prepared", "TensorRTBackend", "TorchBackend", "backend_options", "make_estimator",
 ]

@@ -34,7 +34,7 @@ from torch import nn
 
 from latency_predictor.errors import ConfigError, MeasurementError
 from latency_predictor.measurement.breakdown import Breakdown
-from latency_predictor.measurement.environment import base_environment
+from latency_predictor.measurement.environment import base_environment, usable_cpus
 from latency_predictor.measurement.export import build_eval_net, validate_input_shape
 from latency_predictor.measurement.protocol import LatencyResult
 from latency_predictor.measurement.slot import SlotTicket, measurement_slot
@@ -102,6 +102,21 @@ def check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     return value
+
+
+def check_threads(threads: int, key: str = "intra_op_threads") -> int:
+    """``threads`` if it is a count >= 1 of at most the CPUs this process may use.
+
+    More threads than cores time the runtime against itself: the figure is not a deployment's.
+
+    Raises:
+        ConfigError: below 1, or above the usable CPUs (the count is named).
+    """
+    check_positive_int(key, threads)
+    cpus = usable_cpus()
+    if threads > cpus:
+        raise ConfigError(f"{key}={threads} is more than the {cpus} CPU(s) this process may use: use at most {cpus}")
+    return threads
 
 
 class CommonOptions(TypedDict, total=False):

@@ -43,7 +43,7 @@ from typing import Any, Unpack
 import numpy as np
 from torch import nn
 
-from latency_predictor.errors import BackendUnavailableError, ConfigError, ExportError, MeasurementError
+from latency_predictor.errors import BackendUnavailableError, ExportError, MeasurementError
 from latency_predictor.measurement.backends.base import (
     CommonOptions,
     MeasuredBackend,
@@ -51,8 +51,9 @@ from latency_predictor.measurement.backends.base import (
     cache_root,
     check_choice,
     check_positive_int,
+    check_threads,
 )
-from latency_predictor.measurement.environment import package_version, usable_cpus
+from latency_predictor.measurement.environment import package_version
 from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, DEFAULT_OPSET, export_onnx, sample_input
 from latency_predictor.measurement.quantize import CalibrationData, check_calibration, random_calibration_data
 from search_spaces import Arch
@@ -85,21 +86,6 @@ def import_nncf() -> ModuleType:
             f"precision int8 on OpenVINO quantises with NNCF, which is not installed ({err}); {OPENVINO_FIX}"
         ) from None
     return nncf
-
-
-def check_threads(threads: int, key: str = "intra_op_threads") -> int:
-    """``threads`` if it is a count >= 1 of at most the CPUs this process may use.
-
-    More threads than cores time the runtime against itself: the figure is not a deployment's.
-
-    Raises:
-        ConfigError: below 1, or above the usable CPUs (the count is named).
-    """
-    check_positive_int(key, threads)
-    cpus = usable_cpus()
-    if threads > cpus:
-        raise ConfigError(f"{key}={threads} is more than the {cpus} CPU(s) this process may use: use at most {cpus}")
-    return threads
 
 
 @dataclass(frozen=True)
