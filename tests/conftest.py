@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 
 import pytest
+import torch
 
 from nas.accuracy.training import trial_environment
 from nas.core.config import TrainConfig
@@ -45,6 +47,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.add_marker(pytest.mark.xdist_group("review-search" if _module(item) in shared else _module(item)))
     items.sort(key=lambda item: _module(item) not in slow)  # stable: slow modules first
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Small networks on a shared machine: one torch thread is many times faster than two fighting
+    (``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` in the modules that train them)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _module(item: pytest.Item) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +57,7 @@ def tiny_space() -> dict[str, Any]:
     return dict(yaml.safe_load((SPACES_DIR / "tiny.yaml").read_text()))
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny networks on a shared machine: one torch thread is many times faster than two fighting."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small networks: one torch thread
 
 
 def test_training_checkpoints_every_epoch_and_is_recorded_with_its_checkpoint(trained_supernet: SupernetResult) -> None:

@@ -3,8 +3,6 @@ the supernet's weights, and computes what the supernet computes for it; for ever
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -12,14 +10,7 @@ import torch
 from search_spaces import Arch, OutOfSpaceError, available_spaces, build, count_params, load_space
 from search_spaces.supernet import Supernet, sandwich_ends
 
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Small networks on a shared machine: one torch thread is many times faster than two fighting."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small networks: one torch thread
 
 
 def _perturbed(space_name: str, seed: int = 0) -> tuple[Supernet, list[Arch]]:
