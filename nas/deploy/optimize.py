@@ -115,7 +115,7 @@ def estimators(backend: str, shape: tuple[int, ...], options: dict[str, Any], me
     """
     def build(precision: str) -> MeasuredBackend:
         opts = dict(options)
-        if precision == "int8" and backend in ("tensorrt", "onnxruntime"):
+        if precision == "int8" and backend in ("tensorrt", "onnxruntime", "openvino"):
             opts.setdefault("calibration_data", calibration)
         return make_estimator(backend, input_shape=list(shape), measure=dict(measure), num_classes=num_classes,
                               precision=precision, **opts)

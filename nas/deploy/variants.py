@@ -14,6 +14,11 @@ onnxruntime     int8       ``model.onnx`` quantised statically (QDQ, per-channel
 tensorrt        fp32/fp16  ``model.engine`` built from the fused ONNX model
 tensorrt        int8       ``model.engine`` calibrated on the same training images
 torch           fp32/bf16  ``model.pt`` (weights in that type), run in eager PyTorch (fp16: CUDA)
+openvino        fp32       ``model.xml``/``model.bin`` (OpenVINO IR of the fused ONNX model), run and timed
+                           by OpenVINO's CPU plugin
+openvino        int8       the same, quantised by NNCF (post-training, calibrated on the same training
+                           images), timed with ``precision='int8'``, which refuses a graph with no
+                           layer in int8
 ==============  =========  ==========================================================================
 
 :func:`run_all` feeds the validation images through a variant in batches of the deployment batch
@@ -35,7 +40,14 @@ import torch
 from torch import nn
 
 from latency_predictor import LatencyResult
-from latency_predictor.measurement.backends import MeasuredBackend, OnnxRuntimeBackend, TensorRTBackend, TorchBackend
+from latency_predictor.measurement.backends import (
+    MeasuredBackend,
+    OnnxRuntimeBackend,
+    OpenVinoBackend,
+    TensorRTBackend,
+    TorchBackend,
+)
+from latency_predictor.measurement.backends.openvino_backend import QUANTIZATION as OPENVINO_QUANTIZATION
 from latency_predictor.measurement.backends.ort_backend import ORT_ERRORS
 from latency_predictor.measurement.backends.tensorrt_backend import load_or_build_engine
 from latency_predictor.measurement.environment import usable_cpus
@@ -162,6 +174,8 @@ class Maker:
             return self.tensorrt(network, precision, est, extra=False)
         if isinstance(est, TorchBackend):
             return self._torch(network, precision, est)
+        if isinstance(est, OpenVinoBackend):
+            return self._openvino(network, precision, est)
         raise OptimizeError(f"variants cannot be made for the {est.name} backend")
 
     def _onnxruntime(self, network: Network, precision: str, est: OnnxRuntimeBackend) -> Artefact:
@@ -178,6 +192,30 @@ class Maker:
             notes = {"quantization": self.quantize.describe(), "calibration": self.calibration_note}
         return Artefact(name, precision, network.name, est.name, [path], _ort_runner(model),
                         lambda: est.measure_onnx(model, name=f"{name} {network.arch.encode()}"), notes)
+
+    def _openvino(self, network: Network, precision: str, est: OpenVinoBackend) -> Artefact:
+        name = variant_name(network.name, precision, est.name)
+        model = est.read(network.onnx)
+        notes: dict[str, Any] = {}
+        if precision == "int8":  # the only other precision made by default on the CPU plugin
+            model = est.quantize(model, self.calibration, est.input_shape[0])
+            notes = {"quantization": OPENVINO_QUANTIZATION, "calibration": self.calibration_note}
+        folder = network.folder / name
+        folder.mkdir(parents=True, exist_ok=True)
+        files = est.save(model, folder / "model.xml")
+        compiled, found = est.compile_model(model)
+        notes["runtime_precision"] = found.describe()
+        request = compiled.create_infer_request()
+
+        def run(x: np.ndarray) -> np.ndarray:
+            try:
+                return np.array(request.infer({0: x})[compiled.output(0)])
+            except RuntimeError as err:
+                raise OptimizeError(f"OpenVINO could not run the variant: {err}") from None
+
+        label = f"{name} {network.arch.encode()}"
+        return Artefact(name, precision, network.name, est.name, files, run,
+                        lambda: est.measure_model(model, name=label), notes)
 
     def tensorrt(self, network: Network, precision: str, est: TensorRTBackend, extra: bool) -> Artefact:
         """A TensorRT engine of ``network`` (``extra``: an engine beside another backend's variants)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -119,8 +120,14 @@ def test_every_variant_is_logged_under_the_export_run(optimized: OptimizeResult,
     assert "optimized" in {a.path for a in client.list_artifacts(export_run)}
 
 
+@pytest.mark.parametrize("backend", [
+    "onnxruntime",
+    pytest.param("openvino", marks=pytest.mark.skipif(
+        importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None,
+        reason="OpenVINO or NNCF not installed: pip install 'latnas[openvino]'")),
+])
 def test_a_variant_below_the_agreement_bound_is_reported_failed_and_not_kept(export: tuple[Path, str],
-                                                                             tmp_path: Path) -> None:
+                                                                             tmp_path: Path, backend: str) -> None:
     from nas.data import load_dataset
     from nas.deploy.calibration import calibration_set
 
@@ -129,7 +136,7 @@ def test_a_variant_below_the_agreement_bound_is_reported_failed_and_not_kept(exp
     dark = calibration_set(_config(export[0]).calibration, data, (1, 3, 16, 16)) * 1e-3
     np.save(tmp_path / "dark.npy", dark)
     cfg = _config(export[0], calibration__path=str(tmp_path / "dark.npy"), check__min_agreement=0.9,
-                  latency__rounds=1)
+                  latency__rounds=1, latency__backend=backend, precisions=["int8"])
     with pytest.raises(OptimizeError, match=r"int8: top-1 agreement 0\.\d+ with fp32 < 0\.9"):
         run_optimize(cfg, log=lambda s: None)
     out = export[0] / "optimized"
@@ -186,3 +193,20 @@ def test_distillation_loss_is_hard_plus_temperature_squared_soft() -> None:
     kl = (p * (p.log() - q)).sum(1).mean()
     expected = 0.7 * t * t * kl + 0.3 * ce
     assert torch.allclose(distillation_loss(student, teacher, labels, 0.7, t), expected, atol=1e-6)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None,
+                    reason="OpenVINO or NNCF not installed: pip install 'latnas[openvino]'")
+def test_openvino_variants_are_ir_files_judged_by_the_same_regression_check(export: tuple[Path, str]) -> None:
+    cfg = _config(export[0], latency__backend="openvino", precisions=["int8"], latency__rounds=1)
+    result = run_optimize(cfg, log=lambda s: None)
+    rows = {r.variant: r for r in result.rows}
+    assert [r for r in rows if rows[r].status != "skipped"] == ["fp32", "int8"]
+    for name in ("fp32", "int8"):
+        r = rows[name]
+        assert r.status == "passed" and r.backend == "openvino", r.reason
+        assert r.latency is not None and r.latency["precision"] == r.precision and r.latency["p50_ms"] > 0
+        assert (result.folder / name / "model.xml").exists() and (result.folder / name / "model.bin").exists()
+    assert rows["fp32"].agreement == 1.0 and rows["fp32"].max_abs_diff < 1e-3  # OpenVINO's fp32 = PyTorch's
+    assert rows["int8"].notes["calibration"].startswith("64 training images of digits")
+    assert " u8" in rows["int8"].notes["runtime_precision"]

@@ -43,7 +43,7 @@ from typing import Any, Unpack
 import numpy as np
 from torch import nn
 
-from latency_predictor.errors import BackendUnavailableError, ExportError, MeasurementError
+from latency_predictor.errors import BackendUnavailableError, ConfigError, ExportError, MeasurementError
 from latency_predictor.measurement.backends.base import (
     CommonOptions,
     MeasuredBackend,
@@ -55,6 +55,7 @@ from latency_predictor.measurement.backends.base import (
 )
 from latency_predictor.measurement.environment import package_version
 from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, DEFAULT_OPSET, export_onnx, sample_input
+from latency_predictor.measurement.protocol import LatencyResult
 from latency_predictor.measurement.quantize import CalibrationData, check_calibration, random_calibration_data
 from search_spaces import Arch
 
@@ -66,6 +67,7 @@ INFERENCE_PRECISION: dict[str, str] = {"fp32": "f32", "bf16": "bf16", "fp16": "f
 COMPUTE_LAYERS: frozenset[str] = frozenset({"Convolution", "FullyConnected", "MatMul", "Deconvolution"})
 """Layer types of a compiled CPU graph that compute convolutions and matrix products."""
 INT8_TYPES = frozenset({"u8", "i8"})
+QUANTIZATION = "NNCF post-training quantisation, performance preset (symmetric int8 weights and activations)"
 
 
 def import_openvino() -> ModuleType:
@@ -274,19 +276,55 @@ class OpenVinoBackend(MeasuredBackend):
         cache = self.model_cache_dir(onnx_model, calibration)
         cache.mkdir(parents=True, exist_ok=True)
         t2 = time.perf_counter()
+        compiled, found = self.compile_model(model, cache)
+        stage_s["compile_s"] = time.perf_counter() - t2
+        extra: dict[str, Any] = {"runtime_precision": found.describe(), "onnx_bytes": len(onnx_model),
+                                 "opset": self.opset}
+        if calibration is not None:
+            extra["quantization"] = f"{QUANTIZATION}, {len(calibration)} calibration images"
+        return compiled, extra, stage_s
+
+    def compile_model(self, model: Any, cache: Path | None = None) -> tuple[Any, RuntimePrecision]:
+        """``model`` (an ``ov.Model``) compiled for the CPU with :meth:`compile_config`, checked.
+
+        Returns:
+            the compiled model and what its compute layers run in.
+
+        Raises:
+            BackendUnavailableError: the compiled model did not take a latency setting.
+            MeasurementError: OpenVINO could not compile it, or it computes in another precision.
+        """
         try:
             compiled = self.core.compile_model(model, "CPU", self.compile_config(cache))
         except RuntimeError as err:
             raise MeasurementError(f"OpenVINO could not compile the network for CPU: {err}") from err
-        stage_s["compile_s"] = time.perf_counter() - t2
         self._check_settings(compiled)
         found = runtime_precision(compiled)
         check_runtime_precision(found, self.precision)
-        extra: dict[str, Any] = {"runtime_precision": found.describe(), "onnx_bytes": len(onnx_model),
-                                 "opset": self.opset}
-        if calibration is not None:
-            extra["quantization"] = f"NNCF post-training, performance preset, {len(calibration)} calibration images"
-        return compiled, extra, stage_s
+        return compiled, found
+
+    def save(self, model: Any, path: Path) -> list[Path]:
+        """Write ``model`` (an ``ov.Model``) as OpenVINO IR: ``path`` (``.xml``) and its ``.bin``; both paths."""
+        self._ov.save_model(model, str(path), compress_to_fp16=False)
+        return [path, path.with_suffix(".bin")]
+
+    def measure_model(self, model: Any, name: str) -> LatencyResult:
+        """Measure an OpenVINO model as it is (an ``ov.Model``: a deployment variant), with this
+        estimator's settings and protocol, at :attr:`input_shape` only.
+
+        Raises:
+            ConfigError: throughput batch sizes other than the model's own.
+            MeasurementError: compiling or running it failed, or it computes in another precision.
+        """
+        batch = self.input_shape[0]
+        if tuple(self.measure_config.throughput_batch_sizes) != (batch,):
+            raise ConfigError(f"an OpenVINO model is timed at its own batch size {batch} only: "
+                              f"throughput_batch_sizes must be [{batch}]")
+        t0 = time.perf_counter()
+        compiled, found = self.compile_model(model)
+        prepared = self._ready(compiled, self.input_shape)
+        prepared.extra["runtime_precision"] = found.describe()
+        return self.measure_prepared(name, {batch: prepared}, {"compile_s": time.perf_counter() - t0})
 
     def _check_settings(self, compiled: Any) -> None:
         got = {k: str(compiled.get_property(k)) for k in ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS")}
@@ -299,16 +337,20 @@ class OpenVinoBackend(MeasuredBackend):
         onnx_model = export_onnx(net, input_shape, self.opset)
         export_s = time.perf_counter() - t0
         compiled, extra, stage_s = self.compile(onnx_model, input_shape)
+        prepared = self._ready(compiled, input_shape)
+        prepared.stage_s.update(export_s=export_s, **stage_s)
+        prepared.extra.update(extra)
+        return prepared
+
+    def _ready(self, compiled: Any, input_shape: tuple[int, ...]) -> Prepared:
+        """An inference request of ``compiled`` holding a sample input of ``input_shape``, run once."""
         request = compiled.create_infer_request()
         request.set_input_tensor(self._ov.Tensor(sample_input(input_shape).numpy()))
         try:
             request.infer()
         except RuntimeError as err:
             raise MeasurementError(f"openvino: the compiled network failed to run: {err}") from err
-        return Prepared(
-            run_once=request.infer, stage_s={"export_s": export_s, **stage_s}, extra=extra,
-            resources=(compiled, request), cpu_threads=self.intra_op_threads,
-        )
+        return Prepared(run_once=request.infer, resources=(compiled, request), cpu_threads=self.intra_op_threads)
 
     def run(self, net: nn.Module, x: np.ndarray) -> np.ndarray:
         """Export ``net`` at ``x.shape``, compile it as this estimator does, run it once on ``x``; the logits.
