@@ -22,11 +22,12 @@ from benchmarks.common import portable
 
 Rec = dict[str, Any]
 
-ORDER = ("latency", "spread", "tail", "tail_predictor", "predictor", "transfer", "transfer_many", "agent", "search",
-         "contention", "reliability", "sampler", "screening", "scale", "train_speed", "fidelity", "reference_noise",
-         "fidelity_deploy", "supernet", "references", "deployment", "cifar10_deploy")
+ORDER = ("latency", "openvino_parity", "spread", "tail", "tail_predictor", "predictor", "transfer", "transfer_many",
+         "agent", "search", "contention", "reliability", "sampler", "screening", "scale", "train_speed", "fidelity",
+         "reference_noise", "fidelity_deploy", "supernet", "references", "deployment", "cifar10_deploy")
 TITLES = {
-    "latency": "Latency measurement", "spread": "Latency across searches: the final latency pass",
+    "latency": "Latency measurement", "openvino_parity": "OpenVINO backend against benchmark_app",
+    "spread": "Latency across searches: the final latency pass",
     "tail": "Tail latency, batches and throughput",
     "tail_predictor": "A p99 predictor trained at scale",
     "predictor": "Latency predictor",
@@ -188,6 +189,7 @@ def _generic(rec: Rec) -> str:
 
 RENDERERS: dict[str, str] = {
     "latency": "latency",
+    "openvino_parity": "openvino_parity",
     "spread": "spread",
     "tail": "tail",
     "tail_predictor": "tail_predictor",
