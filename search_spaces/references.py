@@ -172,10 +172,11 @@ def reference(name: str) -> Arch:
     return cifar_resnet(depth)
 
 
-def resolve_arch(text: str) -> Arch:
-    """An architecture from a reference name or a canonical architecture string."""
-    if is_reference(text):
-        return reference(text)
+def resolve_arch(text: str, input_hw: int = 224) -> Arch:
+    """An architecture from a reference member (``mobilenetv2_100``, ``resnet14@1.5``, ``mnasnet_b1@0.5:d0.75``:
+    see :func:`member`; for inputs of ``input_hw`` pixels a side) or a canonical architecture string."""
+    if is_reference(text.partition("@")[0].partition(":")[0]):
+        return member(text, input_hw)
     return Arch.decode(text)
 
 

@@ -215,7 +215,7 @@ class SearchSpace:
     def _partition(self, arch: Arch) -> list[int]:
         for key, value, token in (
             ("activation", arch.act, f"act_{arch.act}"),
-            ("stem_chs", arch.stem_chs, f"stem_c{arch.stem_chs}"),
+            ("stem_chs", arch.stem_chs, arch.encode().split("-")[1]),
             ("stem_stride", arch.stem_stride, arch.encode().split("-")[1]),
             ("head_chs", arch.head_chs, f"head_c{arch.head_chs}" if arch.head_chs else "<no head>"),
         ):

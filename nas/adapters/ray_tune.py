@@ -49,7 +49,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -405,14 +405,22 @@ class RungScheduler(ASHAScheduler):
     reward there is below the best ``1/reduction_factor`` of those recorded at that rung is
     stopped; the others go on to the next rung. The promotion rule is ASHA's own.
 
+    The start architectures (``search.start``: known designs, such as the references' front) are
+    never stopped: their rewards count toward every rung's cut-off, and each goes on to the top rung,
+    where the winner is chosen. So the search's winner, by its own figures, is never below the best of
+    its start.
+
     Args:
         rungs: how many rungs.
         reduction_factor: ASHA's ``eta``.
         earlier: rewards at each rung of candidates recorded before (a resumed search), so that
             its cut-offs start from them rather than from nothing.
+        start: canonical strings of the start architectures, which always reach the top rung.
     """
 
-    def __init__(self, rungs: int, reduction_factor: int, earlier: list[dict[int, float]] | None = None) -> None:
+    def __init__(self, rungs: int, reduction_factor: int, earlier: list[dict[int, float]] | None = None,
+                 start: Iterable[str] = ()) -> None:
+        self._start = frozenset(start)
         # ASHA derives its rung count from a float logarithm of max_t, which can fall just short of
         # the last rung (log(243) / log(3) < 5): half a step more is safely between two milestones.
         # The last rung then ends its trial by itself rather than by a STOP at max_t.
@@ -430,6 +438,13 @@ class RungScheduler(ASHAScheduler):
                 if k < rungs and math.isfinite(reward):
                     by_milestone[milestone(k, reduction_factor)][f"recorded-{i}"] = reward
 
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        """ASHA's decision (the reward is recorded at its rung either way); a start architecture continues."""
+        decision: str = super().on_trial_result(tune_controller, trial, result)
+        if decision == TrialScheduler.STOP and trial.config.get("arch") in self._start:
+            return TrialScheduler.CONTINUE
+        return decision
+
     def cutoffs(self) -> dict[int, float | None]:
         """Each rung's current cut-off reward (None: nothing recorded there yet)."""
         bracket = self._brackets[0]
@@ -441,9 +456,9 @@ class RungScheduler(ASHAScheduler):
 
 
 def _scheduler(cfg: SearchAlgConfig, epochs: int, earlier: list[dict[int, float]] | None = None,
-               supernet_rung: bool = False) -> TrialScheduler:
+               supernet_rung: bool = False, start: Iterable[str] = ()) -> TrialScheduler:
     if cfg.scheduler == "asha" and cfg.rungs:
-        return RungScheduler(len(cfg.rungs) + supernet_rung, cfg.reduction_factor, earlier)
+        return RungScheduler(len(cfg.rungs) + supernet_rung, cfg.reduction_factor, earlier, start)
     if cfg.scheduler == "asha":
         return ASHAScheduler(
             time_attr="training_iteration", max_t=epochs, grace_period=cfg.grace_period,
@@ -464,6 +479,7 @@ def run_trials(
     front: Callable[[], list[list[float]]] | None = None,
     earlier: list[dict[int, float]] | None = None,
     watch: TrialWatcher | None = None,
+    start: Iterable[str] = (),
 ) -> TuneOutcome:
     """Run up to ``n_trials`` trials of distinct architectures.
 
@@ -481,6 +497,7 @@ def run_trials(
         earlier: with ``search.rungs``, the rewards per rung of the candidates recorded before
             (a resumed search), which ASHA's cut-offs start from.
         watch: told in this process when a trial starts and of each report it makes, as it makes it.
+        start: canonical strings of the start architectures (``search.start``), which ASHA never stops.
     """
     for logger in _NOISY_LOGGERS:
         logging.getLogger(logger).setLevel(logging.ERROR)
@@ -493,7 +510,7 @@ def run_trials(
     # A custom evaluator's score comes after its own reports (context.report), one more than the epochs
     # it is given: ASHA's horizon includes it, so its last report is not taken for the horizon's end.
     horizon = ctx.train.epochs + (ctx.accuracy.estimator == "custom")
-    scheduler = _scheduler(search, horizon, earlier, ctx.accuracy.estimator == "supernet")
+    scheduler = _scheduler(search, horizon, earlier, ctx.accuracy.estimator == "supernet", start)
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(

@@ -178,6 +178,28 @@ def test_the_rung_scheduler_promotes_the_best_of_each_rung_and_starts_from_earli
     assert resumed.cutoffs()[1] == pytest.approx(0.95)
 
 
+def test_asha_never_stops_a_start_architecture_and_counts_its_reward_at_each_rung() -> None:
+    from ray.tune.schedulers import TrialScheduler
+
+    from nas.adapters.ray_tune import RungScheduler
+
+    sched = RungScheduler(3, 2, start=["known"])
+    sched.set_search_properties("reward", "max")
+    trials = {t: SimpleNamespace(trial_id=t, config={"arch": arch}, status="RUNNING")
+              for t, arch in (("a", "a1"), ("b", "known"), ("c", "c1"))}
+    for t in trials.values():
+        sched.on_trial_add(None, t)
+
+    def end_of_rung0(t: str, reward: float) -> str:
+        return str(sched.on_trial_result(None, trials[t], {RUNG_STEP: 1, "reward": reward}))
+
+    assert end_of_rung0("a", 0.9) == TrialScheduler.CONTINUE
+    assert end_of_rung0("b", 0.1) == TrialScheduler.CONTINUE  # far below the cut-off: a start goes on all the same
+    assert end_of_rung0("c", 0.2) == TrialScheduler.STOP  # the same reward from a proposal is stopped
+    # the median of 0.9, 0.1 and 0.2: the start's 0.1 was recorded (without it the cut-off would be 0.55)
+    assert sched.cutoffs()[0] == pytest.approx(0.2)
+
+
 def _cand(arch_id: str, rung: int | None, reward: float, latency: float = 1.0) -> Candidate:
     metrics = {"reward": reward, "accuracy": reward, "latency_p50": latency, "latency_p99": latency}
     if rung is not None:
@@ -235,3 +257,23 @@ def test_a_multi_fidelity_search_promotes_records_rungs_and_resumes(tmp_path: Pa
     more = run_search(compose_config(*overrides, "search.n_trials=7", "resume=true"))
     assert more.resumed == 5 and len(more.candidates) == 7 and more.status == "FINISHED"
     assert all(c.rung_label for c in more.candidates)
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_search_started_from_known_networks_never_returns_one_below_the_best_of_them(tmp_path: Path) -> None:
+    space = load_space("tiny")
+    start = [a.encode() for a in (space.extremes()[-1], space.extremes()[0])]  # the largest, then the smallest
+    overrides = ("+space=tiny", "target_ms=50", "progress=false", "data.resolution=16", "data.max_val_samples=128",
+                 "latency.input_shape=[1,3,16,16]", "latency.measure.min_runs=10", "latency.measure.min_time_s=0.05",
+                 "latency.measure.max_time_s=0.3", "latency.measure.max_repeats=1", "train.batch_size=32",
+                 "search.scheduler=asha", "search.reduction_factor=4", "search.max_concurrent=1",
+                 "search.sampler=evolution", "search.population_size=2", "search.tournament_size=1",
+                 "search.start=[" + ",".join(start) + "]", RUNGS, "name=seeded", "search.n_trials=5",
+                 f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}")
+    result = run_search(compose_config(*overrides))
+    assert result.status == "FINISHED" and result.best is not None
+    seeded = [c for c in result.candidates if c.arch in start]
+    assert len(seeded) == 2 and all(c.rung == 2 and c.status == COMPLETED for c in seeded)  # both at the top rung
+    assert result.best.rung == 2 and result.best.reward >= max(c.reward for c in seeded)

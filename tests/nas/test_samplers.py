@@ -224,6 +224,24 @@ def test_a_start_outside_the_space_is_refused_before_anything_is_created(tmp_pat
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
 
 
+def test_a_start_from_references_takes_the_input_layout_and_one_the_space_lacks_is_one_line(tmp_path: Path) -> None:
+    from nas.driver.run import start_archs
+    from search_spaces.references import member
+
+    cifar = load_space("cifar")
+    assert start_archs(["resnet14@1.5", "mobilenetv2_100@0.35:d0.5"], cifar, 32) == [
+        member("resnet14@1.5").encode(), member("mobilenetv2_100@0.35:d0.5", 32).encode()]
+    cfg = stored_config(tmp_path, "+space=tiny", "target_ms=1.0", "search.start=[resnet8]", "progress=false")
+    with pytest.raises(ConfigError) as info:
+        run_search(cfg)
+    assert str(info.value).count("\n") == 0
+    assert "search.start[0]: 'resnet8' cannot start a search of space 'tiny'" in str(info.value)
+    assert "token 'stem_c16_s1': stem_chs 16 not in [8]" in str(info.value)  # the first thing it lacks, and what it has
+    cfg = stored_config(tmp_path, "+space=cifar", "target_ms=1.0", "search.start=[resnet8@5]", "progress=false")
+    with pytest.raises(ConfigError, match=r"search\.start\[0\].*must be one of \['0.5', '1', '1.5'"):
+        run_search(cfg)
+
+
 # ---------------------------------------------------------------------- the Optuna samplers (tpe, random, nsga2)
 
 

@@ -301,7 +301,11 @@ class SearchAlgConfig:
             or ``+rungs=cifar10_gpu`` picks a set of rungs for CIFAR-10 (``conf/rungs/``).
         start: architectures evaluated first, in order (canonical strings, members of the space),
             for example known designs reshaped into the space; the sampler then learns from them as
-            history (TPE's model, evolution's first population) and never proposes them again.
+            history (TPE's model, evolution's first population) and never proposes them again. With
+            ``search.rungs`` and ASHA they are never stopped early: each reaches the top rung, so the
+            winner is never below the best of them by the search's own figures. A reference member
+            (``resnet20@1.5``, ``mobilenetv2_100@0.35``; see :func:`search_spaces.references.member`) is
+            taken in its 32x32 layout for inputs up to 64 pixels.
         latency_screen: evolution: each new proposal's latency is measured (or predicted) by the
             driver before it trains, and one over this many times the target is not trained (the
             sampler draws another; see :mod:`nas.driver.screen`); None: every proposal trains. The
