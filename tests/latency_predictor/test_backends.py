@@ -18,7 +18,14 @@ import pytest
 import torch
 from torch import nn
 
-from latency_predictor import BackendUnavailableError, ConfigError, ExportError, LatencyEstimator, LatencyResult
+from latency_predictor import (
+    BackendUnavailableError,
+    ConfigError,
+    ExportError,
+    LatencyEstimator,
+    LatencyResult,
+    MeasurementError,
+)
 from latency_predictor.measurement.backends import (
     BACKENDS,
     OnnxRuntimeBackend,
@@ -28,7 +35,7 @@ from latency_predictor.measurement.backends import (
 )
 from latency_predictor.measurement.backends.ort_backend import PROVIDERS
 from latency_predictor.measurement.environment import usable_cpus
-from latency_predictor.measurement.export import build_eval_net, sample_input
+from latency_predictor.measurement.export import build_eval_net, export_onnx, sample_input
 from search_spaces import Arch
 from tests.latency_predictor.conftest import FAST, TINY_SHAPE
 
@@ -298,3 +305,15 @@ def test_litert_not_installed_names_the_extra(monkeypatch: pytest.MonkeyPatch, m
     monkeypatch.setitem(sys.modules, module, None)  # what `import` meets where it is not installed
     with pytest.raises(BackendUnavailableError, match=r"pip install 'latnas\[litert\]'"):
         make_estimator("litert")
+
+
+@needs_openvino
+@pytest.mark.skipif(not HAS_NNCF, reason="NNCF not installed: pip install 'latnas[openvino]'")
+def test_openvino_a_model_in_another_precision_than_asked_is_refused(tiny_arch: Arch, slot_dir: Path) -> None:
+    fp32 = make_estimator("openvino", input_shape=TINY_SHAPE, measure=FAST, slot_dir=slot_dir)
+    int8 = make_estimator("openvino", input_shape=TINY_SHAPE, measure=FAST, slot_dir=slot_dir, precision="int8")
+    onnx = export_onnx(build_eval_net(tiny_arch), TINY_SHAPE)
+    quantized = int8.quantize(int8.read(onnx), int8.calibration_images(TINY_SHAPE), 1)
+    assert int8.measure_model(quantized, "int8").precision == "int8"
+    with pytest.raises(MeasurementError, match=r"precision fp32 was requested but OpenVINO runs .* u8"):
+        fp32.measure_model(quantized, "int8 timed as fp32")
