@@ -84,7 +84,9 @@ def protocol_from_args(args: argparse.Namespace, **more: Any) -> MeasureConfig:
     return MeasureConfig(**{name: getattr(args, name) for name in PROTOCOL_ARGS}, **more)
 
 
-THREADS_OPTION: dict[str, str] = {"onnxruntime": "intra_op_threads", "torch": "threads"}
+THREADS_OPTION: dict[str, str] = {
+    "onnxruntime": "intra_op_threads", "torch": "threads", "openvino": "intra_op_threads", "litert": "intra_op_threads",
+}
 """The backend option a command's ``--threads`` sets."""
 
 

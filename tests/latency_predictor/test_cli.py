@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from latency_predictor.cli import measure_main as main
+from latency_predictor.measurement.environment import usable_cpus
 from tests.latency_predictor.conftest import TINY
 
 FAST_ARGS = ["--input-shape", "1x3x32x32", "--warmup-runs", "2", "--warmup-s", "0", "--min-runs", "20",
@@ -48,6 +49,9 @@ def test_cli_samples_a_space_with_the_torch_backend(tmp_path: Path, capsys: pyte
      (["mobilenetv2_100", "--backend", "torch", "--provider", "cpu"], "does not take option(s) ['provider']"),
      (["mobilenetv2_100", "--backend", "tensorrt"], "latnas[tensorrt]"),
      (["mobilenetv2_100", "--min-runs", "0"], "min_runs"),
+     *[(["mobilenetv2_100", "--backend", b, "--threads", str(usable_cpus() + 1)],
+        f"intra_op_threads={usable_cpus() + 1} is more than the {usable_cpus()} CPU") for b in ("openvino", "litert")],
+     (["mobilenetv2_100", "--backend", "litert", "--precision", "fp16"], "cannot run on LiteRT"),
      (["act_relu-stem_c8-mb_k4_e1_c8_s1"], "mb_k4_e1_c8_s1"),
      (["--space", "nosuchspace", "--sample", "1"], "nosuchspace"),
      ([], "nothing to measure")],
