@@ -145,6 +145,9 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
     log(f"  trainings at {budget['train_images']} images x {budget['epochs']} epochs: {len(done)} saved, "
         f"{len(todo)} to train, {workers} at a time")
     if todo:
+        # Decoded here first: the decoding's own process pool cannot start inside a pool worker, and each worker
+        # then reads the decoded images from the cache instead of decoding them again.
+        load_dataset(data_config(archive))
         for i, r in enumerate(in_workers(_train, todo, workers, ordered=False), 1):
             done[(r["arch"], r["seed"])] = r
             log(f"    [{i}/{len(todo)}] {r['arch_id']} seed {r['seed']}: accuracy {r['accuracy']:.4f} "
