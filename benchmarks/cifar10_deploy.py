@@ -206,10 +206,20 @@ def _screen_override(size: dict[str, Any]) -> list[str]:
 
 
 def _search_label(target_ms: float, size: dict[str, Any]) -> str:
-    """The name of a search's record (``search-0.235ms``; with a latency floor, ``search-0.235ms-floor0.6``).
-    Records of earlier settings are kept beside them as studies, renamed (``search-0.235ms-n12.json``)."""
+    """The name of a search's record (``search-0.235ms``; with a latency floor, ``search-0.235ms-floor0.6``;
+    random search's control, ``search-0.235ms-random``). Records of earlier settings are kept beside them as
+    studies, renamed (``search-0.235ms-n12.json``)."""
     floor = size.get("latency_floor")
-    return f"search-{target_ms:g}ms" + (f"-floor{floor:g}" if floor else "")
+    return (f"search-{target_ms:g}ms" + (f"-floor{floor:g}" if floor else "")
+            + ("-random" if size.get("control") == "random" else ""))
+
+
+def random_control(size: dict[str, Any]) -> dict[str, Any]:
+    """Random search at the cost of the search ``size`` (Li and Talwalkar 2019): the same space, rungs, number of
+    candidates, start, latency screen and training seeds, but every proposal a uniform draw from the space.
+    Regularised evolution draws uniformly until its population is full, so a population as large as the whole
+    budget never mutates: the proposals pass the same screen as the search's, and only the sampler differs."""
+    return {**size, "population_size": max(2, size["n_trials"]), "tournament_size": 1, "control": "random"}
 
 
 def _study_role(study: dict[str, Any]) -> str:
@@ -217,7 +227,8 @@ def _study_role(study: dict[str, Any]) -> str:
     size = study["settings"]
     floor = size.get("latency_floor")
     return (f"searched at {study['target_ms']:g} ms, {size['n_trials']} candidates"
-            + (f", latency floor {floor:g}" if floor else "") + " (a study)")
+            + (f", latency floor {floor:g}" if floor else "")
+            + (", random proposals (the control)" if size.get("control") == "random" else "") + " (a study)")
 
 
 def step_search(archive: Path, target_ms: float, anchor_width: float, start: list[str], size: dict[str, Any],
@@ -544,11 +555,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="search step: a study beside the comparison: the same search with "
                              "search.latency_floor=F, recorded as search-<target>ms-floor<F>.json; its winner is "
                              "trained like the others (the report's comparison keeps the search without a floor)")
+    parser.add_argument("--control", action="store_true",
+                        help="search step: random search at the same cost (same space, rungs, candidates, start and "
+                             "screen; uniform proposals), recorded as search-<target>ms-random.json; its winner is "
+                             "trained like the others")
     parser.add_argument("--arch", action="append", default=[],
                         help="train step: a member of the search's space (its canonical string); may repeat")
     parser.add_argument("--seeds", type=int, default=None,
                         help="train step: train seeds 0 to N-1 (default: the budget's, 3)")
     args = parser.parse_args(argv)
+    if args.control and args.step != "search":
+        parser.error("--control: random search's control is a search: use it with --step search")
     if args.latency_floor is not None and (args.step != "search" or not 0 < args.latency_floor < 1):
         parser.error(f"--latency-floor {args.latency_floor:g}: a share of the target between 0 and 1, "
                      "for --step search")
@@ -590,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
         size = QUICK_SEARCH if args.quick else SEARCH
         if args.latency_floor is not None:
             size = {**size, "latency_floor": args.latency_floor}
+        if args.control:
+            size = random_control(size)
         winners = []
         targets = [t for t in widths["targets"] if args.target is None or round(t["target_ms"], 3) == args.target]
         if not targets:
@@ -609,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
         # The references' trainings not yet saved share the pool with the winners' (no worker waits alone
         # between two steps), first: theirs are the longest (many thin layers), and the winners' shorter ones
         # fill the end. A part that searches one target, or a study, trains its winner only.
-        refs = _reference_archs(widths) if args.target is None and args.latency_floor is None else []
+        partial = args.target is not None or args.latency_floor is not None or args.control
+        refs = [] if partial else _reference_archs(widths)
         train_all([*refs, *winners], args.cifar10, budget, args.workers, state_dir, log)
     elif args.step == "train":
         seeds = budget["seeds"] if args.seeds is None else args.seeds

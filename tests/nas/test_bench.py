@@ -664,3 +664,38 @@ def test_a_deployment_comparison_in_another_folder_starts_from_its_widths(
         cifar10_deploy.main(["--cifar10", str(archive), "--step", step, "--state-dir", str(fresh)])
     assert str(err.value) == f"cifar10_deploy: {fresh / 'widths.json'} is missing: run --step widths first"
     assert not (fresh / "exports").exists() and not (fresh / "cifar10_deploy.json").exists()
+
+
+def test_random_searchs_control_differs_from_the_search_in_its_proposals_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import cifar10_deploy
+    from nas.core.evolution import EvolutionSampler
+    from search_spaces import load_space
+
+    size = cifar10_deploy.SEARCH
+    control = cifar10_deploy.random_control(size)
+    same = {k: v for k, v in control.items() if k not in ("population_size", "tournament_size", "control")}
+    assert same == {k: v for k, v in size.items() if k not in ("population_size", "tournament_size")}
+    assert cifar10_deploy._search_label(0.235, control) == "search-0.235ms-random"
+    # evolution with a population as large as the budget draws every proposal from the space, never a mutation
+    space = load_space(size["space"])
+    from nas.core.sampling import Outcome
+
+    mutated: list[int] = []
+    space_mutate = space.mutate
+    object.__setattr__(space, "mutate", lambda *a, **k: mutated.append(1) or space_mutate(*a, **k))
+
+    def mutations(population: int, tournament: int) -> int:
+        mutated.clear()
+        sampler = EvolutionSampler(space, population, tournament, 0, 50)
+        for _ in range(size["n_trials"]):
+            arch = sampler.ask()
+            assert arch is not None
+            sampler.tell(arch, Outcome("complete", 0.5))
+        return len(mutated)
+
+    assert mutations(control["population_size"], control["tournament_size"]) == 0
+    assert mutations(size["population_size"], size["tournament_size"]) > 0  # the search itself mutates
+    with pytest.raises(SystemExit) as err:
+        cifar10_deploy.main(["--cifar10", str(tmp_path / "none.tar.gz"), "--step", "report", "--control"])
+    assert err.value.code == 2 and "--control: random search's control is a search" in capsys.readouterr().err
