@@ -38,7 +38,11 @@ def test_schemas_are_not_group_options(tmp_path: Path) -> None:
     proc = _cli(tmp_path, "--help")
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
-    assert "Pick one with latency=<option>: onnxruntime (the default), predictor, remote, tensorrt, torch." in text
+    assert (
+        "Pick one with latency=<option>: "
+        "litert, onnxruntime (the default), openvino, predictor, remote, tensorrt, torch."
+        in text
+    )
     assert "schema" not in text
 
 

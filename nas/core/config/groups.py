@@ -402,8 +402,9 @@ class ExportLatencyConfig:
     takes no anchor.
 
     Attributes:
-        backend: ``onnxruntime``, ``torch`` or ``tensorrt``; None: the search's measuring backend
-            (ONNX Runtime when the search predicted latency or is not known).
+        backend: a measuring backend, ``onnxruntime``, ``torch``, ``tensorrt``, ``openvino`` or
+            ``litert``; None: the search's measuring backend (ONNX Runtime when the search
+            predicted latency or is not known).
         input_shape: deployment shape ``[N, C, H, W]``; None: the search's.
         options: backend options (e.g. ``provider``, ``intra_op_threads``), over the search's when
             the backend is the search's (else over the backend's defaults).
