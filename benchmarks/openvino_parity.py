@@ -100,7 +100,7 @@ def run(networks: list[str], rounds: int, seconds: float, input_shape: tuple[int
                   f"{statistics.median(app):.3f} ms, ratio {ratio:.3f} (rounds: "
                   f"{', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
     load_after = machine_and_load()["load_average"]
-    agree = sum(r["within_5pct"] for r in rows)
+    agree = sum(bool(r["within_5pct"]) for r in rows)
     print(f"  {agree} of {len(rows)} networks within 5%; load average {load_before} before, {load_after} after")
     return {
         "input_shape": list(input_shape), "threads": threads, "rounds": rounds, "seconds_per_run": seconds,
