@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +31,8 @@ from benchmarks.common import machine_and_load
 from benchmarks.references_cifar10 import paired_ratios
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
+from nas.accuracy.training import trial_environment
+from nas.core.config import TrainConfig
 from search_spaces import Arch, build, count_macs
 from search_spaces.references import FAMILIES, member, parse_member
 
@@ -134,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--cifar10 {args.cifar10}: no such file")
         if not 1 <= args.seeds <= BUDGET["seeds"]:
             parser.error(f"--seeds {args.seeds}: from 1 to {BUDGET['seeds']}")
+        # as the comparison's own trainings run (benchmarks.cifar10_deploy.main): channels-last under the AVX2 cap
+        os.environ.update(trial_environment(TrainConfig(device="cpu"), False))
         families = args.family or sorted(FAMILIES)
         archs = [Arch.decode(m["arch"]) for t in front.values() for f in families for m in t.get(f, [])]
         train_all(archs, args.cifar10, {**BUDGET, "seeds": args.seeds}, args.workers, state_dir, log)
