@@ -699,3 +699,20 @@ def test_random_searchs_control_differs_from_the_search_in_its_proposals_alone(
     with pytest.raises(SystemExit) as err:
         cifar10_deploy.main(["--cifar10", str(tmp_path / "none.tar.gz"), "--step", "report", "--control"])
     assert err.value.code == 2 and "--control: random search's control is a search" in capsys.readouterr().err
+
+
+def test_a_familys_front_is_the_widest_member_of_each_depth_within_the_margin_of_the_target() -> None:
+    from benchmarks import cifar10_fronts
+
+    def m(spec: str, x: float) -> dict:
+        return {"member": spec, "arch": spec, "x_first_anchor": x, "mmacs": 1.0}
+
+    timing = {"targets": [{"target_ms": 0.2, "anchor_x_first": 1.0}, {"target_ms": 0.3, "anchor_x_first": 1.5}],
+              "members": [m("resnet8@0.5", 0.3), m("resnet8", 0.6), m("resnet8@1.5", 1.2), m("resnet14@0.5", 0.7),
+                          m("resnet14", 1.5), m("mnasnet_b1@0.35", 0.9), m("mnasnet_b1@0.35:d0.5", 0.7),
+                          {**m("resnet20", 0.0), "x_first_anchor": None}]}  # not timed: never in a front
+    front = cifar10_fronts.fronts(timing)
+    assert [x["member"] for x in front[0.2]["resnet_cifar"]] == ["resnet8", "resnet14@0.5"]  # 1.2 > 1.1: out
+    assert [x["member"] for x in front[0.3]["resnet_cifar"]] == ["resnet8@1.5", "resnet14"]  # 1.5 / 1.5 = 1.0
+    assert [x["member"] for x in front[0.2]["mnasnet_b1"]] == ["mnasnet_b1@0.35:d0.5", "mnasnet_b1@0.35"]
+    assert front[0.3]["resnet_cifar"][0]["x_anchor"] == pytest.approx(0.8)
