@@ -18,8 +18,21 @@ from latency_predictor.measurement.environment import machine, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository this benchmark suite belongs to (its records and BENCHMARKS.md are written there)."""
-RECORDS_DIR = ROOT / "benchmarks" / "records"
-QUICK_DIR = RECORDS_DIR / "quick"
+BENCH_DIR = ROOT / "benchmarks"
+AREAS = ("latency", "prediction", "search", "accuracy", "deployment", "reliability")
+"""The areas of the suite, one subpackage each, in the order the results are read."""
+AREA = {
+    "latency": "latency", "openvino_parity": "latency", "spread": "latency", "tail": "latency",
+    "contention": "latency", "agent": "latency",
+    "predictor": "prediction", "tail_predictor": "prediction", "transfer": "prediction", "transfer_many": "prediction",
+    "search": "search", "sampler": "search", "screening": "search", "references": "search",
+    "references_cifar10": "search", "cifar10_deploy": "search",
+    "fidelity": "accuracy", "reference_noise": "accuracy", "fidelity_deploy": "accuracy", "supernet": "accuracy",
+    "train_speed": "accuracy",
+    "deployment": "deployment",
+    "reliability": "reliability", "scale": "reliability",
+}
+"""Each benchmark's area (by record name): its module, notes and records live in ``benchmarks/<area>/``."""
 VERSIONED = ("torch", "numpy", "onnxruntime", "onnx", "optuna", "ray", "mlflow", "scikit-learn")
 
 
@@ -46,9 +59,24 @@ def header(name: str, mode: str, command: str | Sequence[str], extra_versions: S
     }
 
 
+def area(name: str) -> str:
+    """The area of the benchmark whose record is called ``name`` (``predictor_seed1`` is ``predictor``'s).
+
+    Raises:
+        KeyError: no benchmark has that name.
+    """
+    return AREA[name] if name in AREA else AREA[name.rpartition("_")[0]]
+
+
+def records_dir(area_name: str) -> Path:
+    """An area's records folder, ``benchmarks/<area>/records/`` (quick records under ``records/quick/``)."""
+    return BENCH_DIR / area_name / "records"
+
+
 def record_path(name: str, mode: str, out_dir: Path | None = None) -> Path:
-    """Where a benchmark's record goes: ``benchmarks/records/<name>.json``, quick ones under ``records/quick/``."""
-    base = out_dir if out_dir is not None else RECORDS_DIR
+    """Where a benchmark's record goes: ``benchmarks/<area>/records/<name>.json``, quick ones under
+    ``records/quick/`` (under ``out_dir`` instead when given)."""
+    base = out_dir if out_dir is not None else records_dir(area(name))
     return (base / "quick" if mode == "quick" else base) / f"{name}.json"
 
 

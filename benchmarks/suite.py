@@ -3,11 +3,11 @@
     python scripts/bench.py --list                 # the benchmarks and how long each takes
     python scripts/bench.py --quick                # every benchmark, small (under 10 minutes on 2 cores)
     python scripts/bench.py sampler screening      # some benchmarks, full size (says how long first)
-    python scripts/bench.py --render               # BENCHMARKS.md from the records under benchmarks/records/
+    python scripts/bench.py --render               # BENCHMARKS.md from the records under benchmarks/<area>/records/
 
 Each benchmark prints its figures and writes a JSON record (machine, CPU model, versions, date,
-exact command, mode, figures): ``benchmarks/records/<name>.json`` in full mode,
-``benchmarks/records/quick/<name>.json`` in quick mode. After a run, ``BENCHMARKS.md`` is rendered
+exact command, mode, figures): ``benchmarks/<area>/records/<name>.json`` in full mode,
+``benchmarks/<area>/records/quick/<name>.json`` in quick mode. After a run, ``BENCHMARKS.md`` is rendered
 again from the records.
 """
 
@@ -47,7 +47,7 @@ def _ints(text: str | None, default: Sequence[int]) -> list[int]:
 
 
 def _sampler(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from benchmarks import sampler_quality
+    from benchmarks.search import sampler_quality
 
     budgets = _ints(args.budgets, (10, 25) if quick else (50, 150, 500))
     seeds = args.seeds if args.seeds is not None else (5 if quick else 10)
@@ -55,19 +55,19 @@ def _sampler(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) 
 
 
 def _screening(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from benchmarks import screening
+    from benchmarks.search import screening
 
     return screening.run(args.candidates or (200 if quick else 1000), log=log)
 
 
 def _scale(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from benchmarks import scale
+    from benchmarks.reliability import scale
 
     return scale.run(n_trials=args.trials or (6 if quick else 16), epochs=2 if quick else 4, log=log)
 
 
 def _references(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from benchmarks import references
+    from benchmarks.search import references
 
     seeds = args.seeds or (1 if quick else 3)
     return references.run(seeds=seeds, epochs=args.epochs or (3 if quick else 8), search_n=30 if quick else 400,
@@ -75,26 +75,28 @@ def _references(args: argparse.Namespace, quick: bool, log: Callable[[str], None
 
 
 def _fidelity(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from benchmarks import fidelity
+    from benchmarks.accuracy import fidelity
 
     return fidelity.run(fidelity.cifar10_archive(args.cifar10), quick, workers=args.workers, log=log)
 
 
 def _references_cifar10(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from benchmarks import fidelity, references_cifar10
+    from benchmarks.accuracy import fidelity
+    from benchmarks.search import references_cifar10
 
     return references_cifar10.run(fidelity.cifar10_archive(args.cifar10), quick, workers=args.workers, log=log)
 
 
 def _supernet(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from benchmarks import fidelity, supernet
+    from benchmarks.accuracy import fidelity, supernet
 
     return supernet.run(fidelity.cifar10_archive(args.cifar10), quick, epochs=args.supernet_epochs,
                         minutes=args.supernet_minutes, fidelity_dir=args.fidelity_dir, work_dir=args.work_dir, log=log)
 
 
 def _deployment(args: argparse.Namespace, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from benchmarks import deployment, fidelity
+    from benchmarks.accuracy import fidelity
+    from benchmarks.deployment import deployment
 
     return deployment.run(fidelity.cifar10_archive(args.cifar10), quick, log=log)
 
@@ -145,8 +147,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     p.add_argument("--render", action="store_true", help="only render BENCHMARKS.md from the records")
     p.add_argument("--no-render", action="store_true", help="do not render BENCHMARKS.md after the run")
-    p.add_argument("--records", type=Path, default=common.RECORDS_DIR,
-                   help="records folder (default benchmarks/records/)")
+    p.add_argument("--records", type=Path,
+                   help="one records folder for every benchmark (default: each area's, benchmarks/<area>/records/)")
     p.add_argument("--output", type=Path, default=common.ROOT / "BENCHMARKS.md", help="rendered file")
     p.add_argument("--seeds", type=int,
                    help="sampler: search seeds (quick 5; full 10); references: training seeds (quick 1; full 3)")
@@ -222,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         record["figures"] = figures
         record["wall_seconds"] = round(wall, 1)
         path = common.write_record(common.record_path(b.name, mode, args.records), record)
-        print(f"   {b.name}: {wall:.0f} s; wrote {path.relative_to(args.records.parent)}", flush=True)
+        print(f"   {b.name}: {wall:.0f} s; wrote {common.portable(path)}", flush=True)
     if not args.no_render:
         from benchmarks import render
 

@@ -3,7 +3,7 @@
 One small dataset is collected per module (about 25 architectures at 1x3x64x64 with short
 measurement settings), then trained, saved, loaded, refused, refitted; and one for a predictor of
 the tail (10 architectures at 1x3x32x32, each timed 1,000 times as a p99 needs). These tests check the
-workflow, not accuracy: that is the benchmark's job (``python -m benchmarks.predictor``). The
+workflow, not accuracy: that is the benchmark's job (``python -m benchmarks.prediction.predictor``). The
 machine may be busy with other work, so collection here accepts every measurement
 (``min_cpu_share=0``, a lenient stability threshold) instead of retrying disturbed ones; one test
 makes every measurement count as disturbed to check the retries.

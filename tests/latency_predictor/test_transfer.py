@@ -4,7 +4,7 @@ The fitting and the choice of architectures are checked on latencies generated b
 transfer (another device's cost structure with known scales and overheads), so what they should
 recover is known exactly. On such a device, adapting beats fitting from scratch on the same few
 measurements by construction; whether it does on real devices, and by how much, is the
-benchmark's question (``python -m benchmarks.transfer``): on this shared machine, real
+benchmark's question (``python -m benchmarks.prediction.transfer``): on this shared machine, real
 measurements of tiny networks are too noisy for a test to assert it without flaking. The
 workflow (collect the informative architectures on the new device, adapt, compare, save, load)
 then runs end to end on real ONNX Runtime measurements.

@@ -34,7 +34,7 @@ def _sampler_figures() -> dict:
 
 
 def test_render_sections_from_records(tmp_path: Path) -> None:
-    records = tmp_path / "records"  # the layout of benchmarks/: records/, records/quick/, notes/
+    records = tmp_path / "records"  # the layout of an area of benchmarks/: records/, records/quick/, <name>.md
     (records / "quick").mkdir(parents=True)
     (records / "sampler.json").write_text(json.dumps(_rec("sampler", _sampler_figures())))
     (records / "quick" / "screening.json").write_text(json.dumps(_rec("screening", {
@@ -43,8 +43,7 @@ def test_render_sections_from_records(tmp_path: Path) -> None:
     }, mode="quick")))
     (records / "quick" / "sampler.json").write_text(json.dumps(_rec("sampler", {"broken": True}, mode="quick")))
     (records / "mystery.json").write_text(json.dumps(_rec("mystery", {"answer": 42})))
-    (tmp_path / "notes").mkdir()
-    (tmp_path / "notes" / "sampler.md").write_text("TPE was lucky on seed 3.\n")
+    (tmp_path / "sampler.md").write_text("TPE was lucky on seed 3.\n")
     out = render.write(records, tmp_path / "BENCHMARKS.md").read_text()
 
     assert out.index("## Sampler quality") < out.index("## Predictor-driven screening speed") < out.index("## Mystery")
@@ -59,7 +58,7 @@ def test_render_sections_from_records(tmp_path: Path) -> None:
 
 
 def test_render_the_committed_records_keeps_their_figures() -> None:
-    records = render.load_records(common.RECORDS_DIR)
+    records = render.load_records(*render.records_dirs())
     assert {"latency", "search"} <= set(records), "the committed latency and search records are missing"
     text = render.render({k: records[k] for k in ("latency", "search")})
     assert "## Latency measurement" in text and "**Agreement**" in text
@@ -117,7 +116,7 @@ def test_render_transfer_and_agent_records() -> None:
     scratch = {**score, "within_10": 0.4}
     by_n = {"20": {"adapted_informative": score, "adapted_random": score, "scratch_random": scratch}}
     transfer = {
-        "command": ["python", "-m", "benchmarks.transfer"], "created": "2026-11-29T12:00:00+00:00",
+        "command": ["python", "-m", "benchmarks.prediction.transfer"], "created": "2026-11-29T12:00:00+00:00",
         "environment": MACHINE, "goal": {"n": 20, "spearman": 0.95, "within_10": 0.9},
         "settings": {"space": "mobile", "n_full": 300, "n_test": 60, "shots": [20], "splits": 5, "reps": 10},
         "devices": {"ort1": {"label": "ONNX Runtime, 1 thread", "usable_archs": 360},
@@ -127,7 +126,7 @@ def test_render_transfer_and_agent_records() -> None:
     }
     row = {"network": "mobilenetv2_100", "local_p50_ms": 10.0, "agent_p50_ms": 10.1, "p50_ratio": 1.01,
            "transport_s": spread([0.004, 0.006]), "local_wall_s": 2.0, "agent_wall_s": 2.1}
-    agent = {"command": ["python", "-m", "benchmarks.agent"], "created": "2026-11-29T12:00:00+00:00",
+    agent = {"command": ["python", "-m", "benchmarks.latency.agent"], "created": "2026-11-29T12:00:00+00:00",
              "environment": MACHINE, "settings": {"input_shape": [1, 3, 224, 224], "rounds": 5},
              "figures": {"rows": [row], "p50_ratio_median": 1.01, "p50_ratio_range": [1.01, 1.01],
                          "transport_s_median": 0.005, "wall_ratio_median": 1.05, "goal_p50_ratio": 1.02, "met": True}}
@@ -144,7 +143,7 @@ def test_render_the_several_sources_record_after_the_pairs() -> None:
     good = {"within_10": 0.95, "spearman": 0.99, "within_10_min": 0.9, "spearman_min": 0.98}
     poor = {**good, "within_10": 0.7}
     many = {
-        "command": ["python", "-m", "benchmarks.transfer_many"], "created": "2026-12-01T14:00:00+00:00",
+        "command": ["python", "-m", "benchmarks.prediction.transfer_many"], "created": "2026-12-01T14:00:00+00:00",
         "environment": MACHINE, "goal": {"n": 20, "spearman": 0.95, "within_10": 0.9},
         "settings": {"space": "mobile", "n_full": 300, "n_test": 60, "shots": [20], "splits": 5},
         "pairs": [{"first": "torch", "target": "ort1", "sources": ["torch", "ort2"], "goal_met": True,
@@ -237,7 +236,7 @@ def test_render_the_deployment_section_with_its_goals(tmp_path: Path) -> None:
 def test_deployment_goals_are_judged_from_the_side_by_side_figures() -> None:
     from types import SimpleNamespace
 
-    from benchmarks import deployment
+    from benchmarks.deployment import deployment
 
     def row(variant: str, p50: float | None, acc: float, status: str = "passed") -> dict:
         return {"variant": variant, "p50_ms": p50, "accuracy": acc, "status": status}
@@ -277,7 +276,7 @@ def test_deployment_goals_are_judged_from_the_side_by_side_figures() -> None:
 
 
 def test_spread_figures_and_their_section() -> None:
-    from benchmarks.spread import summarise
+    from benchmarks.latency.spread import summarise
 
     per_search = [
         {"a": {"in_search": 10.0, "final": 8.0, "standalone": 8.0}, "b": {"in_search": 20.0, "final": 16.0,
@@ -291,7 +290,7 @@ def test_spread_figures_and_their_section() -> None:
     assert f["in_search"]["max_spread"] == pytest.approx(1.36) and f["in_search"]["within_goal"] == 0.5
     assert f["final"]["max_spread"] == pytest.approx(1.05) and f["final"]["within_goal"] == 1.0 and f["met"]
     assert f["standalone"]["max_spread"] == pytest.approx(1.15) and not f["floor_met"]  # the host drifted
-    rec = {"command": ["python", "-m", "benchmarks.spread"], "created": "2026-11-30T12:00:00+00:00",
+    rec = {"command": ["python", "-m", "benchmarks.latency.spread"], "created": "2026-11-30T12:00:00+00:00",
            "environment": MACHINE, "settings": {"searches": 2, "trials": 3, "seed": 0}, "figures": f}
     out = render.render({"spread": rec})
     assert "## Latency across searches: the final latency pass" in out
@@ -301,7 +300,7 @@ def test_spread_figures_and_their_section() -> None:
 
 
 def test_spread_of_x_anchor_beside_the_milliseconds() -> None:
-    from benchmarks.spread import summarise
+    from benchmarks.latency.spread import summarise
 
     def row(ms: float, x: float) -> dict:
         return {"in_search": ms * 1.1, "final": ms, "standalone": ms, "in_search_x": x * 1.02, "final_x": x,
@@ -313,7 +312,7 @@ def test_spread_of_x_anchor_beside_the_milliseconds() -> None:
     assert f["final"]["max_spread"] == pytest.approx(1.25) and not f["met"]
     assert f["final_x"]["max_spread"] == pytest.approx(1.04) and f["final_x"]["median_spread"] == pytest.approx(1.02)
     assert f["anchor_met"]
-    rec = {"command": ["python", "-m", "benchmarks.spread"], "created": "2026-11-30T12:00:00+00:00",
+    rec = {"command": ["python", "-m", "benchmarks.latency.spread"], "created": "2026-11-30T12:00:00+00:00",
            "environment": MACHINE, "settings": {"searches": 2, "trials": 2, "seed": 0, "anchor": "mobilenetv2_100",
                                                 "anchor_rounds": 3}, "figures": f}
     out = render.render({"spread": rec})
@@ -330,7 +329,7 @@ def test_spread_of_x_anchor_beside_the_milliseconds() -> None:
 
 
 def test_tail_predictor_goal_is_read_against_the_repeatability_ceiling() -> None:
-    from benchmarks.tail_predictor import goal, repeatability
+    from benchmarks.prediction.tail_predictor import goal, repeatability
 
     rp = repeatability([1.0, 2.0, 4.0, 1.0], [1.04, 2.5, 4.1, 0.8])  # two of four within +-10%
     assert rp["within_10"] == 0.5 and rp["within_5"] == 0.5 and rp["max_abs_rel"] == pytest.approx(0.25)
@@ -357,7 +356,7 @@ def test_tail_predictor_section() -> None:
                    "macs_within_10_mean": 0.5},
         "goal": {"bar": 0.7, "within_10": 0.72, "ceiling": 0.7, "met": True},
     }
-    rec = {"command": ["python", "-m", "benchmarks.tail_predictor"], "created": "2026-12-02T12:00:00+00:00",
+    rec = {"command": ["python", "-m", "benchmarks.prediction.tail_predictor"], "created": "2026-12-02T12:00:00+00:00",
            "environment": MACHINE, "settings": {"space": "mobile_cifar", "min_runs": 1000}, "figures": figures}
     out = render.render({"tail_predictor": rec})
     assert "## A p99 predictor trained at scale" in out
@@ -391,7 +390,7 @@ def _tail_record() -> dict:
         "search": {"target_ms": 1.2, "trials": 8, "winner_id": "abc123", "search_p99": 1.1, "final_pass": True,
                    "remeasured": [{"p99": 1.05}, {"p99": 1.25}], "met": [True, False]},
     }
-    return {"command": ["python", "-m", "benchmarks.tail"], "created": "2026-11-30T12:00:00+00:00",
+    return {"command": ["python", "-m", "benchmarks.latency.tail"], "created": "2026-11-30T12:00:00+00:00",
             "environment": MACHINE, "settings": {"protocol": {"min_runs": 1000}}, "figures": figures}
 
 
@@ -410,7 +409,7 @@ def test_paired_ratios_outvote_a_speed_flip_and_choose_the_widest_width_no_slowe
     does not fit (the failure that put MobileNetV2 at x0.25 against its own x0.35 target)."""
     import torch
 
-    from benchmarks.references_cifar10 import paired_ratios, scaled
+    from benchmarks.search.references_cifar10 import paired_ratios, scaled
     from search_spaces import build, count_macs, reference
     from search_spaces.references import scale_width, small_input_variant
 
@@ -469,9 +468,9 @@ def test_the_cifar10_comparison_shows_each_network_against_its_anchor(tmp_path: 
 
 
 def test_the_supernet_benchmark_reads_the_fidelity_estimates_from_the_committed_record(tmp_path: Path) -> None:
-    from benchmarks import supernet
+    from benchmarks.accuracy import supernet
 
-    committed = common.RECORDS_DIR / "fidelity.json"
+    committed = common.record_path("fidelity", "full")
     record = json.loads(committed.read_text())
     supernet.records_from_committed(committed, tmp_path / "study", False, lambda _: None)
     rows = [json.loads(x) for x in (tmp_path / "study" / "records.jsonl").read_text().splitlines()]
@@ -501,7 +500,7 @@ def test_render_the_reference_noise_record_in_its_own_section() -> None:
                "estimators": {"supernet": {"vs_seed0": agree, "vs_seed1": agree, "vs_seed2": agree, "vs_mean": agree},
                               "macs": {"vs_seed0": agree, "vs_seed1": agree, "vs_seed2": agree,
                                        "vs_mean": {**agree, "kendall_tau": 0.5}}}}
-    rec = {"command": ["python", "-m", "benchmarks.reference_noise", "--cifar10", "/data/x/cifar.tar.gz"],
+    rec = {"command": ["python", "-m", "benchmarks.accuracy.reference_noise", "--cifar10", "/data/x/cifar.tar.gz"],
            "created": "2026-12-01T12:00:00+00:00", "environment": {"torch": "2.13.0"}, "figures": figures}
     out = render.render({"reference_noise": rec})
     assert "## Proxy fidelity: how reproducible the reference is" in out  # not read as a variant of "reference"
@@ -530,7 +529,7 @@ def test_render_the_rung_fidelity_at_the_deployment_budget() -> None:
                                          {"reference": 0.7, "reference_seed1": 0.74}],
         "study_command": "python -m nas.fidelity k=10",
     }
-    rec = {"command": ["python", "-m", "benchmarks.fidelity_deploy"], "created": "2026-12-03T12:00:00+00:00",
+    rec = {"command": ["python", "-m", "benchmarks.accuracy.fidelity_deploy"], "created": "2026-12-03T12:00:00+00:00",
            "environment": MACHINE, "figures": figures}
     out = render.render({"fidelity_deploy": rec})
     assert "## Rung fidelity at the deployment budget" in out
@@ -571,7 +570,7 @@ def _committed_json(folder: Path) -> list[Path]:
 
 
 def test_the_committed_records_name_no_machine_path() -> None:
-    paths = _committed_json(common.RECORDS_DIR)
+    paths = [p for folder in render.records_dirs() for p in _committed_json(folder)]
     assert any(p.name == "search.json" for p in paths)  # the records are found
     for path in paths:
         record = json.loads(path.read_text())
@@ -585,7 +584,7 @@ def _deploy_candidate(name: str, ratio: float, accs: list[float], arch: str) -> 
 
 
 def test_the_deployment_goal_counts_only_references_no_faster_than_the_searched_network() -> None:
-    from benchmarks import cifar10_deploy
+    from benchmarks.search import cifar10_deploy
 
     searched = _deploy_candidate("searched", 0.9, [0.74, 0.75, 0.76], "s")
     slower = _deploy_candidate("mobilenetv2_100 x0.5", 1.0, [0.72, 0.73, 0.735], "m")
@@ -600,7 +599,7 @@ def test_the_deployment_goal_counts_only_references_no_faster_than_the_searched_
 
 
 def test_render_the_deployment_comparison_with_every_trained_network(tmp_path: Path) -> None:
-    from benchmarks import cifar10_deploy
+    from benchmarks.search import cifar10_deploy
 
     searched = _deploy_candidate("searched", 0.95, [0.712, 0.724, 0.727], "s")
     searched["search"] = {"settings": {"space": "mobile_cifar_hr", "n_trials": 12, "sampler": "evolution",
@@ -641,7 +640,7 @@ def test_render_the_deployment_comparison_with_every_trained_network(tmp_path: P
                                   ["--step", "search", "--latency-floor", "0"]])
 def test_the_deployment_comparisons_floor_study_refuses_what_it_cannot_run(
         argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from benchmarks import cifar10_deploy
+    from benchmarks.search import cifar10_deploy
 
     with pytest.raises(SystemExit) as err:
         cifar10_deploy.main(["--cifar10", str(tmp_path / "none.tar.gz"), *argv])
@@ -655,7 +654,7 @@ def test_a_deployment_comparison_in_another_folder_starts_from_its_widths(
         step: str, tmp_path: Path) -> None:
     """A run from nothing in a scratch folder (``--state-dir``) reads nothing of the committed records:
     before its widths step, every later step names the file it lacks and the step that makes it."""
-    from benchmarks import cifar10_deploy
+    from benchmarks.search import cifar10_deploy
 
     archive = tmp_path / "cifar10.tar.gz"
     archive.write_bytes(b"")
@@ -668,7 +667,7 @@ def test_a_deployment_comparison_in_another_folder_starts_from_its_widths(
 
 def test_random_searchs_control_differs_from_the_search_in_its_proposals_alone(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from benchmarks import cifar10_deploy
+    from benchmarks.search import cifar10_deploy
     from nas.core.evolution import EvolutionSampler
     from search_spaces import load_space
 
@@ -702,7 +701,7 @@ def test_random_searchs_control_differs_from_the_search_in_its_proposals_alone(
 
 
 def test_a_familys_front_is_the_widest_member_of_each_depth_within_the_margin_of_the_target() -> None:
-    from benchmarks import cifar10_fronts
+    from benchmarks.search import cifar10_fronts
 
     def m(spec: str, x: float) -> dict:
         return {"member": spec, "arch": spec, "x_first_anchor": x, "mmacs": 1.0}

@@ -659,13 +659,13 @@ def test_a_search_resumed_after_its_project_folder_moved_writes_where_the_store_
 @pytest.mark.slow
 def test_full_fault_injection_suite(tmp_path: Path) -> None:
     """About 20% bad candidates, killed trial processes, a SIGKILLed driver, a Ctrl-C, two resumes
-    (``python -m benchmarks.reliability``, which checks the record against the fault plan).
+    (``python -m benchmarks.reliability.reliability``, which checks the record against the fault plan).
 
     Half the trial processes are killed once, so that with 12 trials some are (at the default 10%,
     none is with a probability of 0.9**12 = 28%, and the retry check would have nothing to check)."""
     out = tmp_path / "reliability.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.reliability", "--n-trials", "12", "--kill-rate", "0.5",
+        [sys.executable, "-m", "benchmarks.reliability.reliability", "--n-trials", "12", "--kill-rate", "0.5",
          "--out", str(out)],
         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=1500, env=_env(),
     )

@@ -1,0 +1,159 @@
+"""The references' accuracy-latency fronts on CIFAR-10 at the deployment budget: the bar a searched network meets.
+
+A searched network is compared with the strongest hand-designed network a practitioner would try at its
+latency, not with one member width-scaled to the target. Every member of every reference family
+(:data:`search_spaces.references.FAMILIES`: the classic CIFAR ResNets over depth and width; MobileNetV2,
+MnasNet-B1 and EfficientNet-B0 over width and depth multiplier, in their 32x32 layouts) is timed in paired
+rounds against the comparison's anchors (:mod:`benchmarks.search.cifar10_deploy`'s ``widths.json``: MobileNetV2
+x0.35 and x0.5 on this CPU, ONNX Runtime, one thread, 1x3x32x32). At each target, a family's members that
+come within :data:`WITHIN` times the target are its candidates; the widest of each depth among them is its
+front, which is trained at the deployment budget beside the comparison's other networks (the same state
+folder, so a training is never repeated).
+
+Steps (``--step``): ``time`` (a quiet machine: every member against the first anchor in
+:data:`ROUNDS` paired rounds; ``fronts.json``), ``train`` (the fronts' members, ``--seeds`` seeds,
+``--family`` to train one family first) and ``report`` (each family's front with its trained seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine_and_load
+from benchmarks.search.cifar10_deploy import BUDGET, SHAPE, STATE_DIR, _read_step, train_all, training_key
+from benchmarks.search.references_cifar10 import paired_ratios
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.timing import MeasureConfig
+from nas.accuracy.training import trial_environment
+from nas.core.config import TrainConfig
+from search_spaces import Arch, build, count_macs
+from search_spaces.references import FAMILIES, member, parse_member
+
+ROUNDS = 3
+"""Paired rounds (member, then anchor) behind each member's ratio."""
+WITHIN = 1.1
+"""A member within this many times a target is in that target's comparison."""
+MAX_MMACS = 160.0
+"""Members over this many million multiply-accumulates at 32x32 are not timed: the slowest member timed in
+the first sweep that came within 1.1x of the larger target had 70 M (ResNet-32 at width 24 took 1.8x)."""
+
+
+def _macs(arch: Arch) -> float:
+    import torch
+
+    with torch.device("meta"):
+        net = build(arch, num_classes=10)
+    return count_macs(net, (1, 3, 32, 32)) / 1e6
+
+
+def step_time(state_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """Every member of :data:`FAMILIES` against the first target's anchor, the anchors against each other."""
+    widths = _read_step(state_dir, "widths", "widths")
+    # shorter than the comparison's final pass (1-4 s a measurement): 64 members x 3 rounds x 2 networks
+    est = make_estimator("onnxruntime", input_shape=SHAPE, num_classes=10, intra_op_threads=1,
+                         measure=MeasureConfig(min_runs=100, min_time_s=0.5, max_time_s=2.0))
+
+    def measure(arch: Arch) -> float:
+        return float(est.measure(arch).latency_ms)
+
+    anchors = [Arch.decode(t["anchor_arch"]) for t in widths["targets"]]
+    specs = [s for family in FAMILIES.values() for s in family]
+    macs = {s: _macs(member(s, 32)) for s in specs}
+    timed = [s for s in specs if macs[s] <= MAX_MMACS]
+    log(f"  {len(timed)} of {len(specs)} members at most {MAX_MMACS:g} M MACs, {ROUNDS} paired rounds each "
+        f"against {widths['targets'][0]['anchor']}")
+    t0 = time.perf_counter()
+    archs = list(dict.fromkeys([*anchors, *(member(s, 32) for s in timed)]))
+    paired = paired_ratios(archs, anchors[0], measure, ROUNDS)
+    anchor_ratios = [paired[a].ratio for a in anchors]
+    members = []
+    for s in specs:
+        arch = member(s, 32)
+        p = paired.get(arch) if s in timed else None
+        members.append({"member": s, "family": parse_member(s).family, "arch": arch.encode(), "arch_id": arch.arch_id,
+                        "mmacs": macs[s], "latency_ms": p.latency_ms if p else None,
+                        "x_first_anchor": p.ratio if p else None,
+                        "ratios": list(p.ratios) if p else None})
+    return {"targets": [{"target_ms": t["target_ms"], "anchor": t["anchor"], "anchor_x_first": r}
+                        for t, r in zip(widths["targets"], anchor_ratios, strict=True)],
+            "members": members, "rounds": ROUNDS, "within": WITHIN, "max_mmacs": MAX_MMACS,
+            "seconds": time.perf_counter() - t0, "machine": machine_and_load(),
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def fronts(timing: dict[str, Any]) -> dict[float, dict[str, list[dict[str, Any]]]]:
+    """At each target, each family's front: among its members within :data:`WITHIN` times the target, the
+    widest of each depth (a ResNet's depth is its name; an ImageNet reference's, its depth multiplier),
+    fastest first. Each member carries ``x_anchor``, its ratio to that target's anchor."""
+    out: dict[float, dict[str, list[dict[str, Any]]]] = {}
+    for t in timing["targets"]:
+        by_family: dict[str, dict[Any, dict[str, Any]]] = {}
+        for m in timing["members"]:
+            if m["x_first_anchor"] is None:
+                continue
+            x = m["x_first_anchor"] / t["anchor_x_first"]
+            if x > WITHIN:
+                continue
+            spec = parse_member(m["member"])
+            depth = spec.name if spec.family == "resnet_cifar" else spec.depth
+            best = by_family.setdefault(spec.family, {}).get(depth)
+            if best is None or spec.width > parse_member(best["member"]).width:
+                by_family[spec.family][depth] = {**m, "x_anchor": x}
+        out[t["target_ms"]] = {f: sorted(d.values(), key=lambda m: m["x_anchor"]) for f, d in sorted(by_family.items())}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.search.cifar10_fronts",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--cifar10", type=Path, help="the CIFAR-10 training-image archive (train step)")
+    parser.add_argument("--step", choices=("time", "train", "report"), required=True)
+    parser.add_argument("--family", action="append", default=[], choices=sorted(FAMILIES),
+                        help="train step: only these families (may repeat; default all)")
+    parser.add_argument("--seeds", type=int, default=1, help="train step: seeds 0 to N-1 of each member (default 1)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--state-dir", type=Path, default=STATE_DIR)
+    args = parser.parse_args(argv)
+    state_dir = args.state_dir.resolve()
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    if args.step == "time":
+        timing = step_time(state_dir, log)
+        (state_dir / "fronts.json").write_text(json.dumps(timing, indent=2) + "\n")
+        log(f"  saved {state_dir / 'fronts.json'} ({timing['seconds']:.0f} s)")
+        args.step = "report"
+    timing = _read_step(state_dir, "fronts", "time (python -m benchmarks.search.cifar10_fronts --step time)")
+    front = fronts(timing)
+    if args.step == "train":
+        if args.cifar10 is None or not args.cifar10.is_file():
+            parser.error(f"--cifar10 {args.cifar10}: no such file")
+        if not 1 <= args.seeds <= BUDGET["seeds"]:
+            parser.error(f"--seeds {args.seeds}: from 1 to {BUDGET['seeds']}")
+        # as the comparison's own trainings run (benchmarks.search.cifar10_deploy.main):
+        # channels-last under the AVX2 cap
+        os.environ.update(trial_environment(TrainConfig(device="cpu"), False))
+        families = args.family or sorted(FAMILIES)
+        archs = [Arch.decode(m["arch"]) for t in front.values() for f in families for m in t.get(f, [])]
+        train_all(archs, args.cifar10, {**BUDGET, "seeds": args.seeds}, args.workers, state_dir, log)
+    for target, families in front.items():
+        log(f"  target {target:g} ms:")
+        for family, members in families.items():
+            for m in members:
+                runs = [json.loads(p.read_text()) for s in range(BUDGET["seeds"])
+                        if (p := state_dir / f"{training_key(Arch.decode(m['arch']), s, BUDGET)}.json").exists()]
+                accs = ", ".join(f"{100 * r['accuracy']:.1f}" for r in runs) or "not trained"
+                log(f"    {family:<16} {m['member']:<26} x{m['x_anchor']:.2f} {m['mmacs']:6.1f} M MACs  {accs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
