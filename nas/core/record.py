@@ -51,8 +51,8 @@ folder): the error, in one line. Resuming the search removes it."""
 
 PLACEMENT_TAGS = ("ray_node_id", "ray_node_ip", "ray_gpu_ids")
 _REPORT_TAGS = ("latency_source", "latency_backend", "latency_device", "latency_precision", "latency_target_stat",
-                "latency_scenario", "latency_anchor", "target_anchor", "accuracy_estimator",
-                "accuracy_precision", "train_memory_format", *PLACEMENT_TAGS, "latency_confirm_reason")
+                "latency_scenario", "latency_anchor", "target_anchor", "accuracy_estimator", "accuracy_precision",
+                "accuracy_runtime", "train_memory_format", *PLACEMENT_TAGS, "latency_confirm_reason")
 
 SORT_KEYS: dict[str, bool] = {
     # key -> descending
@@ -65,6 +65,10 @@ RUNG_METRICS = ("rung", "rung_train_images", "rung_epochs", "resumed_rungs")
 """A multi-fidelity candidate's highest rung (0-based), that rung's size, and rungs loaded from a
 checkpoint rather than trained in this trial (:mod:`nas.trial.rungs`)."""
 _PER_RUNG = re.compile(r"(accuracy|reward)_rung\d+")
+
+PRECISION_METRICS = ("accuracy_fp32", "latency_p50_fp32", "latency_p90_fp32", "latency_p95_fp32", "latency_p99_fp32")
+"""Below fp32 (``latency.precision``): the float network's accuracy and fp32 latency, logged beside the
+figures at the precision that decided (:attr:`Candidate.precision`), which the reward uses."""
 
 PREPROCESSING_METRICS = ("latency_model_p50", "latency_preprocessing_p50")
 """End-to-end latency (``latency.preprocessing``): the network's own p50 and the input pipeline's."""
@@ -154,6 +158,15 @@ class Candidate:
     def latency_p50(self) -> float:
         """The latency the reward used, in ms."""
         return self.metric("latency_p50")
+
+    @property
+    def precision(self) -> str:
+        """The precision that decided: the one its latency was timed at and its reward's accuracy is
+        for (``int8``); where its accuracy was recorded at another one (fp16 on a CPU trial, a custom
+        evaluator's score), both: ``fp16 (accuracy fp32)``; empty where not recorded."""
+        lat = self.tags.get("latency_precision", "")
+        acc = self.tags.get("accuracy_precision", lat)
+        return lat if acc == lat or not lat else f"{lat} (accuracy {acc})"
 
     @property
     def target_stat(self) -> str:
@@ -378,7 +391,7 @@ def candidate_from_reports(
     if status != FAILED:
         scores = tuple(k for k in last if k.endswith("_score"))  # a training-free estimator's own figure
         per_rung = tuple(k for k in last if _PER_RUNG.fullmatch(k))
-        for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms", "accuracy_fp32", *SERVER_METRICS,
+        for key in (*FINAL_METRICS, "train_loss", *scores, "latency_predicted_ms", *PRECISION_METRICS, *SERVER_METRICS,
                     *PREPROCESSING_METRICS, *ANCHOR_METRICS, *RUNG_METRICS, *per_rung):
             src = "latency_ms" if key == "latency_p50" else key
             v = _num(last.get(src))
@@ -568,7 +581,7 @@ def latency_provenance(c: Candidate) -> str:
 
 LEADERBOARD_COLUMNS = (
     "rank", "arch_id", "status", "rung", "accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99",
-    "latency_source", "latency_in_search_p50", "x_anchor", "anchor_latency_ms", "params", "macs", "reward",
+    "latency_source", "precision", "latency_in_search_p50", "x_anchor", "anchor_latency_ms", "params", "macs", "reward",
     "meets_target", "train_seconds", "measure_seconds", "accuracy_estimator", "run_id", "failure_reason", "arch",
 )
 """Columns of a leaderboard row (``leaderboard.csv``, the leaderboard's CSV and JSON)."""
@@ -588,6 +601,7 @@ def leaderboard_row(ranked: Ranked) -> dict[str, Any]:
         "accuracy": num("accuracy"),
         "val_loss": num("val_loss"), "latency_p50": num("latency_p50"), "latency_p90": num("latency_p90"),
         "latency_p99": num("latency_p99"), "latency_source": latency_provenance(c) or None,
+        "precision": c.precision or None,
         "latency_in_search_p50": num("latency_in_search_p50"), "x_anchor": num("x_anchor"),
         "anchor_latency_ms": num("anchor_latency_ms"),
         "params": None if params is None else int(params), "macs": None if macs is None else int(macs),

@@ -62,6 +62,7 @@ _CELLS: dict[str, Callable[[Candidate, str], str]] = {
     "x_anchor": _num(".3f"),
     "anchor_latency_ms": _num(".2f"),
     "latency_source": _source,
+    "precision": lambda c, _k: c.precision or "-",
     "params": lambda c, k: human(c.metric(k)),
     "macs": lambda c, k: human(c.metric(k)),
     "reward": _num(".4f"),
@@ -74,10 +75,11 @@ _HEADERS = {
     "meets_target": "meets",
 }
 TABLE_COLUMNS = (
-    "rank", "arch_id", "rung", "accuracy", "latency_p50", "latency_p99", "latency_source", "latency_in_search_p50",
+    "rank", "arch_id", "rung", "accuracy", "latency_p50", "latency_p99", "latency_source", "precision",
+    "latency_in_search_p50",
     "x_anchor", "anchor_latency_ms", "params", "macs", "reward", "meets_target", "status", "failure_reason",
 )
-_LEFT = {"arch_id", "status", "latency_source", "failure_reason"}
+_LEFT = {"arch_id", "status", "latency_source", "precision", "failure_reason"}
 
 
 def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, accuracy_label: str = "accuracy") -> str:
@@ -97,6 +99,8 @@ def format_table(rows: Sequence[Ranked], columns: Sequence[str] | None = None, a
         cols.remove("rung")  # not a multi-fidelity search
     if columns is None and not any(math.isfinite(r.candidate.metric("latency_in_search_p50")) for r in rows):
         cols.remove("latency_in_search_p50")  # no final latency pass: one latency per candidate
+    if columns is None and all(r.candidate.precision in ("", "fp32") for r in rows):
+        cols.remove("precision")  # every figure in fp32: nothing to say
     if columns is None and not any(math.isfinite(r.candidate.x_anchor) for r in rows):
         cols = [c for c in cols if c not in ("x_anchor", "anchor_latency_ms")]  # no anchor network
     headers = dict(_HEADERS, accuracy=accuracy_label.replace(" ", "_"))

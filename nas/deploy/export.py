@@ -105,7 +105,7 @@ class ExportTarget:
         """The search's figures of the candidate, and the search's target as ``target_ms``."""
         keys = ("accuracy", "val_loss", "latency_p50", "latency_p90", "latency_p99", "x_anchor", "anchor_latency_ms",
                 "params", "macs", "reward", "meets_target", "epochs_completed", "rung", "rung_train_images",
-                "rung_epochs")
+                "rung_epochs", "accuracy_fp32", "latency_p50_fp32", "latency_p90_fp32", "latency_p99_fp32")
         figures = {k: self.candidate.metrics[k] for k in keys if self.candidate and k in self.candidate.metrics}
         if self.search is not None and self.search.target_ms is not None:
             figures["target_ms"] = self.search.target_ms
@@ -605,6 +605,8 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
         "params": count_params(meta), "macs": count_macs(meta, shape), "num_classes": num_classes,
         "search": {"metrics": cand.search_figures,
                    "latency_source": (latency_provenance(cand.candidate) or None) if cand.candidate else None,
+                   # the precision its search figures (latency, and the accuracy the reward used) are at
+                   "precision": (cand.candidate.precision or None) if cand.candidate else None,
                    "tags": cand.search_tags},
         "training": training, "init": init, "weights": arch_info["weights"],
         "fusion": {

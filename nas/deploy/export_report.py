@@ -62,7 +62,10 @@ def render_report(r: dict[str, Any]) -> str:
         "| figure | value |", "|---|---|",
         f"| search accuracy ({_where(sm)}) | {fmt_num(sm.get('accuracy'))} |",
         f"| search reward | {fmt_num(sm.get('reward'))} |",
+        f"| search precision (latency and the reward's accuracy) | {r['search'].get('precision') or '-'} |",
     ]
+    if "accuracy_fp32" in sm:
+        lines.append(f"| search accuracy in fp32 (logged, not rewarded) | {fmt_num(sm['accuracy_fp32'])} |")
     if r["training"]:
         t = r["training"]
         lines.append(f"| final accuracy after {t['epochs']} epochs on {dataset_label(t['dataset'])} "
@@ -80,6 +83,10 @@ def render_report(r: dict[str, Any]) -> str:
         f"| search | {fmt_num(sm.get('latency_p50'))} | {fmt_num(sm.get('latency_p90'))} "
         f"| {fmt_num(sm.get('latency_p99'))} | {r['search']['latency_source'] or '-'} | - |",
     ]
+    if "latency_p50_fp32" in sm:
+        lines.append(f"| search, fp32 (logged, not rewarded) | {fmt_num(sm['latency_p50_fp32'])} "
+                     f"| {fmt_num(sm.get('latency_p90_fp32'))} | {fmt_num(sm.get('latency_p99_fp32'))} "
+                     "| measured | - |")
     for stage, label in (("unfused", "export, unfused"), ("fused", "export, Conv+BN fused")):
         x = lat[stage]
         cpu = f"{x['cpu_per_wall']:.2f}" if x.get("cpu_per_wall") is not None else "-"

@@ -76,6 +76,7 @@ from nas.driver.screen import MAX_REFUSED, LatencyScreen, make_screen
 from nas.oneshot.subnet import check_supernet
 from nas.trial.evaluate import (
     TrialContext,
+    fp32_config,
     latency_estimator,
     measure_preprocessing_cost,
     preprocessing_spec,
@@ -209,6 +210,9 @@ def _check_latency(cfg: SearchConfig, num_classes: int, space: SearchSpace) -> s
     """
     try:
         est = latency_estimator(cfg.latency, num_classes, space)
+        as_fp32 = fp32_config(cfg.latency)
+        if as_fp32 is not None:  # the fp32 figures logged beside: built as a trial will, too
+            latency_estimator(as_fp32, num_classes, space)
     except LatencyConfigError as err:
         raise LatencyConfigError(
             f"latency (backend {cfg.latency.backend!r}): {err}; set these with latency.options.<key>=... and "

@@ -8,6 +8,13 @@ per epoch, or a training-free score) -> reward -> report.
 Latency is measured before training so that every per-epoch report already carries the
 reward: an early-stopping scheduler (ASHA) then acts on the same number the sampler optimises.
 
+Below fp32 (``latency.precision``) the candidate is timed at that precision, the figures the reward
+uses, and in fp32 by the same backend (``latency_p50_fp32``, ...: :func:`fp32_config`), logged beside
+them; after its training its accuracy is that of the network quantised (int8) by the deploying
+runtime and run by it on the validation images (:mod:`nas.accuracy.precision`), the float figure kept
+as ``accuracy_fp32``. The int8 latency is the int8 graph's, timed before training: the kernels a
+runtime picks, and their speed, depend on the graph, not on the weights or the calibrated scales.
+
 Expected failures (:data:`nas.core.errors.USER_ERRORS`: the typed errors of :mod:`nas`,
 :mod:`search_spaces` and :mod:`latency_predictor`) end the trial with a FAILED report that names
 the error; so do running out of memory (``torch.OutOfMemoryError``, ``MemoryError``, or the CPU
@@ -48,7 +55,7 @@ from latency_predictor.measurement.protocol import LatencyStats
 from latency_predictor.measurement.scenario import check_scenario
 from latency_predictor.measurement.slot import device_work
 from latency_predictor.measurement.statistic import check_runs, protocol_for, stat_value
-from nas.accuracy.precision import precision_evaluator
+from nas.accuracy.precision import PrecisionEvaluator, precision_evaluator
 from nas.accuracy.training import EpochResult, channels_last_on, evaluate, resolve_device, train_briefly
 from nas.accuracy.zero_cost import zero_cost_score
 from nas.core.config import AccuracyConfig, LatencyConfig, RungConfig, TrainConfig
@@ -212,6 +219,20 @@ def _estimator(
     return _ESTIMATORS[key]
 
 
+def fp32_config(cfg: LatencyConfig) -> LatencyConfig | None:
+    """The latency settings that time a candidate in fp32 beside ``cfg``'s lower precision (the same
+    backend, options and protocol); None at fp32, and for a learned predictor (it knows one precision)."""
+    if cfg.precision == "fp32" or cfg.backend == "predictor":
+        return None
+    return replace(cfg, precision="fp32")
+
+
+def fp32_metrics(lat: LatencyResult) -> dict[str, float]:
+    """The fp32 latency fields of a trial report, beside the figures at ``latency.precision``."""
+    return {"latency_p50_fp32": lat.stats.p50, "latency_p90_fp32": lat.stats.p90,
+            "latency_p95_fp32": lat.stats.p95, "latency_p99_fp32": lat.stats.p99}
+
+
 def beside_anchor(lat: LatencyResult, estimator: LatencyEstimator, ctx: TrialContext) -> LatencyResult:
     """``lat`` paired with the anchor network measured right after it by ``estimator``'s measuring part
     (:func:`latency_predictor.measurement.paired.pair`, one round), at the target's statistic; ``lat``
@@ -325,6 +346,11 @@ def _evaluate(
     lat = with_preprocessing(estimator.measure(arch), ctx.latency, ctx.preprocessing)
     check_runs(lat, ctx.latency.target_stat)
     lat = beside_anchor(lat, estimator, ctx)
+    as_fp32 = fp32_config(ctx.latency)
+    if as_fp32 is not None:  # logged beside the figures the reward uses, never used by it
+        deadline.check("the start of the fp32 latency measurement")
+        base.update(fp32_metrics(with_preprocessing(
+            _estimator(as_fp32, ctx.data.num_classes, ctx.space).measure(arch), ctx.latency, ctx.preprocessing)))
     scoring = Objective.of(ctx.latency, ctx.target_ms, ctx.reward, ctx.target_x, ctx.anchor)
     base["measure_seconds"] = time.perf_counter() - t0
     deadline.check("the end of the latency measurement")
@@ -359,7 +385,7 @@ def _evaluate(
         _custom(arch, ctx, base, report, deadline, device, guard, scoring, final_latency, lambda: lat)
         return
     if ctx.accuracy.estimator == "supernet" and ctx.rungs:  # the supernet's estimate is the bottom rung
-        at_precision = precision_evaluator(ctx.latency.precision, ctx.data, device,
+        at_precision = precision_evaluator(ctx.latency.precision, ctx.latency.backend, ctx.data, device,
                                            ctx.accuracy.calibration_samples, ctx.train.seed, ctx.threads)
         with guard():
             net, normed, res = _supernet_start(arch, ctx, device)
@@ -397,8 +423,8 @@ def _evaluate(
         })
         return
 
-    at_precision = precision_evaluator(ctx.latency.precision, ctx.data, device, ctx.accuracy.calibration_samples,
-                                       ctx.train.seed, ctx.threads)
+    at_precision = precision_evaluator(ctx.latency.precision, ctx.latency.backend, ctx.data, device,
+                                       ctx.accuracy.calibration_samples, ctx.train.seed, ctx.threads)
     if ctx.rungs:
         _train_rungs(arch, model, ctx, base, report, deadline, guard, at_precision, scoring, final_latency,
                      lambda: lat, ctx.data, _recipe_rungs(model, ctx, device, guard, deadline))
@@ -522,13 +548,14 @@ def _custom_rungs(evaluator: Evaluator, model: torch.nn.Module, ctx: TrialContex
 
 def _deployed_accuracy(
     e: EpochResult, last: bool, model: torch.nn.Module, ctx: TrialContext,
-    at_precision: Callable[[torch.nn.Module], float] | None, guard: Callable[[], AbstractContextManager[Any]],
+    at_precision: PrecisionEvaluator | None, guard: Callable[[], AbstractContextManager[Any]],
     deadline: Deadline,
 ) -> tuple[float, dict[str, Any]]:
     """The accuracy an epoch's report carries, and which precision it is at.
 
     At the end of a training the reward weighs the deployed network: its accuracy at the precision
-    its latency is for (``latency.precision``); the epochs before report the fp32 figure.
+    its latency is for (``latency.precision``), quantised and run by ``accuracy_runtime``; the float
+    figure is kept as ``accuracy_fp32``. The epochs before report the fp32 figure.
     """
     if not last:
         return e.accuracy, {}
@@ -537,13 +564,14 @@ def _deployed_accuracy(
     with guard():
         accuracy = at_precision(model)
     deadline.check(f"the end of the {ctx.latency.precision} evaluation")
-    return accuracy, {"accuracy_fp32": e.accuracy, "accuracy_precision": ctx.latency.precision}
+    return accuracy, {"accuracy_fp32": e.accuracy, "accuracy_precision": at_precision.precision,
+                      "accuracy_runtime": at_precision.runtime}
 
 
 def _train_rungs(
     arch: Arch, model: torch.nn.Module, ctx: TrialContext, base: dict[str, Any], report: Report, deadline: Deadline,
     guard: Callable[[], AbstractContextManager[Any]],
-    at_precision: Callable[[torch.nn.Module], float] | None, scoring: Objective,
+    at_precision: PrecisionEvaluator | None, scoring: Objective,
     final_latency: Callable[[float], LatencyResult], latency_now: Callable[[], LatencyResult], task: TaskData,
     train_rung: RungTrainer, supernet: SubnetResult | None = None,
 ) -> None:
