@@ -9,6 +9,7 @@ import re
 import shlex
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,25 @@ AREA = {
 }
 """Each benchmark's area (by record name): its module, notes and records live in ``benchmarks/<area>/``."""
 VERSIONED = ("torch", "numpy", "onnxruntime", "onnx", "optuna", "ray", "mlflow", "scikit-learn")
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A benchmark's row of the results table at the top of ``BENCHMARKS.md``, from its record.
+
+    Attributes:
+        claim: what the row answers ("latency predictor accuracy").
+        figure: the figure as measured, with its unit.
+        against: what the figure is compared with: the anchor, a baseline, or a peer's published number.
+        goal: the goal set for the figure ("none set" for a measurement without one).
+        met: whether the figure meets the goal (None: no goal is set).
+    """
+
+    claim: str
+    figure: str
+    against: str
+    goal: str
+    met: bool | None
 
 
 def machine_and_load() -> dict[str, Any]:

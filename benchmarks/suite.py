@@ -3,12 +3,13 @@
     python scripts/bench.py --list                 # the benchmarks and how long each takes
     python scripts/bench.py --quick                # every benchmark, small (under 10 minutes on 2 cores)
     python scripts/bench.py sampler screening      # some benchmarks, full size (says how long first)
-    python scripts/bench.py --render               # BENCHMARKS.md from the records under benchmarks/<area>/records/
+    python scripts/bench.py --render               # BENCHMARKS.md and docs/benchmarks/ from the records
 
 Each benchmark prints its figures and writes a JSON record (machine, CPU model, versions, date,
 exact command, mode, figures): ``benchmarks/<area>/records/<name>.json`` in full mode,
-``benchmarks/<area>/records/quick/<name>.json`` in quick mode. After a run, ``BENCHMARKS.md`` is rendered
-again from the records.
+``benchmarks/<area>/records/quick/<name>.json`` in quick mode. After a run, ``BENCHMARKS.md`` (the results
+table) and the documentation's pages of each area (``docs/benchmarks/<area>.md``) are rendered again from the
+records, each benchmark's section by its own ``render`` and its row of the table by its own ``headline``.
 """
 
 from __future__ import annotations
@@ -145,11 +146,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     p.add_argument("--quick", action="store_true", help="small versions (the whole suite in under 10 minutes)")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
-    p.add_argument("--render", action="store_true", help="only render BENCHMARKS.md from the records")
-    p.add_argument("--no-render", action="store_true", help="do not render BENCHMARKS.md after the run")
+    p.add_argument("--render", action="store_true", help="only render BENCHMARKS.md and the area pages")
+    p.add_argument("--no-render", action="store_true",
+                   help="do not render BENCHMARKS.md and the area pages after the run")
     p.add_argument("--records", type=Path,
                    help="one records folder for every benchmark (default: each area's, benchmarks/<area>/records/)")
-    p.add_argument("--output", type=Path, default=common.ROOT / "BENCHMARKS.md", help="rendered file")
+    p.add_argument("--output", type=Path, default=common.ROOT / "BENCHMARKS.md", help="the rendered results page")
+    p.add_argument("--pages", type=Path, default=common.ROOT / "docs" / "benchmarks",
+                   help="the folder of the rendered area pages (default docs/benchmarks/)")
     p.add_argument("--seeds", type=int,
                    help="sampler: search seeds (quick 5; full 10); references: training seeds (quick 1; full 3)")
     p.add_argument("--epochs", type=int, help="references: training epochs per network (quick 3; full 8)")
@@ -189,14 +193,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.render:
         from benchmarks import render
 
-        path = render.write(args.records, args.output)
-        print(f"rendered {path}")
+        path = render.write(args.records, args.output, args.pages)
+        print(f"rendered {common.portable(path)} and {common.portable(args.pages)}/")
         return 0
     known = registry()
     if args.list:
         for b in known.values():
             note = "" if b.in_quick else " (not in --quick unless named)"
-            print(f"{b.name:<12} quick ~{b.minutes[0]:g} min, full ~{b.minutes[1]:g} min  {b.summary}{note}")
+            print(f"{b.name:<12} {common.area(b.name):<11} quick ~{b.minutes[0]:g} min, full ~{b.minutes[1]:g} min  "
+                  f"{b.summary}{note}")
         quick_total = sum(b.minutes[0] for b in select([], known, quick=True))
         full_total = sum(b.minutes[1] for b in known.values())
         print(f"total: --quick ~{quick_total:g} min (the benchmarks not marked otherwise); "
@@ -228,5 +233,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_render:
         from benchmarks import render
 
-        print(f"rendered {render.write(args.records, args.output)}")
+        print(f"rendered {render.write(args.records, args.output, args.pages)}")
     return 0

@@ -90,7 +90,7 @@ def test_the_predictor_snippet_loads_what_the_pages_commands_make(where: str, co
 
 # --- names and links ---------------------------------------------------------------------------
 
-TEXTS = [*DOCS, ROOT / "BENCHMARKS.md"]
+TEXTS = [*DOCS, ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 DOTTED = re.compile(r"\b((?:search_spaces|latency_predictor|nas|benchmarks)(?:\.[A-Za-z_]\w*)+)")
 REPO_PATH = re.compile(r"(?<![\w./<-])((?:search_spaces|latency_predictor|nas|conf|benchmarks|scripts|tests|docs|\.ci)"
@@ -173,6 +173,17 @@ def test_the_readmes_links_name_files_and_sections_that_exist() -> None:
         if anchor:
             headings = re.findall(r"^#+ (.+)$", (ROOT / target).read_text(), re.M)
             assert anchor in {_github_anchor(h) for h in headings}, f"README.md: {target} has no section #{anchor}"
+
+
+def test_the_results_tables_links_land_on_sections_that_exist() -> None:
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "BENCHMARKS.md").read_text())
+    assert sum("#" in link for link in links) >= 10, links
+    for link in links:
+        target, _, anchor = link.partition("#")
+        assert (ROOT / target).is_file(), f"BENCHMARKS.md links to {target}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / target).read_text(), re.M)
+            assert anchor in {_github_anchor(h) for h in headings}, f"BENCHMARKS.md: {target} has no section #{anchor}"
 
 
 # --- example searches --------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def run(archive: Path, quick: bool, workers: int = 2, log: Callable[[str], None]
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     f = rec["figures"]
     ests = sorted(f["estimators"], key=lambda e: -f["estimators"][e]["kendall_tau"])

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from benchmarks.accuracy.fidelity import cifar10_archive
-from benchmarks.common import ROOT, header, record_path, write_record
+from benchmarks.common import ROOT, Headline, header, record_path, write_record
 from nas.core.config import DataConfig, FidelityConfig, ReferenceBudget, RungConfig, TrackingConfig, TrainConfig
 from nas.studies.fidelity import run_fidelity, table
 from search_spaces.space import SPACES_DIR
@@ -78,8 +78,21 @@ def study_command(cfg: FidelityConfig) -> str:
             f"'rungs=[{rungs}]' workers={cfg.workers} train.device=cpu")
 
 
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: the last rung's rank agreement with full training."""
+    f = rec["figures"]
+    rungs = sorted(k for k in f["estimators"] if k.startswith("rung"))
+    top = f["estimators"][rungs[-1]]
+    return Headline(
+        "Accuracy fidelity: the search's rungs against full training",
+        f"last rung's Kendall tau {top['kendall_tau']:.2f} over {top['n']} networks (95% CI "
+        f"{top['kendall_ci'][0]:.2f} to {top['kendall_ci'][1]:.2f})",
+        f"training at the deployment budget; its own seed-to-seed noise ceiling tau {f['noise_ceiling']:.2f}",
+        "none set", None)
+
+
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct
     from benchmarks.render import table as md_table
 

@@ -113,7 +113,7 @@ def figures_of(study: dict[str, Any], runs: dict[int, np.ndarray], estimates: di
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, table
     f = rec["figures"]
     seeds, others = f["seeds"], f["seeds"][1:]

@@ -340,7 +340,7 @@ def run(archive: Path, quick: bool, epochs: int | None = None, fidelity_dir: Pat
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     f = rec["figures"]
     sn, fid, cost, search = f["supernet"], f["fidelity"], f["cost"], f["search"]

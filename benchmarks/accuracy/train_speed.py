@@ -272,7 +272,7 @@ def part_isa(archive: Path, size: dict[str, Any], nets: dict[str, str], log: Any
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import table
 
     f = rec["figures"]

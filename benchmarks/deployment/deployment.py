@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import Headline
 from latency_predictor import LatencyResult
 from latency_predictor.measurement.backends import OnnxRuntimeBackend, make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
@@ -313,8 +314,23 @@ def run(archive: Path, quick: bool, log: Callable[[str], None] = print) -> dict[
     }
 
 
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: the searched network's INT8 variant against its FP32 one."""
+    f = rec["figures"]
+    s = next(n for n in f["networks"] if n["name"] == "searched")
+    v = s["int8"]["fp32"]
+    g = f["goals"]
+    return Headline(
+        "INT8 deployment",
+        f"the searched network in INT8: {v['speedup']:.2f}x faster, {-v['accuracy_loss_points']:+.2f} points "
+        "of accuracy (ONNX Runtime CPU, 1 thread)",
+        "the same network in FP32",
+        f">= {g['int8_speedup']:g}x faster, <= {g['int8_max_loss_points']:g} point lost",
+        bool(v["meets_speedup"] and v["meets_accuracy"]))
+
+
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     f = rec["figures"]
     s = f["settings"]

@@ -135,7 +135,7 @@ def run(archs: dict[str, Arch], rounds: int, shape: tuple[int, ...], measure: Me
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, table
     f, st = rec["figures"], rec["settings"]
     rows = [[r["network"], _f(r["local_p50_ms"], 3), _f(r["agent_p50_ms"], 3), _f(r["p50_ratio"], 4),

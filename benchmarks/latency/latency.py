@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import ROOT, header, record_path, write_record
+from benchmarks.common import ROOT, Headline, header, record_path, write_record
 from latency_predictor.measurement.backends import make_estimator
 from search_spaces import REFERENCES, resolve_arch
 
@@ -113,8 +113,24 @@ def gpu(arch: str) -> dict[str, Any]:
     return {"arch": arch, "device_name": torch.cuda.get_device_name(0), "rows": rows}
 
 
+REPEATABILITY_GOAL = 1.10
+"""The goal for max/min of the p50s of the same network measured in separate processes."""
+
+
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: repeatability across processes."""
+    r = rec["repeatability"]
+    ratio = r["max_over_min_p50"]
+    return Headline(
+        "Latency measurement: repeatability",
+        f"max/min p50 over {len(r['processes'])} fresh processes: {ratio:.3f} ({r['arch']}, ONNX Runtime CPU, "
+        "1 thread)",
+        "the same network measured again in separate processes, one after the other",
+        f"<= {REPEATABILITY_GOAL:.2f}", ratio <= REPEATABILITY_GOAL)
+
+
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     r, o, a = rec["repeatability"], rec["overhead"], rec["agreement"]
     procs = r["processes"]

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import header, machine_and_load, write_record
+from benchmarks.common import Headline, header, machine_and_load, write_record
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import build_eval_net, export_onnx, parse_shape
 from search_spaces import resolve_arch
@@ -113,8 +113,21 @@ def run(networks: list[str], rounds: int, seconds: float, input_shape: tuple[int
     }
 
 
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: networks within 5% of benchmark_app."""
+    f = rec["figures"]
+    n, agree = len(f["networks"]), f["within_5pct"]
+    ratios = [r["median_ratio"] for r in f["networks"]]
+    return Headline(
+        "Latency agreement with a vendor's tool (OpenVINO)",
+        f"{agree} of {n} networks within {TOLERANCE:.0%} (LatNAS / benchmark_app p50 {min(ratios):.3f}-"
+        f"{max(ratios):.3f})",
+        "OpenVINO's own benchmark_app on the same ONNX files, alternating rounds",
+        f"every network within {TOLERANCE:.0%}", agree == n)
+
+
 def render(rec: dict[str, Any]) -> str:
-    """The record's section of BENCHMARKS.md: one row per network."""
+    """The record's section on its area's page (docs/benchmarks/<area>.md): one row per network."""
     f = rec["figures"]
     lines = [f"LatNAS's `latency=openvino` against OpenVINO's `benchmark_app` on the same ONNX file, "
              f"{'x'.join(map(str, f['input_shape']))}, {f['threads']} thread(s), {f['rounds']} alternating rounds "

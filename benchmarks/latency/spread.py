@@ -175,7 +175,7 @@ def summarise(per_search: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     f, st = rec["figures"], rec["settings"]
     n = st["searches"]

@@ -223,7 +223,7 @@ def p99_search(target_ms: float, trials: int, remeasure: int, workdir: Path,
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _ci, _f, _pct, table
     f, st = rec["figures"], rec["settings"]
     pr = f["percentiles"]

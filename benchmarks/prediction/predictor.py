@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import header, write_record
+from benchmarks.common import Headline, header, write_record
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
 from latency_predictor.prediction.collection import collect, default_out
@@ -101,8 +101,22 @@ def throughput(predictor_path: Path, expected: PredictorTarget, n: int, seed: in
     }
 
 
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: the held-out accuracy against the baselines."""
+    m, res, tg = rec["report"]["models"], rec["results"], rec["targets"]
+    n = rec["report"]["n_test"]
+    return Headline(
+        "Latency predictor accuracy",
+        f"{res['within_10']:.1%} of {n} held-out networks within +-10%, Spearman {res['spearman']:.3f}; "
+        f"{res['throughput_per_s']:,.0f} predictions/s",
+        f"latency proportional to MACs {m['macs']['within_10']:.1%}, a per-block lookup table "
+        f"{m['lookup_table']['within_10']:.1%} (same split)",
+        f"+-10% on >= {tg['within_10']:.0%}, Spearman >= {tg['spearman']:.2f}, >= {tg['throughput_per_s']:,.0f}/s",
+        all(rec["met"].values()))
+
+
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     rep, s, tp = rec["report"], rec["splits"], rec["throughput"]
     rows = [[name, _f(m["rmse_ms"]), _pct(m["mape"]), _pct(m["within_5"]), _pct(m["within_10"]),

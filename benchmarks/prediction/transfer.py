@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import header, write_record
+from benchmarks.common import Headline, header, write_record
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
 from latency_predictor.prediction.collection import collect, default_out
@@ -230,8 +230,25 @@ def record(module: str, settings: dict[str, Any], load_before: float, t0: float,
     }
 
 
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: pairs of devices where the adapted predictor meets the goal."""
+    goal, pairs = rec["goal"], rec["pairs"]
+    n = str(goal["n"])
+    adapted = [p["by_n"][n]["adapted_informative"]["within_10"] for p in pairs]
+    scratch = [p["by_n"][n]["scratch_random"]["within_10"] for p in pairs]
+    met = sum(bool(p.get("goal_met")) for p in pairs)
+    return Headline(
+        "Predictor transfer to a new device",
+        f"adapted from {n} measurements: +-10% on {min(adapted):.0%}-{max(adapted):.0%} of held-out networks; "
+        f"goal met on {met} of {len(pairs)} device pairs",
+        f"a predictor fitted from scratch on the same {n} ({min(scratch):.0%}-{max(scratch):.0%}), and one fitted "
+        f"on {rec['settings']['n_full']} measurements",
+        f"from {n} measurements, +-10% on >= {goal['within_10']:.0%} and Spearman >= {goal['spearman']:.2f}, "
+        "every pair", met == len(pairs))
+
+
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     st, goal, devices = rec["settings"], rec["goal"], rec["devices"]
     dev = table(["device", "what", "usable architectures"],

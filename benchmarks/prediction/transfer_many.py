@@ -103,7 +103,7 @@ def evaluate(datasets: dict[str, Dataset], shots: list[int], n_full: int, n_test
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     st, goal = rec["settings"], rec["goal"]
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import header, record_path, write_record
+from benchmarks.common import Headline, header, record_path, write_record
 from nas.trial.faults import ENV_VAR, FaultPlan
 
 NAME = "reliability"
@@ -236,8 +236,21 @@ def check(store: Store, plan: FaultPlan, n_trials: int, timeout_s: float, phases
     return {"figures": figures, "checks": checks, "wrong": wrong}
 
 
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: the record checked against the fault plan."""
+    f, checks = rec["figures"], rec["checks"]
+    passed = sum(bool(v) for v in checks.values())
+    return Headline(
+        "Reliability under injected faults",
+        f"{f['trials']} trials: {f['failed']} failed with a reason, {f['retried']} killed and retried, "
+        f"{f['lost']} lost, {f['duplicates']} duplicated; the driver killed and interrupted "
+        f"{f['driver_interruptions']} times",
+        f"the fault plan ({rec['settings']['bad_rate']:.0%} bad, {rec['settings']['kill_rate']:.0%} killed)",
+        f"every check passes ({passed} of {len(checks)})", passed == len(checks))
+
+
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     st, f, checks = rec["settings"], rec["figures"], rec["checks"]
     how = {"SIGKILL": "driver SIGKILLed", "SIGINT": "Ctrl-C (SIGINT to its process group)", "none": "ran to the end"}

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import Headline
 from nas.core.config import SearchConfig
 from nas.core.record import COMPLETED
 from nas.driver import run_search
@@ -101,8 +102,21 @@ def run(n_trials: int, epochs: int, log: Callable[[str], None] = print) -> dict[
             "trial": "build, ONNX Runtime CPU measurement (1 thread, 1x3x224x224), brief SGD training on digits"}
 
 
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: search throughput, and its projection."""
+    f = rec["figures"]
+    one = f["runs"][0]["candidates_per_hour"]
+    p = f["projection"]
+    return Headline(
+        "Search throughput",
+        f"{one:,.0f} candidates/h with 1 worker, {f['speedup_2_over_1']:.2f}x with 2 (projected "
+        f"{p['candidates_per_hour']:,.0f}/h on {p['workers']} workers)",
+        "one worker on the same machine",
+        "none set", None)
+
+
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, table
     f = rec["figures"]
     p = f["projection"]

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import ROOT, command_line, header, machine_and_load, record_path, spread, write_record
+from benchmarks.common import ROOT, Headline, command_line, header, machine_and_load, record_path, spread, write_record
 from benchmarks.search.references_cifar10 import SCALE_ROUNDS, TARGET_WIDTHS, anchor_targets, paired_ratios, scaled
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import export_onnx
@@ -439,8 +439,26 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
             "goal": {"points": GOAL_POINTS, "accuracy": GOAL_ACCURACY}}
 
 
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: the searched network against the references at each target."""
+    f = rec["figures"]
+    figure, against = [], []
+    for t in f["targets"]:
+        s = next(c for c in t["candidates"] if c["name"] == "searched")
+        figure.append(f"{100 * s['accuracy']['median']:.1f}% at {s['latency_ratio']:.2f}x {t['anchor']} "
+                      f"(median of {s['accuracy']['n']} seeds)")
+        against.append(", ".join(f"{c['name']} {100 * c['accuracy']['median']:.1f}%"
+                                 for c in t["candidates"] if c is not s))
+    return Headline(
+        "Searched vs hand-designed networks, CIFAR-10 at the deployment budget",
+        "searched: " + "; ".join(figure),
+        "; ".join(against) + " (width-scaled to each target, trained the same way)",
+        f">= {f['goal']['points']:g} point more accurate than every reference no faster, seed ranges apart, "
+        f">= {100 * f['goal']['accuracy']:.0f}%, at each target", all(t["goal"]["met"] for t in f["targets"]))
+
+
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, comparison_lines, table
 
     f = rec["figures"]

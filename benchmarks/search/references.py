@@ -143,7 +143,7 @@ def run(seeds: int, epochs: int, search_n: int, quick: bool, log: Callable[[str]
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, comparison_lines, table
     from benchmarks.search.references_cifar10 import render_figures
     f = rec["figures"]

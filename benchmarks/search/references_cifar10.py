@@ -302,7 +302,7 @@ def run(archive: Path, quick: bool, workers: int = 2, log: Callable[[str], None]
 
 
 def render_figures(f: dict[str, Any], matched: str) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     s = f["targets"][0]["candidates"][0]["search"]
     st = s["settings"]

@@ -128,7 +128,7 @@ def run(budgets: Sequence[int], seeds: int, samplers: Sequence[str] = SAMPLERS,
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, table
     f = rec["figures"]
     names = list(next(iter(f["results"].values())))

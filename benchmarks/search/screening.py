@@ -56,7 +56,7 @@ def run(n: int, seed: int = 7, log: Callable[[str], None] = print) -> dict[str, 
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, table
     f = rec["figures"]
     w = "measured" if f["wall_1000_measured"] else f"projected from {f['n']} candidates"

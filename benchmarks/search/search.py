@@ -101,7 +101,7 @@ def bench_overhead(workdir: Path, n_trials: int, epochs: int) -> dict[str, Any]:
 
 
 def render(rec: dict[str, Any]) -> str:
-    """The BENCHMARKS.md section of a record of this benchmark."""
+    """The section of a record of this benchmark on its area's page (docs/benchmarks/<area>.md)."""
     from benchmarks.render import _f, _pct, table
     o = rec["overhead"]
     ov = table(["figure", "value"], [

@@ -25,6 +25,14 @@ def _rec(name: str, figures: dict, mode: str = "full") -> dict:
             "wall_seconds": 12.0}
 
 
+def _rendered(records: Path, tmp_path: Path) -> str:
+    """Render ``records`` as the suite does (the results page and one page per area) and return the results
+    page followed by the area pages, in the areas' order."""
+    render.write(records, tmp_path / "BENCHMARKS.md", tmp_path / "pages")
+    pages = [tmp_path / "pages" / f"{a}.md" for a in (*common.AREAS, "other")]
+    return "\n".join(p.read_text() for p in [tmp_path / "BENCHMARKS.md", *pages] if p.exists())
+
+
 def _sampler_figures() -> dict:
     entry = {"best_reward": spread([1.0, 2.0, 3.0])}
     return {"latency": "predicted", "accuracy_estimate": "NASWOT", "reward": "squared", "target_ms": 14.5,
@@ -44,7 +52,7 @@ def test_render_sections_from_records(tmp_path: Path) -> None:
     (records / "quick" / "sampler.json").write_text(json.dumps(_rec("sampler", {"broken": True}, mode="quick")))
     (records / "mystery.json").write_text(json.dumps(_rec("mystery", {"answer": 42})))
     (tmp_path / "sampler.md").write_text("TPE was lucky on seed 3.\n")
-    out = render.write(records, tmp_path / "BENCHMARKS.md").read_text()
+    out = _rendered(records, tmp_path)
 
     assert out.index("## Sampler quality") < out.index("## Predictor-driven screening speed") < out.index("## Mystery")
     assert "| 10 | tpe | 2.00 | 1.50 - 2.50 | 1.00 - 3.00 | 1/1/1 |" in out  # the full record, not the quick one
@@ -60,13 +68,61 @@ def test_render_sections_from_records(tmp_path: Path) -> None:
 def test_render_the_committed_records_keeps_their_figures() -> None:
     records = render.load_records(*render.records_dirs())
     assert {"latency", "search"} <= set(records), "the committed latency and search records are missing"
-    text = render.render({k: records[k] for k in ("latency", "search")})
+    text = render.sections({k: records[k] for k in ("latency", "search")})
     assert "## Latency measurement" in text and "**Agreement**" in text
     assert "overhead per trial" in text
     ratio = records["latency"]["repeatability"]["max_over_min_p50"]
     assert f"**{ratio:,.3f}**" in text  # the record's own figure, as measured
     overhead = records["search"]["overhead"]["overhead_per_trial_seconds"]
     assert f"{overhead:.2f}" in text or f"{overhead:.3f}" in text
+
+
+
+HEADLINES = ("latency", "openvino_parity", "predictor", "transfer", "cifar10_deploy", "fidelity_deploy", "deployment",
+             "reliability", "scale")
+"""The benchmarks whose headline rows the results table must show (each declares its ``headline``)."""
+
+
+def test_the_committed_benchmark_pages_are_the_records_rendered(tmp_path: Path) -> None:
+    render.write(None, tmp_path / "BENCHMARKS.md", tmp_path / "docs" / "benchmarks")
+    rendered = sorted((tmp_path / "docs").rglob("*.md"))
+    assert {p.relative_to(tmp_path / "docs").as_posix() for p in rendered} == {
+        "benchmarks.md", *(f"benchmarks/{a}.md" for a in common.AREAS)}
+    for path in [tmp_path / "BENCHMARKS.md", *rendered]:
+        committed = common.ROOT / path.relative_to(tmp_path)
+        assert committed.read_text() == path.read_text(), \
+            f"{committed.relative_to(common.ROOT)} is not its records rendered: run python scripts/bench.py --render"
+    assert len((tmp_path / "BENCHMARKS.md").read_text().splitlines()) < 300
+
+
+def test_the_results_table_opens_the_page_with_a_row_per_headline_linked_to_its_section(tmp_path: Path) -> None:
+    render.write(None, tmp_path / "BENCHMARKS.md", tmp_path / "docs" / "benchmarks")
+    lines = (tmp_path / "BENCHMARKS.md").read_text().splitlines()
+    assert lines[7].startswith("| claim | figure | against | goal | met | measured | details |")  # the first screen
+    rows = [line for line in lines if line.startswith("| ") and "](docs/benchmarks/" in line]
+    assert len(rows) == len(HEADLINES)
+    records = render.load_records(*render.records_dirs())
+    for name, row in zip(HEADLINES, rows, strict=True):
+        area = common.area(name)
+        assert f"(docs/benchmarks/{area}.md#{render.slug(render.title(name))})" in row, name
+        assert records[name]["date"][:10] in row
+        assert any(verdict in row for verdict in ("| **met** |", "| **not met** |", "| no goal set |")), name
+        page = (tmp_path / "docs" / "benchmarks" / f"{area}.md").read_text()
+        assert f"\n## {render.title(name)}\n" in page  # the row's link lands on its section
+    site = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert f"(benchmarks/latency.md#{render.slug(render.title('latency'))})" in site  # links from docs/
+
+
+def test_a_headline_says_whether_its_figure_meets_its_goal() -> None:
+    from benchmarks.latency import latency
+
+    rec = json.loads(common.record_path("latency", "full").read_text())
+    assert latency.headline(rec).met == (rec["repeatability"]["max_over_min_p50"] <= latency.REPEATABILITY_GOAL)
+    rec["repeatability"]["max_over_min_p50"] = 1.5
+    row = render.results_table({"latency": rec}, "docs/benchmarks")
+    assert "| <= 1.10 | **not met** |" in row and "1.500" in row
+    rec.pop("repeatability")  # a record of another layout is named, not skipped
+    assert "not read from this record (KeyError" in render.results_table({"latency": rec}, "docs/benchmarks")
 
 
 def _objective(arch: Arch) -> float:
@@ -130,8 +186,8 @@ def test_render_transfer_and_agent_records() -> None:
              "environment": MACHINE, "settings": {"input_shape": [1, 3, 224, 224], "rounds": 5},
              "figures": {"rows": [row], "p50_ratio_median": 1.01, "p50_ratio_range": [1.01, 1.01],
                          "transport_s_median": 0.005, "wall_ratio_median": 1.05, "goal_p50_ratio": 1.02, "met": True}}
-    out = render.render({"transfer": transfer, "agent": agent})
-    assert out.index("## A predictor for a new device") < out.index("## Measurement agent overhead")
+    out = render.sections({"transfer": transfer, "agent": agent})
+    assert out.index("## Measurement agent overhead") < out.index("## A predictor for a new device")  # by area
     assert "| ort1 -> torch | 90.0% / 0.960 | 90.0% / 0.960 | 90.0% / 0.960 | 90.0% / 0.960 | 40.0% / 0.960 |" in out
     assert "met by\n1 of 1 pairs" in out
     assert "| mobilenetv2_100 | 10.000 | 10.100 | 1.0100 | 5.0 ms | 2.00 / 2.10 |" in out
@@ -149,7 +205,7 @@ def test_render_the_several_sources_record_after_the_pairs() -> None:
         "pairs": [{"first": "torch", "target": "ort1", "sources": ["torch", "ort2"], "goal_met": True,
                    "by_n": {"20": {"first": poor, "mix": good, "weights": {"torch": 0.1, "ort2": 0.9}}}}],
     }
-    out = render.render({"transfer_many": many})
+    out = render.sections({"transfer_many": many})
     assert "## A predictor for a new device from several devices' predictors" in out
     assert "| torch -> ort1 | 70.0% / 0.990 | 95.0% / 0.990 | ort2 0.90, torch 0.10 | met |" in out
     assert "n = 20: 70.0% alone, 95.0% mixed" in out and "met by\n1 of 1." in out
@@ -176,7 +232,7 @@ def test_render_the_supernet_record() -> None:
                    "paths": {"supernet search, best fine-tuned from the supernet": path}},
         "supernet_command": "python -m nas.supernet +space=mobile_cifar",
     }
-    out = render.render({"supernet": _rec("supernet", figures)})
+    out = render.sections({"supernet": _rec("supernet", figures)})
     assert "## One-shot accuracy on CIFAR-10" in out and "12 epochs, chosen from the measured step time" in out
     assert "| **supernet** | 0.710 | 0.50 to 0.85 | 0.860 |" in out
     assert "median **1.50 s**" in out and "it meets the 2 s goal" in out
@@ -210,7 +266,7 @@ def _deployment_figures() -> dict:
 def test_render_the_deployment_section_with_its_goals(tmp_path: Path) -> None:
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "deployment.json").write_text(json.dumps(_rec("deployment", _deployment_figures())))
-    out = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text()
+    out = _rendered(tmp_path / "records", tmp_path)
     section = out.split("## Deployment variants on CIFAR-10: INT8 and pruning")[1]
     assert "| searched | int8 | int8 | 0.600 | 0.720 |" in section
     assert "| searched | fp32 | fp32 | 1.000 (unstable) | 1.200 |" in section
@@ -220,7 +276,7 @@ def test_render_the_deployment_section_with_its_goals(tmp_path: Path) -> None:
     figures["front"] = {"searched": {"p50_ms": 1.0, "accuracy": 0.8}, "next_smaller": None, "pruned": [],
                         "meets_goal": False}
     (tmp_path / "records" / "deployment.json").write_text(json.dumps(_rec("deployment", figures)))
-    section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("## Deployment")[1]
+    section = _rendered(tmp_path / "records", tmp_path).split("## Deployment")[1]
     assert "next smaller none found" in section and "**not met**" in section
     assert "neither the search's front nor a second search at a lower target found a smaller network" in section
     assert "the candidate before it on its Pareto front" in section
@@ -228,7 +284,7 @@ def test_render_the_deployment_section_with_its_goals(tmp_path: Path) -> None:
     figures["search"]["second_search"] = {"name": "deploy-0.3ms", "target_ms": 0.3, "best_arch_id": "b",
                                           "candidates": 16, "wall_seconds": 100.0}
     (tmp_path / "records" / "deployment.json").write_text(json.dumps(_rec("deployment", figures)))
-    section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("## Deployment")[1]
+    section = _rendered(tmp_path / "records", tmp_path).split("## Deployment")[1]
     assert "the best of a second search at 0.300 ms, since the first search's best was the fastest" in section
     assert "deployment" in suite.registry() and not suite.registry()["deployment"].in_quick
 
@@ -292,7 +348,7 @@ def test_spread_figures_and_their_section() -> None:
     assert f["standalone"]["max_spread"] == pytest.approx(1.15) and not f["floor_met"]  # the host drifted
     rec = {"command": ["python", "-m", "benchmarks.latency.spread"], "created": "2026-11-30T12:00:00+00:00",
            "environment": MACHINE, "settings": {"searches": 2, "trials": 3, "seed": 0}, "figures": f}
-    out = render.render({"spread": rec})
+    out = render.sections({"spread": rec})
     assert "## Latency across searches: the final latency pass" in out
     assert "| a | 10.00 / 13.60 | 1.360 | 8.00 / 8.40 | 1.050 | 8.00 / 9.20 | 1.150 |" in out
     assert "within 1.1x for every architecture:\nmet" in out
@@ -315,7 +371,7 @@ def test_spread_of_x_anchor_beside_the_milliseconds() -> None:
     rec = {"command": ["python", "-m", "benchmarks.latency.spread"], "created": "2026-11-30T12:00:00+00:00",
            "environment": MACHINE, "settings": {"searches": 2, "trials": 2, "seed": 0, "anchor": "mobilenetv2_100",
                                                 "anchor_rounds": 3}, "figures": f}
-    out = render.render({"spread": rec})
+    out = render.sections({"spread": rec})
     assert "Every search ran with `latency.anchor=mobilenetv2_100`" in out
     assert "| a | 0.510 / 0.530 | 1.040 | 0.500 / 0.520 | 1.040 | 0.500 / 0.520 | 1.040 | 1.250 |" in out
     assert "1.1x for every architecture: met (median 1.020, largest 1.040; the milliseconds of" in out
@@ -358,7 +414,7 @@ def test_tail_predictor_section() -> None:
     }
     rec = {"command": ["python", "-m", "benchmarks.prediction.tail_predictor"], "created": "2026-12-02T12:00:00+00:00",
            "environment": MACHINE, "settings": {"space": "mobile_cifar", "min_runs": 1000}, "figures": figures}
-    out = render.render({"tail_predictor": rec})
+    out = render.sections({"tail_predictor": rec})
     assert "## A p99 predictor trained at scale" in out
     assert "| p99 | predictor | 240 | 60 | 8.0% | 36.0% | 72.0% | 0.800 | 30.0% |" in out
     assert "| p99 | repeatability ceiling | - | 60 | 6.0% | 40.0% | 70.0% | - | 40.0% |" in out
@@ -395,7 +451,7 @@ def _tail_record() -> dict:
 
 
 def test_the_tail_section_shows_both_percentiles_throughput_and_the_p99_search() -> None:
-    out = render.render({"tail": _tail_record()})
+    out = render.sections({"tail": _tail_record()})
     assert "## Tail latency, batches and throughput" in out
     assert "| mobilenetv2_100 x0.5 | torch | 2.000 | 1.980 - 2.020 | 3.500 | 3.150 - 4.200 | 1.75 | 1,000 |" in out
     assert "onnxruntime: median 1.50" in out
@@ -456,14 +512,14 @@ def test_the_cifar10_comparison_shows_each_network_against_its_anchor(tmp_path: 
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "references_cifar10.json").write_text(
         json.dumps(_rec("references_cifar10", figures)))
-    section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("(cifar10)")[1]
+    section = _rendered(tmp_path / "records", tmp_path).split("## Searched vs hand-designed networks (cifar10)")[1]
     assert "| x anchor | meets |" in section
     assert "| 0.9 | searched | 0.400 | 0.45 | yes |" in section
     assert "| 0.9 | efficientnet_b0 x0.25 | 1.900 | 2.10 | no |" in section
     assert "Slower than the anchor at the end: efficientnet_b0 x0.25 at 0.9 ms (2.10x, even at the smallest" in section
     figures["targets"][0]["candidates"].pop()
     (tmp_path / "records" / "references_cifar10.json").write_text(json.dumps(_rec("references_cifar10", figures)))
-    section = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text().split("(cifar10)")[1]
+    section = _rendered(tmp_path / "records", tmp_path).split("## Searched vs hand-designed networks (cifar10)")[1]
     assert "Every network met its target." in section
 
 
@@ -502,7 +558,7 @@ def test_render_the_reference_noise_record_in_its_own_section() -> None:
                                        "vs_mean": {**agree, "kendall_tau": 0.5}}}}
     rec = {"command": ["python", "-m", "benchmarks.accuracy.reference_noise", "--cifar10", "/data/x/cifar.tar.gz"],
            "created": "2026-12-01T12:00:00+00:00", "environment": {"torch": "2.13.0"}, "figures": figures}
-    out = render.render({"reference_noise": rec})
+    out = render.sections({"reference_noise": rec})
     assert "## Proxy fidelity: how reproducible the reference is" in out  # not read as a variant of "reference"
     assert "with\nseeds 1, 2 (another" in out
     assert "| seed 1 vs seed 2 | **0.600** | 0.37 to 0.79 | 0.770 | 0.8 points | 2.9 points |" in out
@@ -531,7 +587,7 @@ def test_render_the_rung_fidelity_at_the_deployment_budget() -> None:
     }
     rec = {"command": ["python", "-m", "benchmarks.accuracy.fidelity_deploy"], "created": "2026-12-03T12:00:00+00:00",
            "environment": MACHINE, "figures": figures}
-    out = render.render({"fidelity_deploy": rec})
+    out = render.sections({"fidelity_deploy": rec})
     assert "## Rung fidelity at the deployment budget" in out
     # best tau first; each rung names the budgets a search trains it through
     rung1 = out.index("| rung1 (2,500 x 2, 10,000 x 3) | **0.710** |")
@@ -618,7 +674,7 @@ def test_render_the_deployment_comparison_with_every_trained_network(tmp_path: P
                "goal": {"points": 1.0, "accuracy": 0.65}}
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "cifar10_deploy.json").write_text(json.dumps(_rec("cifar10_deploy", figures)))
-    out = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text()
+    out = _rendered(tmp_path / "records", tmp_path)
     section = out.split("## Searched vs hand-designed networks on CIFAR-10 at the deployment budget")[1]
     assert "at 0.235 ms: **not met** (searched 72.4%; mnasnet_b1 x0.35 -0.3 points (overlap))" in section
     assert "the anchors measured mobilenetv2_100 x0.35 0.561 ms (target 0.235 ms)" in section
@@ -630,7 +686,7 @@ def test_render_the_deployment_comparison_with_every_trained_network(tmp_path: P
     searched["search"]["start"] = []
     searched["search"]["settings"]["latency_screen"] = 1.2
     (tmp_path / "records" / "cifar10_deploy.json").write_text(json.dumps(_rec("cifar10_deploy", figures)))
-    out = render.write(tmp_path / "records", tmp_path / "BENCHMARKS.md").read_text()
+    out = _rendered(tmp_path / "records", tmp_path)
     assert ("evolution started from random members, proposals over 1.2x the target not trained, rungs 10,000 x 3"
             in out)
 
