@@ -155,24 +155,24 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
     return done
 
 
-SEARCH = {"space": "mobile_cifar_res", "sampler": "evolution", "population_size": 4, "tournament_size": 2,
+SEARCH = {"space": "cifar", "sampler": "evolution", "population_size": 4, "tournament_size": 2,
           "n_trials": 8, "reduction_factor": 4, "max_concurrent": 2, "latency_screen": 1.2,
           "rungs": [{"train_images": 10000, "epochs": 3}, {"train_images": 30000, "epochs": 10}]}
 """LatNAS's multi-fidelity search at each target: the last rung is the deployment budget. Regularised
 evolution starts from :data:`START` (then random members until the population is full) and mutates the
-fittest; ASHA promotes the best quarter of the first rung. The first rung is ``conf/rungs/cifar10_cpu.yaml``'s,
-chosen from the deployment fidelity study (:mod:`benchmarks.accuracy.fidelity_deploy`), where 2,500 x 2 ranked
-little better than chance. The space is ``mobile_cifar_res`` (MBConv or ResNet basic blocks in three
-stages): of 40 random members, 70% were over 1.2x the 0.235 ms target and half over 1.2x the 0.326 ms
-one (1.7x the 0.235 ms anchor at the median), so the latency screen refuses a proposal over 1.2x the
-target before it trains.
+fittest; ASHA promotes the best quarter of the first rung and never stops a start network, so the search
+can only improve on its start. The first rung is ``conf/rungs/cifar10_cpu.yaml``'s, chosen from the
+deployment fidelity study (:mod:`benchmarks.accuracy.fidelity_deploy`), where 2,500 x 2 ranked little better
+than chance. The space is ``cifar`` (``search_spaces/spaces/cifar.yaml``), which holds every reference of
+:data:`search_spaces.references.FAMILIES` exactly: the classic CIFAR ResNets (a stride-1 stem, three stages
+of basic blocks) as much as the phone designs and everything between them. Most of its members are far
+over either target (a full-resolution stage is expensive), so the latency screen refuses a proposal over
+1.2x the target before it trains.
 
-Sized so that the whole comparison fits 180 minutes on a 2-core CPU: each candidate promoted to the top
-rung costs a training at the deployment budget (6-15 minutes here), and the references' nine trainings
-take about 90 of the 180 minutes. Eight candidates and the best quarter promoted: the earlier searches
-(12 candidates, the best third; records ``search-<target>ms-n12.json``) promoted 5 or 6 to the top rung
-and took 35 and 60 minutes. No latency floor: with ``search.latency_floor=0.6`` the same search took
-62 minutes instead of 35 (a study, ``--latency-floor``)."""
+Eight candidates and the best quarter promoted, each candidate promoted to the top rung costing a training
+at the deployment budget (6-20 minutes here). The searches of ``mobile_cifar_res`` before it (no
+full-resolution stage, no start) are kept as studies (``search-<target>ms-mobile_cifar_res.json``; those
+with 12 candidates, ``-n12``); so is a search with ``search.latency_floor=0.6`` (``--latency-floor``)."""
 QUICK_SEARCH = {"space": "mobile_cifar_res", "sampler": "evolution", "population_size": 2, "tournament_size": 1,
                 "n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
                 "rungs": [{"train_images": 100, "epochs": 1}, {"train_images": 300, "epochs": 1}]}
@@ -188,12 +188,22 @@ _MBV2_05 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e6_c16_s1-mb_k3_e6_c16_s1-mb
 _MNAS_035 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_k5_e3_c16_s1-"
              "mb_k5_e3_c16_s1-mb_k5_e3_c16_s1-mb_k5_e6_c32_s2-mb_k5_e6_c32_s1-mb_k5_e6_c32_s1-mb_k3_e6_c32_s1-"
              "mb_k3_e6_c32_s1-mb_k5_e6_c64_s2-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k3_e6_c112_s1-head_c1280")
-START: dict[float, list[str]] = {0.35: [], 0.5: []}
-"""The search's start at each target (by its anchor's width): none. The earlier searches of
-``mobile_cifar_hr`` started from the references' shapes (MobileNetV2 and MnasNet-B1 stage by stage),
-and both winners stayed one decision from them; those shapes are not members of ``mobile_cifar_res``,
-whose population starts from random members that pass the latency screen. A change to the start
-or to :data:`SEARCH` makes the search step search again (a recorded search is kept only for its settings)."""
+START: dict[float, list[str]] = {0.35: ["resnet20@0.5", "act_relu-stem_c24-rb_k3_c24_s1_se0.25-mb_k3_e3_c96_s2-"
+                                         "mb_k3_e3_c160_s2-rb_k3_c160_s1"],
+                                  0.5: ["resnet14", "act_relu-stem_c32-rb_k5_c16_s1-mb_k3_e6_c16_s1_se0.25-"
+                                        "rb_k3_c48_s2-rb_k5_c128_s2-head_c1280"]}
+"""The search's start at each target (by its anchor's width): the most accurate member of the CIFAR ResNets'
+front there (``python -m benchmarks.search.cifar10_fronts --step report``: at 0.235 ms ResNet-20 at half
+width, 69.8%; at 0.326 ms ResNet-14, 75.7% and 78.1% over two seeds) and the winner of the earlier search of
+``mobile_cifar_res`` at the same target (7f2ce65cf905, 75.4%; bad3ca6572c2, 76.4%), both members of ``cifar``.
+A change to the start or to :data:`SEARCH` makes the search step search again (a recorded search is kept only
+for its settings). Searches of another space (``--quick``'s) start from random members."""
+
+
+def _start(size: dict[str, Any], width: float) -> list[str]:
+    """The start of a search of ``size`` at the target of anchor width ``width``: :data:`START`'s in the
+    comparison's space, none in another."""
+    return START[width] if size["space"] == SEARCH["space"] else []
 
 
 def _rungs_override(rungs: list[dict[str, int]]) -> str:
@@ -227,6 +237,7 @@ def _study_role(study: dict[str, Any]) -> str:
     size = study["settings"]
     floor = size.get("latency_floor")
     return (f"searched at {study['target_ms']:g} ms, {size['n_trials']} candidates"
+            + (f", space {size['space']}" if size.get("space") != SEARCH["space"] else "")
             + (f", latency floor {floor:g}" if floor else "")
             + (", random proposals (the control)" if size.get("control") == "random" else "") + " (a study)")
 
@@ -537,7 +548,7 @@ def _anchor_width(target: dict[str, Any]) -> float:
 def _searched_with(found: dict[str, Any], size: dict[str, Any], target: dict[str, Any]) -> bool:
     """Whether a recorded search at ``target`` ran with ``size`` and the target's :data:`START` (a record
     from before starts were recorded has none: another start)."""
-    return (found["settings"], found.get("start")) == (size, START[_anchor_width(target)])
+    return (found["settings"], found.get("start")) == (size, _start(size, _anchor_width(target)))
 
 
 def _reference_archs(widths: dict[str, Any]) -> list[Arch]:
@@ -641,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"  {path.name} was searched with other settings or another start: searching again")
                 found = None
             if found is None:
-                found = step_search(args.cifar10, t["target_ms"], width, START[width], size, state_dir, log)
+                found = step_search(args.cifar10, t["target_ms"], width, _start(size, width), size, state_dir, log)
                 path.write_text(json.dumps(found, indent=2) + "\n")
             winners.append(Arch.decode(found["arch"]))
         # The references' trainings not yet saved share the pool with the winners' (no worker waits alone
