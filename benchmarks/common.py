@@ -27,7 +27,7 @@ AREA = {
     "contention": "latency", "agent": "latency",
     "predictor": "prediction", "tail_predictor": "prediction", "transfer": "prediction", "transfer_many": "prediction",
     "search": "search", "sampler": "search", "screening": "search", "references": "search",
-    "references_cifar10": "search", "cifar10_deploy": "search",
+    "references_cifar10": "search", "cifar10_deploy": "search", "cifar10_fronts": "search",
     "fidelity": "accuracy", "reference_noise": "accuracy", "fidelity_deploy": "accuracy", "supernet": "accuracy",
     "train_speed": "accuracy",
     "deployment": "deployment",

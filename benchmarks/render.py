@@ -25,7 +25,7 @@ Rec = dict[str, Any]
 
 ORDER = ("latency", "openvino_parity", "spread", "tail", "contention", "agent",
          "predictor", "tail_predictor", "transfer", "transfer_many",
-         "search", "sampler", "screening", "references", "cifar10_deploy",
+         "search", "sampler", "screening", "references", "cifar10_deploy", "cifar10_fronts",
          "fidelity", "reference_noise", "fidelity_deploy", "supernet", "train_speed",
          "deployment", "reliability", "scale")
 """The order of the sections on each area's page (and of the rows of the results table within an area)."""
@@ -49,6 +49,7 @@ TITLES = {
     "supernet": "One-shot accuracy on CIFAR-10: a weight-sharing supernet",
     "deployment": "Deployment variants on CIFAR-10: INT8 and pruning",
     "cifar10_deploy": "Searched vs hand-designed networks on CIFAR-10 at the deployment budget",
+    "cifar10_fronts": "The hand-designed fronts on CIFAR-10: every reference family over depth and width",
 }
 
 
@@ -226,6 +227,7 @@ RENDERERS: dict[str, str] = {
     "fidelity_deploy": "fidelity_deploy",
     "deployment": "deployment",
     "cifar10_deploy": "cifar10_deploy",
+    "cifar10_fronts": "cifar10_fronts",
 }
 """Each record's benchmark module (``benchmarks.<area>.<module>``), whose ``render(rec)`` writes its section."""
 

@@ -12,7 +12,9 @@ folder, so a training is never repeated).
 
 Steps (``--step``): ``time`` (a quiet machine: every member against the first anchor in
 :data:`ROUNDS` paired rounds; ``fronts.json``), ``train`` (the fronts' members, ``--seeds`` seeds,
-``--family`` to train one family first) and ``report`` (each family's front with its trained seeds).
+``--family`` to train one family first) and ``report`` (each family's front with its trained seeds, set
+against the comparison's searched network at each target: the record ``cifar10_fronts.json`` and its row
+of the results table).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine_and_load
-from benchmarks.search.cifar10_deploy import BUDGET, SHAPE, STATE_DIR, _read_step, train_all, training_key
+from benchmarks.common import Headline, header, machine_and_load, record_path, spread, write_record
+from benchmarks.search.cifar10_deploy import BUDGET, GOAL_POINTS, SHAPE, STATE_DIR, _read_step, train_all, training_key
 from benchmarks.search.references_cifar10 import paired_ratios
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
@@ -110,6 +112,119 @@ def fronts(timing: dict[str, Any]) -> dict[float, dict[str, list[dict[str, Any]]
     return out
 
 
+def _seeds(state_dir: Path, arch: str) -> list[float]:
+    """The accuracies of ``arch``'s trainings at the deployment budget under ``state_dir``, seed by seed."""
+    a = Arch.decode(arch)
+    return [json.loads(p.read_text())["accuracy"] for s in range(BUDGET["seeds"])
+            if (p := state_dir / f"{training_key(a, s, BUDGET)}.json").exists()]
+
+
+def against_fronts(searched: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:
+    """The searched network against the trained front members that meet the target and are no faster than it
+    (``x_anchor`` between the searched network's and 1): the goal of the comparison, applied to the fronts. It
+    is met when the searched network's median is :data:`~benchmarks.search.cifar10_deploy.GOAL_POINTS` or more
+    above each of theirs with the seed ranges apart. ``best`` is the most accurate of them (by median)."""
+    rows = []
+    for m in members:
+        if m["accuracy"] is None or not searched["x_anchor"] <= m["x_anchor"] <= 1.0:
+            continue
+        points = 100 * (searched["accuracy"]["median"] - m["accuracy"]["median"])
+        apart = searched["accuracy"]["min"] > m["accuracy"]["max"]
+        rows.append({"member": m["member"], "family": m["family"], "points": points, "apart": apart,
+                     "met": points >= GOAL_POINTS and apart})
+    best = max((m for m in members if m["accuracy"] is not None and searched["x_anchor"] <= m["x_anchor"] <= 1.0),
+               key=lambda m: m["accuracy"]["median"], default=None)
+    return {"met": all(r["met"] for r in rows), "against": rows, "best": best and best["member"]}
+
+
+def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
+    """Each target's fronts with their trained seeds, and the comparison's searched network (from its record,
+    ``benchmarks/search/records/cifar10_deploy.json``) against them."""
+    deploy_path = record_path("cifar10_deploy", "full")
+    deploy = json.loads(deploy_path.read_text())["figures"] if deploy_path.exists() else {"targets": []}
+    searched_at = {t["target_ms"]: next(c for c in t["candidates"] if c["name"] == "searched")
+                   for t in deploy["targets"]}
+    targets = []
+    for target, families in fronts(timing).items():
+        members = []
+        for family, ms in families.items():
+            for m in ms:
+                accs = _seeds(state_dir, m["arch"])
+                members.append({"family": family, "member": m["member"], "arch_id": Arch.decode(m["arch"]).arch_id,
+                                "x_anchor": m["x_anchor"], "mmacs": m["mmacs"],
+                                "accuracy": {**spread(accs), "values": accs} if accs else None})
+        entry: dict[str, Any] = {"target_ms": target, "members": members}
+        s = searched_at.get(target)
+        if s is not None:
+            entry["searched"] = {"arch_id": Arch.decode(s["arch"]).arch_id, "x_anchor": s["latency_ratio"],
+                                 "accuracy": s["accuracy"],
+                                 "space": s.get("search", {}).get("settings", {}).get("space")}
+            entry["goal"] = against_fronts(entry["searched"], members)
+        targets.append(entry)
+    return {"targets": targets, "budget": BUDGET, "within": WITHIN, "rounds": timing["rounds"],
+            "timed": {"measured": timing["measured"], "seconds": timing["seconds"], "machine": timing["machine"]},
+            "members_timed": sum(m["x_first_anchor"] is not None for m in timing["members"]),
+            "members": len(timing["members"]), "goal_points": GOAL_POINTS}
+
+
+def _member_cell(m: dict[str, Any]) -> str:
+    a = m["accuracy"]
+    seeds = "" if a is None else f" ({a['n']} seed{'s' if a['n'] > 1 else ''})"
+    acc = "not trained" if a is None else f"{100 * a['median']:.1f}%"
+    return f"{m['member']} {acc}{seeds} at {m['x_anchor']:.2f}x"
+
+
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: the searched network against the best front member no faster."""
+    f = rec["figures"]
+    compared = [t for t in f["targets"] if "goal" in t]
+    figure = "; ".join(f"{100 * t['searched']['accuracy']['median']:.1f}% at {t['searched']['x_anchor']:.2f}x "
+                       f"({t['target_ms']:g} ms)" for t in compared)
+    best = []
+    for t in compared:
+        m = next((m for m in t["members"] if m["member"] == t["goal"]["best"]), None)
+        best.append(f"{_member_cell(m)} ({t['target_ms']:g} ms)" if m else f"none no faster ({t['target_ms']:g} ms)")
+    return Headline(
+        "Searched network vs the hand-designed fronts (CIFAR ResNets and the phone designs over depth and "
+        "width), CIFAR-10",
+        "searched (median of 3 seeds): " + figure,
+        "the most accurate front member no faster: " + "; ".join(best),
+        f">= {f['goal_points']:g} point above every trained front member no faster, seed ranges apart, at each "
+        "target", bool(compared) and all(t["goal"]["met"] for t in compared))
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The record's section on its area's page: each target's fronts, and the searched network against them."""
+    from benchmarks.render import _f, meta, table
+
+    f = rec["figures"]
+    b = f["budget"]
+    out = [meta(rec), "",
+           f"Every member of every reference family ({f['members_timed']} of {f['members']} timed; the others are "
+           f"over the MACs limit) in {f['rounds']} paired rounds against the comparison's anchor (ONNX Runtime, one "
+           f"thread, 1x3x32x32); a family's front at a target is the widest member of each depth within "
+           f"{f['within']:g}x of it, trained at {b['train_images']:,} images x {b['epochs']} epochs "
+           "(validation split carved from the training images)."]
+    for t in f["targets"]:
+        out += ["", f"**Target {t['target_ms']:g} ms.**", ""]
+        rows = [[m["family"], m["member"], _f(m["x_anchor"], 2), _f(m["mmacs"], 1),
+                 "not trained" if m["accuracy"] is None else
+                 ", ".join(f"{100 * v:.1f}%" for v in m["accuracy"]["values"])] for m in t["members"]]
+        out.append(table(["family", "member", "x anchor", "M MACs", "accuracy, seed by seed"], rows))
+        if "goal" in t:
+            s, g = t["searched"], t["goal"]
+            verdict = "met" if g["met"] else "not met"
+            behind = [r for r in g["against"] if not r["met"]]
+            out += ["", f"The searched network {s['arch_id']} (space `{s['space']}`): "
+                        f"{100 * s['accuracy']['median']:.1f}% (median of {s['accuracy']['n']} seeds, "
+                        f"{100 * s['accuracy']['min']:.1f}-{100 * s['accuracy']['max']:.1f}%) at "
+                        f"{s['x_anchor']:.2f}x. Against the {len(g['against'])} trained members no faster: "
+                        f"**{verdict}**" + (": " + "; ".join(f"{r['member']} {r['points']:+.1f} points"
+                                                             + ("" if r["apart"] else ", ranges overlap")
+                                                             for r in behind) if behind else "") + "."]
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.search.cifar10_fronts",
                                      description=__doc__.split("\n")[0])
@@ -144,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         families = args.family or sorted(FAMILIES)
         archs = [Arch.decode(m["arch"]) for t in front.values() for f in families for m in t.get(f, [])]
         train_all(archs, args.cifar10, {**BUDGET, "seeds": args.seeds}, args.workers, state_dir, log)
+    if args.step == "report":
+        rec = {**header("cifar10_fronts", "full", "python -m benchmarks.search.cifar10_fronts --step report"),
+               "figures": step_report(state_dir, timing)}
+        path = write_record(record_path("cifar10_fronts", "full"), rec)
+        log(f"  record: {path}")
     for target, families in front.items():
         log(f"  target {target:g} ms:")
         for family, members in families.items():

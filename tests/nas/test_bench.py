@@ -78,8 +78,8 @@ def test_render_the_committed_records_keeps_their_figures() -> None:
 
 
 
-HEADLINES = ("latency", "openvino_parity", "predictor", "transfer", "cifar10_deploy", "fidelity_deploy", "deployment",
-             "reliability", "scale")
+HEADLINES = ("latency", "openvino_parity", "predictor", "transfer", "cifar10_deploy", "cifar10_fronts",
+             "fidelity_deploy", "deployment", "reliability", "scale")
 """The benchmarks whose headline rows the results table must show (each declares its ``headline``)."""
 
 
@@ -771,3 +771,23 @@ def test_a_familys_front_is_the_widest_member_of_each_depth_within_the_margin_of
     assert [x["member"] for x in front[0.3]["resnet_cifar"]] == ["resnet8@1.5", "resnet14"]  # 1.5 / 1.5 = 1.0
     assert [x["member"] for x in front[0.2]["mnasnet_b1"]] == ["mnasnet_b1@0.35:d0.5", "mnasnet_b1@0.35"]
     assert front[0.3]["resnet_cifar"][0]["x_anchor"] == pytest.approx(0.8)
+
+
+def test_the_searched_network_is_held_to_every_trained_front_member_no_faster_that_meets_the_target() -> None:
+    from benchmarks.search import cifar10_fronts
+
+    def member(name: str, x: float, accs: list[float] | None) -> dict:
+        return {"member": name, "family": "resnet_cifar", "x_anchor": x,
+                "accuracy": None if accs is None else {**spread(accs), "values": accs}}
+
+    searched = {"x_anchor": 0.8, "accuracy": {**spread([0.75, 0.76, 0.77]), "values": [0.75, 0.76, 0.77]}}
+    faster = member("resnet8", 0.6, [0.80, 0.81])  # faster than the searched network: not in the goal
+    behind = member("resnet20@0.5", 0.85, [0.70, 0.71, 0.72])  # 5 points behind, apart
+    over = member("resnet26", 1.05, [0.90])  # misses the target: not in the goal
+    untrained = member("resnet14@0.5", 0.9, None)
+    g = cifar10_fronts.against_fronts(searched, [faster, behind, over, untrained])
+    assert g["met"] and [r["member"] for r in g["against"]] == ["resnet20@0.5"] and g["best"] == "resnet20@0.5"
+    close = member("resnet14", 0.9, [0.758, 0.781])  # ahead at the median, ranges overlap: the goal is not met
+    g = cifar10_fronts.against_fronts(searched, [behind, close])
+    assert not g["met"] and g["best"] == "resnet14"
+    assert [(r["member"], r["met"]) for r in g["against"]] == [("resnet20@0.5", True), ("resnet14", False)]
