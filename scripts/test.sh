@@ -32,10 +32,20 @@ NO_MKDOCS_2_WARNING=1 "$PY" -m mkdocs build --strict --site-dir "$tmp/site"
 # One pytest run over the selected tests. A module is one unit of work (see tests/conftest.py), so its
 # fixtures are set up once.
 workers=${LATNAS_TEST_WORKERS:-$("$PY" -c "import os; print(min(4, len(os.sched_getaffinity(0))))")}
-if [ "$workers" -gt 1 ]; then par=(-n "$workers" --dist loadgroup --no-loadscope-reorder); else par=(-p no:xdist); fi
+# A worker that dies (a native crash takes the process with it) ends the run at once, naming the test it
+# was running, instead of being replaced: pytest-xdist's group scheduling can wait forever for the groups
+# the dead worker held. The whole run is also held to LATNAS_TEST_LIMIT_MIN minutes (default 45), so a
+# hang is a failure with a message, never a CI job that runs out its own limit.
+if [ "$workers" -gt 1 ]; then par=(-n "$workers" --dist loadgroup --no-loadscope-reorder --max-worker-restart=0)
+else par=(-p no:xdist); fi
+limit_min=${LATNAS_TEST_LIMIT_MIN:-45}
 echo "== pytest ($sel; $workers worker(s))"
 status=0
-"$PY" -m pytest -m "$sel" "${par[@]}" --durations=15 "$@" || status=$?
+timeout --signal=INT --kill-after=60 "${limit_min}m" "$PY" -m pytest -m "$sel" "${par[@]}" --durations=15 "$@" \
+  || status=$?
+if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+  echo "== pytest did not finish within ${limit_min} minutes (LATNAS_TEST_LIMIT_MIN): stopped" >&2
+fi
 echo "== mypy"
 mypy_status=0; wait "$mypy_pid" || mypy_status=$?; mypy_pid=""
 cat "$tmp/mypy.log"

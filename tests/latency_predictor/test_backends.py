@@ -214,6 +214,40 @@ def test_openvino_output_equals_torch(tiny_arch: Arch, tmp_path: Path) -> None:
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+_TWO_BACKENDS = """
+import gc, os, signal, sys
+from latency_predictor.measurement.backends import make_estimator
+from latency_predictor.measurement.export import build_eval_net, sample_input
+from search_spaces import Arch
+net = build_eval_net(Arch.decode(sys.argv[1]))
+x = sample_input((1, 3, 16, 16)).numpy()
+first = make_estimator("openvino", input_shape=(1, 3, 16, 16), cache_dir=sys.argv[2])
+first.run(net, x)
+second = make_estimator("openvino", input_shape=(1, 3, 16, 16), cache_dir=sys.argv[2])
+second.run(net, x)
+del first  # the backends go in the order they came
+gc.collect()
+del second
+gc.collect()
+signal.signal(signal.SIGUSR1, lambda *_: print("handled", flush=True))
+os.kill(os.getpid(), signal.SIGUSR1)
+"""
+
+
+@needs_openvino
+def test_openvino_backends_that_go_in_the_order_they_came_leave_the_process_able_to_handle_signals(
+        tiny_arch: Arch, tmp_path: Path) -> None:
+    # OpenVINO's CPU plugin swaps its own signal stack in while a Core compiles and puts back what it found
+    # when the Core goes: one Core per backend left a freed stack installed, and the next handled signal
+    # (here SIGUSR1; in a test run, whatever signal came next) ended the process with SIGSEGV.
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", _TWO_BACKENDS, tiny_arch.encode(), str(tmp_path)], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("handled"), (proc.returncode, proc.stderr[-2000:])
+
+
 @needs_openvino
 def test_openvino_states_its_latency_settings_and_caches_by_digest(tiny_arch: Arch, slot_dir: Path,
                                                                     tmp_path: Path) -> None:
@@ -238,7 +272,9 @@ def test_openvino_states_its_latency_settings_and_caches_by_digest(tiny_arch: Ar
 def test_openvino_precision_the_cpu_cannot_run_is_unavailable() -> None:
     import openvino
 
-    runs = set(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    from latency_predictor.measurement.backends.openvino_backend import shared_core
+
+    runs = set(shared_core(openvino).get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
     missing = [p for p, cap in (("fp16", "FP16"), ("bf16", "BF16")) if cap not in runs]
     if not missing:
         pytest.skip(f"this CPU runs every precision OpenVINO offers ({sorted(runs)})")

@@ -79,6 +79,24 @@ def import_openvino() -> ModuleType:
     return openvino
 
 
+_CORE: list[Any] = []
+"""The process's one ``openvino.Core`` (see :func:`shared_core`), once made."""
+
+
+def shared_core(ov: ModuleType) -> Any:
+    """The process's one OpenVINO ``Core``, made on first use and kept until the process exits.
+
+    One, not one per backend: OpenVINO's CPU plugin installs its own signal stack (``sigaltstack``) on the
+    thread that compiles and, when its ``Core`` goes, puts back the stack it found there. Two Cores that go
+    in the order they came leave the first one's stack installed after it was freed, and the next signal
+    the process handles (Ctrl-C, a timer, a Python signal handler) kills it with SIGSEGV. Every setting a
+    backend needs is given to ``compile_model``, never set on the Core, so backends share it safely.
+    """
+    if not _CORE:
+        _CORE.append(ov.Core())
+    return _CORE[0]
+
+
 def import_nncf() -> ModuleType:
     """``import nncf`` (int8), or a :class:`BackendUnavailableError` naming the extra to install."""
     try:
@@ -188,7 +206,7 @@ class OpenVinoBackend(MeasuredBackend):
         super().__init__(input_shape, precision, "cpu", **common)
         self._ov = import_openvino()
         self._nncf = import_nncf() if precision == "int8" else None
-        self.core = self._ov.Core()
+        self.core = shared_core(self._ov)
         capabilities = list(self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
         if PRECISIONS[precision] not in capabilities:
             raise BackendUnavailableError(
