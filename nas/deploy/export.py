@@ -9,6 +9,9 @@ reference network name or an architecture string. The folder ``<output_dir>/<arc
   (TorchScript of the Conv+BN-fused network);
 * ``model.onnx``: the fused network, checked by ``onnx.checker`` and run in a fresh ONNX Runtime
   session against PyTorch within a stated tolerance;
+* ``model.xml`` + ``model.bin`` (OpenVINO IR, converted from ``model.onnx``) when OpenVINO is there and
+  ``model.tflite`` (LiteRT, converted from the fused network) when LiteRT is there, each run on the check
+  inputs against PyTorch like the ONNX model (else a note naming the extra to install);
 * ``model.engine`` when TensorRT is there (else a note of the ``trtexec`` command that builds it),
   INT8 engines calibrated on the training images (normalised as training normalises them), and
   the engine run on the check inputs against PyTorch like the ONNX model;
@@ -41,10 +44,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from latency_predictor import LatencyError, LatencyResult
-from latency_predictor.measurement.backends import DEFAULT_BACKEND, make_estimator
+from latency_predictor import BackendUnavailableError, LatencyError, LatencyResult
+from latency_predictor.measurement.backends import DEFAULT_BACKEND, LiteRTBackend, OpenVinoBackend, make_estimator
+from latency_predictor.measurement.backends.litert_backend import LITERT_FIX
+from latency_predictor.measurement.backends.openvino_backend import OPENVINO_FIX
 from latency_predictor.measurement.backends.ort_backend import ORT_ERRORS, OnnxRuntimeBackend
 from latency_predictor.measurement.backends.tensorrt_backend import CalibrationData, TensorRTBackend
+from latency_predictor.measurement.environment import package_version
 from latency_predictor.measurement.export import (
     INPUT_NAME,
     OUTPUT_NAME,
@@ -77,7 +83,8 @@ from search_spaces import (
     resolve_arch,
 )
 
-ARTIFACTS = ("arch.json", "model.pt", "model.ts", "model.onnx", "model.engine", "report.json", "report.md")
+ARTIFACTS = ("arch.json", "model.pt", "model.ts", "model.onnx", "model.xml", "model.bin", "model.tflite",
+             "model.engine", "report.json", "report.md")
 """Files an export writes (and replaces when the same candidate is exported again)."""
 
 
@@ -372,6 +379,58 @@ def _check_onnx(path: Path, xs: list[torch.Tensor], want: np.ndarray, shape: tup
     return check, info
 
 
+def _export_openvino(onnx_path: Path, xs: list[torch.Tensor], want: np.ndarray, shape: tuple[int, ...],
+                     num_classes: int, cfg: CheckConfig) -> tuple[OutputCheck | None, dict[str, Any]]:
+    """``model.xml`` + ``model.bin`` beside ``onnx_path``, converted from it, read back and checked; or None and
+    a note naming the extra where OpenVINO is not installed.
+
+    Raises:
+        ExportError: OpenVINO is installed but could not convert, read back, compile or run the model.
+    """
+    try:
+        ov = OpenVinoBackend(shape, slot=False, num_classes=num_classes)  # fp32, stated (not the CPU's bf16 default)
+    except BackendUnavailableError as err:
+        return None, {"written": False, "reason": str(err), "how_to_install": OPENVINO_FIX}
+    xml = onnx_path.with_name("model.xml")
+    try:
+        files = ov.save(ov.read(onnx_path.read_bytes()), xml)
+        # The files just written, read back (not the model converted in memory).
+        compiled, _ = ov.compile_model(ov.core.read_model(str(xml)))
+        request = compiled.create_infer_request()
+        got = np.concatenate([np.array(request.infer({0: x.numpy()})[compiled.output(0)]) for x in xs])
+    except (LatencyError, RuntimeError) as err:
+        raise ExportError(f"{xml.name}: OpenVINO could not convert {onnx_path.name} or run the IR: {err}") from None
+    check = compare_outputs(f"openvino ({xml.name}) vs pytorch", got, want, cfg.atol, cfg.rtol,
+                            f"{xml.name} read by openvino.Core, compiled for CPU in f32, {len(xs)} random batches")
+    return check, {"written": True, "files": [f.name for f in files], "converted_from": onnx_path.name,
+                   "openvino": package_version("openvino"), "check": check.name}
+
+
+def _export_litert(net: nn.Module, path: Path, xs: list[torch.Tensor], want: np.ndarray, shape: tuple[int, ...],
+                   num_classes: int, cfg: CheckConfig) -> tuple[OutputCheck | None, dict[str, Any]]:
+    """``net`` converted to a LiteRT flatbuffer at ``path``, run from the file and checked; or None and a note
+    naming the extra where LiteRT (the interpreter or the converter) is not installed.
+
+    Raises:
+        ExportError: LiteRT is installed but could not convert or run the network.
+    """
+    try:
+        litert = LiteRTBackend(shape, slot=False, num_classes=num_classes)
+    except BackendUnavailableError as err:
+        return None, {"written": False, "reason": str(err), "how_to_install": LITERT_FIX}
+    try:
+        path.write_bytes(litert.convert(net, shape))
+        model = path.read_bytes()
+        got = np.concatenate([litert.run_model(model, x.numpy()) for x in xs])
+    except LatencyError as err:
+        raise ExportError(f"{path.name}: {err}") from None
+    check = compare_outputs(f"litert ({path.name}) vs pytorch", got, want, cfg.atol, cfg.rtol,
+                            f"{path.name} run by the LiteRT interpreter (XNNPACK), {len(xs)} random batches")
+    return check, {"written": True, "files": [path.name], "converted_from": "the fused network (litert-torch)",
+                   "ai_edge_litert": package_version("ai-edge-litert"),
+                   "litert_torch": package_version("litert-torch"), "check": check.name}
+
+
 ENGINE_RTOL = {"fp32": 1e-2, "fp16": 5e-2, "int8": 0.25}
 """Default largest difference of an engine's logits from PyTorch's, relative to the largest logit.
 
@@ -565,6 +624,11 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
     (out / "model.onnx").write_bytes(onnx_bytes)
     onnx_check, onnx_info = _check_onnx(out / "model.onnx", xs, want, shape, num_classes, cfg.check)
     checks.append(onnx_check)
+    runtimes: dict[str, dict[str, Any]] = {}
+    ov_check, runtimes["openvino"] = _export_openvino(out / "model.onnx", xs, want, shape, num_classes, cfg.check)
+    lite_check, runtimes["litert"] = _export_litert(fused, out / "model.tflite", xs, want, shape, num_classes,
+                                                    cfg.check)
+    checks += [c for c in (ov_check, lite_check) if c is not None]
     if trt is not None:
         engine_bytes, engine = _build_engine(trt, onnx_bytes, shape, out, data_cfg)
         checks.append(_check_engine(trt, engine_bytes, xs, want, cfg.check))
@@ -581,6 +645,16 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
 
     with torch.device("meta"):
         meta = build(arch, num_classes=num_classes, in_chans=shape[1])
+    load = {
+        "model.pt": "nas.export.load_exported(folder), or: search_spaces.build(Arch.decode(arch), "
+                    "num_classes, in_chans).load_state_dict(torch.load(...))",
+        "model.ts": "torch.jit.load('model.ts')  # Conv+BN fused",
+        "model.onnx": "onnxruntime.InferenceSession('model.onnx')  # Conv+BN fused",
+    }
+    if runtimes["openvino"]["written"]:
+        load["model.xml"] = "openvino.Core().read_model('model.xml')  # Conv+BN fused, weights in model.bin"
+    if runtimes["litert"]["written"]:
+        load["model.tflite"] = "ai_edge_litert.interpreter.Interpreter(model_path='model.tflite')  # Conv+BN fused"
     arch_info = {
         "arch": arch.encode(), "arch_id": arch.arch_id,
         "space": space.name if space else (cand.search.space if cand.search else None),
@@ -590,12 +664,7 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
         "num_classes": num_classes,
         "preprocessing": training["preprocessing"] if training else (init["preprocessing"] if init else None),
         "weights": _weights_note(training, cfg.seed, init),
-        "load": {
-            "model.pt": "nas.export.load_exported(folder), or: search_spaces.build(Arch.decode(arch), "
-                        "num_classes, in_chans).load_state_dict(torch.load(...))",
-            "model.ts": "torch.jit.load('model.ts')  # Conv+BN fused",
-            "model.onnx": "onnxruntime.InferenceSession('model.onnx')  # Conv+BN fused",
-        },
+        "load": load,
     }
     report = {
         "arch": arch.encode(), "arch_id": arch.arch_id,
@@ -613,7 +682,8 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
             "batchnorms_before": count_batchnorms(net), "batchnorms_after": count_batchnorms(fused),
             "onnx_batchnorm_nodes_unfused": _onnx_batchnorm_nodes(export_onnx(net, shape)),
         },
-        "checks": [asdict(c) for c in checks], "onnx": onnx_info, "engine": engine, "latency": latency,
+        "checks": [asdict(c) for c in checks], "onnx": onnx_info, "runtimes": runtimes, "engine": engine,
+        "latency": latency,
         "files": [n for n in ARTIFACTS if (out / n).exists() or n in ("arch.json", "report.json", "report.md")],
         "export_seconds": time.perf_counter() - t_start,
     }
@@ -815,6 +885,8 @@ def summary(result: ExportResult) -> str:
                  f"{lat['fused']['p50_ms']:.3f} ms Conv+BN fused; search: "
                  f"{fmt_num(r['search']['metrics'].get('latency_p50'))} ms, "
                  f"{r['search']['latency_source'] or 'source not known'}")
+    for name, rt in r["runtimes"].items():
+        lines.append(f"  {name} {', '.join(rt['files']) if rt['written'] else 'not written: ' + rt['reason']}")
     e = r["engine"]
     lines.append(f"  engine {'model.engine (' + e['precision'] + ')' if e['built'] else 'not built: ' + e['reason']}")
     if "mlflow" in r:

@@ -149,6 +149,13 @@ def render_report(r: dict[str, Any]) -> str:
     else:
         lines += [f"No engine built: {e['reason']}", "", "Build one on the target machine with:", "",
                   f"    {e['how_to_build']}"]
+    lines += ["", "## OpenVINO and LiteRT", ""]
+    for label, rt in (("OpenVINO IR", r["runtimes"]["openvino"]), ("LiteRT model", r["runtimes"]["litert"])):
+        if rt["written"]:
+            lines.append(f"- {' + '.join(f'`{f}`' for f in rt['files'])}: {label}, converted from "
+                         f"{rt['converted_from']}, checked above (`{rt['check']}`).")
+        else:
+            lines.append(f"- No {label} written: {rt['reason']}")
     env = lat["environment"]
     lines += ["", "## Environment", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in sorted(env.items())]
