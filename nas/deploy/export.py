@@ -624,10 +624,14 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
     (out / "model.onnx").write_bytes(onnx_bytes)
     onnx_check, onnx_info = _check_onnx(out / "model.onnx", xs, want, shape, num_classes, cfg.check)
     checks.append(onnx_check)
-    runtimes: dict[str, dict[str, Any]] = {}
-    ov_check, runtimes["openvino"] = _export_openvino(out / "model.onnx", xs, want, shape, num_classes, cfg.check)
-    lite_check, runtimes["litert"] = _export_litert(fused, out / "model.tflite", xs, want, shape, num_classes,
-                                                    cfg.check)
+    runtimes: dict[str, dict[str, Any]] = {}  # only those asked for (runtimes=[...])
+    ov_check = lite_check = None
+    if "openvino" in cfg.runtimes:
+        ov_check, runtimes["openvino"] = _export_openvino(out / "model.onnx", xs, want, shape, num_classes,
+                                                          cfg.check)
+    if "litert" in cfg.runtimes:
+        lite_check, runtimes["litert"] = _export_litert(fused, out / "model.tflite", xs, want, shape, num_classes,
+                                                        cfg.check)
     checks += [c for c in (ov_check, lite_check) if c is not None]
     if trt is not None:
         engine_bytes, engine = _build_engine(trt, onnx_bytes, shape, out, data_cfg)
@@ -651,9 +655,9 @@ def export_candidate(cand: ExportTarget, cfg: ExportConfig, log: Callable[[str],
         "model.ts": "torch.jit.load('model.ts')  # Conv+BN fused",
         "model.onnx": "onnxruntime.InferenceSession('model.onnx')  # Conv+BN fused",
     }
-    if runtimes["openvino"]["written"]:
+    if runtimes.get("openvino", {}).get("written"):
         load["model.xml"] = "openvino.Core().read_model('model.xml')  # Conv+BN fused, weights in model.bin"
-    if runtimes["litert"]["written"]:
+    if runtimes.get("litert", {}).get("written"):
         load["model.tflite"] = "ai_edge_litert.interpreter.Interpreter(model_path='model.tflite')  # Conv+BN fused"
     arch_info = {
         "arch": arch.encode(), "arch_id": arch.arch_id,

@@ -150,7 +150,11 @@ def render_report(r: dict[str, Any]) -> str:
         lines += [f"No engine built: {e['reason']}", "", "Build one on the target machine with:", "",
                   f"    {e['how_to_build']}"]
     lines += ["", "## OpenVINO and LiteRT", ""]
-    for label, rt in (("OpenVINO IR", r["runtimes"]["openvino"]), ("LiteRT model", r["runtimes"]["litert"])):
+    labels = {"openvino": "OpenVINO IR", "litert": "LiteRT model"}
+    if not r["runtimes"]:
+        lines.append("Neither written: not asked for (`runtimes=[]`).")
+    for name, rt in r["runtimes"].items():
+        label = labels[name]
         if rt["written"]:
             lines.append(f"- {' + '.join(f'`{f}`' for f in rt['files'])}: {label}, converted from "
                          f"{rt['converted_from']}, checked above (`{rt['check']}`).")

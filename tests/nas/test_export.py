@@ -42,6 +42,9 @@ FAST_MEASURE = {"warmup_runs": 3, "warmup_s": 0.01, "min_runs": 20, "min_time_s"
 
 
 def fast_config(out: Path, **kw: object) -> ExportConfig:
+    """A quick export: its latency measured briefly, and no OpenVINO or LiteRT files unless ``runtimes`` is given
+    (tests/nas/test_export_runtimes.py checks those)."""
+    kw.setdefault("runtimes", [])
     cfg = ExportConfig(output_dir=str(out), **kw)  # type: ignore[arg-type]
     cfg.latency.input_shape = [1, 3, 32, 32]
     cfg.latency.measure = dict(FAST_MEASURE)

@@ -27,7 +27,8 @@ NEEDS_LITERT = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     target = ExportTarget(Arch.decode(ARCH), "arch_string")
-    res = export_candidate(target, fast_config(tmp_path_factory.mktemp("exports"), space="tiny", num_classes=10))
+    res = export_candidate(target, fast_config(tmp_path_factory.mktemp("exports"), space="tiny", num_classes=10,
+                                               runtimes=["openvino", "litert"]))
     return res.folder, res.report
 
 
@@ -49,10 +50,13 @@ def _check(report: dict, name: str) -> dict:
 def test_openvino_ir_is_written_beside_the_onnx_model_and_matches_pytorch(exported: tuple[Path, dict]) -> None:
     import openvino
 
+    from latency_predictor.measurement.backends.openvino_backend import shared_core
+
     folder, report = exported
     assert (folder / "model.xml").is_file() and (folder / "model.bin").is_file()
     x, want = _pytorch(folder)
-    compiled = openvino.Core().compile_model(str(folder / "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = shared_core(openvino).compile_model(str(folder / "model.xml"), "CPU",
+                                                   {"INFERENCE_PRECISION_HINT": "f32"})
     got = np.array(compiled.create_infer_request().infer({0: x})[compiled.output(0)])
     np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL)
     rt = report["runtimes"]["openvino"]
@@ -92,7 +96,8 @@ def test_a_missing_runtime_is_a_note_naming_its_extra_not_an_error(monkeypatch: 
     for module in ("openvino", "ai_edge_litert", "litert_torch"):
         monkeypatch.setitem(sys.modules, module, None)
     target = ExportTarget(Arch.decode(ARCH), "arch_string")
-    res = export_candidate(target, fast_config(tmp_path, space="tiny", num_classes=10))
+    res = export_candidate(target, fast_config(tmp_path, space="tiny", num_classes=10,
+                                               runtimes=["openvino", "litert"]))
     for name, files, extra in (("openvino", ("model.xml", "model.bin"), "latnas[openvino]"),
                                ("litert", ("model.tflite",), "latnas[litert]")):
         rt = res.report["runtimes"][name]
@@ -103,3 +108,20 @@ def test_a_missing_runtime_is_a_note_naming_its_extra_not_an_error(monkeypatch: 
         assert rt["reason"] in (res.folder / "report.md").read_text()
     assert all(c["passed"] for c in res.report["checks"])
     assert not any(c["name"].startswith(("openvino", "litert")) for c in res.report["checks"])
+
+
+def test_runtimes_not_asked_for_are_neither_converted_nor_noted(tmp_path: Path) -> None:
+    target = ExportTarget(Arch.decode(ARCH), "arch_string")
+    res = export_candidate(target, fast_config(tmp_path, space="tiny", num_classes=10, runtimes=[]))
+    assert res.report["runtimes"] == {}
+    assert not any((res.folder / f).exists() for f in ("model.xml", "model.bin", "model.tflite"))
+    assert "not asked for (`runtimes=[]`)" in (res.folder / "report.md").read_text()
+    assert (res.folder / "model.onnx").is_file() and all(c["passed"] for c in res.report["checks"])
+
+
+def test_a_runtime_the_export_cannot_write_is_refused_naming_the_ones_it_can() -> None:
+    from nas.core.config import ExportConfig, validate_export
+    from nas.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"runtimes: 'tensorflow' is not one of \['openvino', 'litert'\]"):
+        validate_export(ExportConfig(runtimes=["openvino", "tensorflow"]))

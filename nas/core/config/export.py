@@ -11,6 +11,8 @@ from nas.core.config.groups import DataConfig, ExportLatencyConfig, SupernetEsti
 
 INITS = ("random", "supernet")
 ENGINE_PRECISIONS = ("fp32", "fp16", "int8")
+EXPORT_RUNTIMES = ("openvino", "litert")
+"""The runtimes whose files ``nas.export`` can write beside ``model.onnx`` (``runtimes``)."""
 
 
 @dataclass
@@ -52,6 +54,9 @@ class ExportConfig:
         engine: TensorRT engine: None builds one when TensorRT and a GPU are present (else a
             note says how); true requires it (an error where it cannot be built); false skips it.
         engine_precision: ``fp32``, ``fp16`` or ``int8`` for the engine.
+        runtimes: the other runtimes' files written beside ``model.onnx``, each checked against
+            PyTorch: ``openvino`` (``model.xml`` + ``model.bin``) and ``litert`` (``model.tflite``); a
+            runtime that is not installed gets a note naming its extra; ``[]`` writes neither.
         init: the weights the export starts from: ``random`` (the builder's initialisation) or
             ``supernet`` (the candidate's subnet of ``supernet.checkpoint``, its BatchNorm statistics
             recalibrated on the training images), then trained for ``train.epochs``.
@@ -81,6 +86,7 @@ class ExportConfig:
     seed: int = 0
     engine: bool | None = None
     engine_precision: str = one_of(ENGINE_PRECISIONS, "fp16")
+    runtimes: list[str] = one_of(EXPORT_RUNTIMES, default_factory=lambda: list(EXPORT_RUNTIMES))
     init: str = one_of(INITS, "random")
     supernet: SupernetEstimateConfig = field(default_factory=SupernetEstimateConfig)
     log_model: bool | None = None
