@@ -29,7 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Headline, header, machine_and_load, record_path, spread, write_record
-from benchmarks.search.cifar10_deploy import BUDGET, GOAL_POINTS, SHAPE, STATE_DIR, _read_step, train_all, training_key
+from benchmarks.search.cifar10_deploy import (
+    BUDGET,
+    GOAL_POINTS,
+    SEARCH,
+    SHAPE,
+    STATE_DIR,
+    _read_step,
+    train_all,
+    training_key,
+)
 from benchmarks.search.references_cifar10 import paired_ratios
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
@@ -137,6 +146,23 @@ def against_fronts(searched: dict[str, Any], members: list[dict[str, Any]]) -> d
     return {"met": all(r["met"] for r in rows), "against": rows, "best": best and best["member"]}
 
 
+def _seeded_search(state_dir: Path, target: float) -> dict[str, Any] | None:
+    """The comparison's search of its own space at ``target``, started from the front (``search-<target>ms.json``,
+    :data:`~benchmarks.search.cifar10_deploy.SEARCH`), with its winner's trainings at the deployment budget; None
+    before it has run. Its ``x_anchor`` is the search's own, measured beside the anchor while trials trained."""
+    path = state_dir / f"search-{target:g}ms.json"
+    if not path.exists():
+        return None
+    found = json.loads(path.read_text())
+    if found["settings"]["space"] != SEARCH["space"]:
+        return None
+    accs = _seeds(state_dir, found["arch"])
+    return {"arch_id": found["arch_id"], "arch": found["arch"], "x_anchor": found["search_x_anchor"],
+            "search_accuracy": found["search_accuracy"], "space": SEARCH["space"], "start": found["start"],
+            "candidates": found["candidates"], "wall_seconds": found["wall_seconds"],
+            "top_rung": found["top_rung"], "accuracy": {**spread(accs), "values": accs} if accs else None}
+
+
 def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
     """Each target's fronts with their trained seeds, and the comparison's searched network (from its record,
     ``benchmarks/search/records/cifar10_deploy.json``) against them."""
@@ -160,6 +186,11 @@ def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
                                  "accuracy": s["accuracy"],
                                  "space": s.get("search", {}).get("settings", {}).get("space")}
             entry["goal"] = against_fronts(entry["searched"], members)
+        seeded = _seeded_search(state_dir, target)
+        if seeded is not None:
+            entry["seeded_search"] = seeded
+            if seeded["accuracy"] is not None:
+                seeded["goal"] = against_fronts(seeded, members)
         targets.append(entry)
     return {"targets": targets, "budget": BUDGET, "within": WITHIN, "rounds": timing["rounds"],
             "timed": {"measured": timing["measured"], "seconds": timing["seconds"], "machine": timing["machine"]},
@@ -174,15 +205,24 @@ def _member_cell(m: dict[str, Any]) -> str:
     return f"{m['member']} {acc}{seeds} at {m['x_anchor']:.2f}x"
 
 
+def _answer(t: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The searched network a target's row is about, and its goal: the seeded search's winner once trained with
+    every seed, else the comparison's searched network (None: neither)."""
+    seeded = t.get("seeded_search")
+    if seeded is not None and seeded["accuracy"] is not None and seeded["accuracy"]["n"] >= BUDGET["seeds"]:
+        return seeded, seeded["goal"]
+    return (t["searched"], t["goal"]) if "goal" in t else None
+
+
 def headline(rec: dict[str, Any]) -> Headline:
     """The record's row of the results table: the searched network against the best front member no faster."""
     f = rec["figures"]
-    compared = [t for t in f["targets"] if "goal" in t]
-    figure = "; ".join(f"{100 * t['searched']['accuracy']['median']:.1f}% at {t['searched']['x_anchor']:.2f}x "
-                       f"({t['target_ms']:g} ms)" for t in compared)
+    answers = [(t, a) for t in f["targets"] if (a := _answer(t)) is not None]
+    figure = "; ".join(f"{s['arch_id']} ({s['space']}) {100 * s['accuracy']['median']:.1f}% at {s['x_anchor']:.2f}x "
+                       f"({t['target_ms']:g} ms)" for t, (s, _) in answers)
     best = []
-    for t in compared:
-        m = next((m for m in t["members"] if m["member"] == t["goal"]["best"]), None)
+    for t, (_, g) in answers:
+        m = next((m for m in t["members"] if m["member"] == g["best"]), None)
         best.append(f"{_member_cell(m)} ({t['target_ms']:g} ms)" if m else f"none no faster ({t['target_ms']:g} ms)")
     return Headline(
         "Searched network vs the hand-designed fronts (CIFAR ResNets and the phone designs over depth and "
@@ -190,7 +230,17 @@ def headline(rec: dict[str, Any]) -> Headline:
         "searched (median of 3 seeds): " + figure,
         "the most accurate front member no faster: " + "; ".join(best),
         f">= {f['goal_points']:g} point above every trained front member no faster, seed ranges apart, at each "
-        "target", bool(compared) and all(t["goal"]["met"] for t in compared))
+        "target", bool(answers) and all(g["met"] for _, (_, g) in answers))
+
+
+def _verdict(name: str, s: dict[str, Any], g: dict[str, Any]) -> str:
+    a = s["accuracy"]
+    behind = [r for r in g["against"] if not r["met"]]
+    return (f"{name} {s['arch_id']} (space `{s['space']}`): {100 * a['median']:.1f}% (median of {a['n']} seeds, "
+            f"{100 * a['min']:.1f}-{100 * a['max']:.1f}%) at {s['x_anchor']:.2f}x. Against the {len(g['against'])} "
+            f"trained members no faster: **{'met' if g['met'] else 'not met'}**"
+            + (": " + "; ".join(f"{r['member']} {r['points']:+.1f} points" + ("" if r["apart"] else ", ranges overlap")
+                                for r in behind) if behind else "") + ".")
 
 
 def render(rec: dict[str, Any]) -> str:
@@ -212,16 +262,17 @@ def render(rec: dict[str, Any]) -> str:
                  ", ".join(f"{100 * v:.1f}%" for v in m["accuracy"]["values"])] for m in t["members"]]
         out.append(table(["family", "member", "x anchor", "M MACs", "accuracy, seed by seed"], rows))
         if "goal" in t:
-            s, g = t["searched"], t["goal"]
-            verdict = "met" if g["met"] else "not met"
-            behind = [r for r in g["against"] if not r["met"]]
-            out += ["", f"The searched network {s['arch_id']} (space `{s['space']}`): "
-                        f"{100 * s['accuracy']['median']:.1f}% (median of {s['accuracy']['n']} seeds, "
-                        f"{100 * s['accuracy']['min']:.1f}-{100 * s['accuracy']['max']:.1f}%) at "
-                        f"{s['x_anchor']:.2f}x. Against the {len(g['against'])} trained members no faster: "
-                        f"**{verdict}**" + (": " + "; ".join(f"{r['member']} {r['points']:+.1f} points"
-                                                             + ("" if r["apart"] else ", ranges overlap")
-                                                             for r in behind) if behind else "") + "."]
+            out += ["", _verdict("The comparison's searched network", t["searched"], t["goal"])]
+        seeded = t.get("seeded_search")
+        if seeded is not None:
+            top = ", ".join(f"{r['arch_id']} {100 * r['accuracy']:.1f}% at {r['x_anchor']:.2f}x"
+                            for r in seeded["top_rung"])
+            start = ", ".join(f"`{a}`" for a in seeded["start"])
+            out += ["", f"The search of `{seeded['space']}` started from {start}: "
+                        f"{seeded['candidates']} candidates in {seeded['wall_seconds'] / 60:.0f} minutes; at its top "
+                        f"rung (x_anchor measured in the search, beside the anchor): {top}."]
+            if "goal" in seeded:
+                out += ["", _verdict("Its winner", seeded, seeded["goal"])]
     return "\n".join(out) + "\n"
 
 
