@@ -73,10 +73,13 @@ import os, time
 from nas.runtime.workers import in_workers
 
 def task(i):
-    if i == 0:
-        time.sleep(3)
+    if i == 0:  # the first result, once the two other tasks are under way (however slowly the workers start)
+        deadline = time.monotonic() + 120
+        while len([f for f in os.listdir(".") if f.startswith("started-")]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         return i
-    print(os.getpid(), flush=True)
+    print(f"worker {os.getpid()}", flush=True)
+    open(f"started-{i}", "w").close()
     time.sleep(120)
 
 if __name__ == "__main__":
@@ -167,9 +170,12 @@ def test_a_caller_that_stops_early_leaves_no_worker_training(tmp_path: Path) -> 
                                   env=env, cwd=tmp_path)
     assert caller.stdout is not None
     try:
-        lines = [caller.stdout.readline().strip() for _ in range(3)]
-        assert lines[2] == "stopped", (lines, (tmp_path / "stderr.txt").read_text()[-2000:])
-        workers = [int(pid) for pid in lines[:2]]
+        lines: list[str] = []
+        while "stopped" not in lines and (line := caller.stdout.readline()):
+            lines.append(line.strip())
+        assert lines[-1:] == ["stopped"], (lines, (tmp_path / "stderr.txt").read_text()[-2000:])
+        workers = [int(line.split()[1]) for line in lines if line.startswith("worker ")]
+        assert len(workers) == 2, lines
         deadline = time.monotonic() + 10
         while any(map(_alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.2)
