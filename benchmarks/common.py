@@ -23,7 +23,7 @@ BENCH_DIR = ROOT / "benchmarks"
 AREAS = ("latency", "prediction", "search", "accuracy", "deployment", "reliability")
 """The areas of the suite, one subpackage each, in the order the results are read."""
 AREA = {
-    "latency": "latency", "openvino_parity": "latency", "spread": "latency", "tail": "latency",
+    "latency": "latency", "openvino_parity": "latency", "runtimes": "latency", "spread": "latency", "tail": "latency",
     "contention": "latency", "agent": "latency",
     "predictor": "prediction", "tail_predictor": "prediction", "transfer": "prediction", "transfer_many": "prediction",
     "search": "search", "sampler": "search", "screening": "search", "references": "search",

@@ -23,7 +23,7 @@ from benchmarks.common import AREAS, Headline, area, portable, records_dir
 
 Rec = dict[str, Any]
 
-ORDER = ("latency", "openvino_parity", "spread", "tail", "contention", "agent",
+ORDER = ("latency", "openvino_parity", "runtimes", "spread", "tail", "contention", "agent",
          "predictor", "tail_predictor", "transfer", "transfer_many",
          "search", "sampler", "screening", "references", "cifar10_deploy", "cifar10_fronts",
          "fidelity", "reference_noise", "fidelity_deploy", "supernet", "train_speed",
@@ -31,6 +31,7 @@ ORDER = ("latency", "openvino_parity", "spread", "tail", "contention", "agent",
 """The order of the sections on each area's page (and of the rows of the results table within an area)."""
 TITLES = {
     "latency": "Latency measurement", "openvino_parity": "OpenVINO backend against benchmark_app",
+    "runtimes": "The same networks on three CPU runtimes: ONNX Runtime, OpenVINO and LiteRT",
     "spread": "Latency across searches: the final latency pass",
     "tail": "Tail latency, batches and throughput",
     "tail_predictor": "A p99 predictor trained at scale",
@@ -206,6 +207,7 @@ def _generic(rec: Rec) -> str:
 RENDERERS: dict[str, str] = {
     "latency": "latency",
     "openvino_parity": "openvino_parity",
+    "runtimes": "runtimes",
     "spread": "spread",
     "tail": "tail",
     "tail_predictor": "tail_predictor",
