@@ -189,6 +189,7 @@ def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
         seeded = _seeded_search(state_dir, target)
         if seeded is not None:
             entry["seeded_search"] = seeded
+            seeded["reference"] = next((m["member"] for m in members if m["arch_id"] == seeded["arch_id"]), None)
             if seeded["accuracy"] is not None:
                 seeded["goal"] = against_fronts(seeded, members)
         targets.append(entry)
@@ -218,8 +219,10 @@ def headline(rec: dict[str, Any]) -> Headline:
     """The record's row of the results table: the searched network against the best front member no faster."""
     f = rec["figures"]
     answers = [(t, a) for t in f["targets"] if (a := _answer(t)) is not None]
-    figure = "; ".join(f"{s['arch_id']} ({s['space']}) {100 * s['accuracy']['median']:.1f}% at {s['x_anchor']:.2f}x "
-                       f"({t['target_ms']:g} ms)" for t, (s, _) in answers)
+    figure = "; ".join(f"{s['arch_id']} ({s['space']}"
+                       + (f"; {s['reference']} itself, the search's start" if s.get("reference") else "")
+                       + f") {100 * s['accuracy']['median']:.1f}% at {s['x_anchor']:.2f}x ({t['target_ms']:g} ms)"
+                       for t, (s, _) in answers)
     best = []
     for t, (_, g) in answers:
         m = next((m for m in t["members"] if m["member"] == g["best"]), None)
@@ -271,6 +274,9 @@ def render(rec: dict[str, Any]) -> str:
             out += ["", f"The search of `{seeded['space']}` started from {start}: "
                         f"{seeded['candidates']} candidates in {seeded['wall_seconds'] / 60:.0f} minutes; at its top "
                         f"rung (x_anchor measured in the search, beside the anchor): {top}."]
+            if seeded.get("reference"):
+                out += ["", f"Its winner is `{seeded['reference']}` itself, a start: within its budget the search "
+                            "found nothing that meets the target and beats it."]
             if "goal" in seeded:
                 out += ["", _verdict("Its winner", seeded, seeded["goal"])]
     return "\n".join(out) + "\n"
