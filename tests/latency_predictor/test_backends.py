@@ -315,6 +315,25 @@ class _DataDependent(nn.Module):
 
 
 @needs_litert
+def test_litert_converts_a_network_trained_channels_last_to_the_same_outputs(tiny_arch: Arch) -> None:
+    # A network trained on the CPU channels-last keeps its weights in that layout; the converter read them as
+    # contiguous and the model.tflite of such a network disagreed with PyTorch by half its largest logit.
+    torch.manual_seed(0)
+    net = build_eval_net(tiny_arch)
+    for m in net.modules():  # BatchNorm statistics of a trained network, not the identity of a fresh one
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2.0)
+    net = net.to(memory_format=torch.channels_last)
+    x = sample_input(TINY_SHAPE)
+    with torch.no_grad():
+        expected = net(x).numpy()
+    got = make_estimator("litert", input_shape=TINY_SHAPE).run(net, x.numpy())
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert any(not p.is_contiguous() for p in net.parameters())  # the caller's network is left as it was given
+
+
+@needs_litert
 def test_litert_a_network_the_converter_rejects_is_an_export_error_with_its_reason(tiny_arch: Arch,
                                                                                   slot_dir: Path) -> None:
     est = make_estimator("litert", input_shape=TINY_SHAPE, measure=FAST, slot_dir=slot_dir)

@@ -22,7 +22,9 @@ the backend is built and imported when first used: without them the error names
 
 from __future__ import annotations
 
+import copy
 import importlib.util
+import itertools
 import os
 import time
 from collections import Counter
@@ -170,6 +172,10 @@ class LiteRTBackend(MeasuredBackend):
         os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")  # its progress lines would flood a search's log
         litert_torch = import_module("litert_torch")
         x = (sample_input(input_shape),)
+        # The converter reads channels-last weights (a network trained channels-last on the CPU) as if they were
+        # contiguous and computes other outputs; a contiguous copy converts right, and the caller's network stays.
+        if any(not p.is_contiguous() for p in itertools.chain(net.parameters(), net.buffers())):
+            net = copy.deepcopy(net).to(memory_format=torch.contiguous_format)
         try:
             with torch.no_grad():
                 if self.precision == "int8":
