@@ -175,7 +175,9 @@ class LiteRTBackend(MeasuredBackend):
         # The converter reads channels-last weights (a network trained channels-last on the CPU) as if they were
         # contiguous and computes other outputs; a contiguous copy converts right, and the caller's network stays.
         if any(not p.is_contiguous() for p in itertools.chain(net.parameters(), net.buffers())):
-            net = copy.deepcopy(net).to(memory_format=torch.contiguous_format)
+            net = copy.deepcopy(net)
+            for t in itertools.chain(net.parameters(), net.buffers()):
+                t.data = t.data.contiguous()
         try:
             with torch.no_grad():
                 if self.precision == "int8":
