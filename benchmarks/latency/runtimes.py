@@ -33,7 +33,7 @@ from scipy.stats import kendalltau
 from benchmarks.common import header, machine_and_load, write_record
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.export import build_eval_net, parse_shape
-from search_spaces import load_space
+from search_spaces import Arch, load_space
 
 RUNTIMES = ("onnxruntime", "openvino", "litert")
 MEASURE = {"min_time_s": 0.3, "max_time_s": 1.0, "min_runs": 50, "warmup_s": 0.2, "max_repeats": 1}
@@ -53,8 +53,6 @@ def networks(space_name: str, n: int, seed: int) -> list[str]:
 
 def run(archs: list[str], input_shape: tuple[int, ...], threads: int, log: Any = print) -> dict[str, Any]:
     """Every network of ``archs`` on every runtime, the runtimes' order rotating network by network."""
-    from search_spaces import Arch
-
     ests = {r: make_estimator(r, input_shape=input_shape, num_classes=10, intra_op_threads=threads,
                               measure=dict(MEASURE), slot=False) for r in RUNTIMES}
     load_before = machine_and_load()["load_average"]
@@ -76,7 +74,7 @@ def run(archs: list[str], input_shape: tuple[int, ...], threads: int, log: Any =
         tau = kendalltau([r["p50_ms"][a] for r in rows], [r["p50_ms"][b] for r in rows])
         taus[f"{a}-{b}"] = {"tau": float(tau.statistic), "p_value": float(tau.pvalue)}
     ranks = {r: [int(x) for x in np.argsort(np.argsort([row["p50_ms"][r] for row in rows])) + 1] for r in RUNTIMES}
-    for row, k in zip(rows, range(len(rows)), strict=True):
+    for k, row in enumerate(rows):
         row["rank"] = {r: ranks[r][k] for r in RUNTIMES}
     return {"runtimes": list(RUNTIMES), "input_shape": list(input_shape), "threads": threads, "measure": MEASURE,
             "networks": rows, "kendall_tau": taus, "seconds": time.perf_counter() - t0,

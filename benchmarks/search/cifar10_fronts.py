@@ -36,6 +36,7 @@ from benchmarks.search.cifar10_deploy import (
     SHAPE,
     STATE_DIR,
     _read_step,
+    _search_label,
     train_all,
     training_key,
 )
@@ -133,16 +134,14 @@ def against_fronts(searched: dict[str, Any], members: list[dict[str, Any]]) -> d
     (``x_anchor`` between the searched network's and 1): the goal of the comparison, applied to the fronts. It
     is met when the searched network's median is :data:`~benchmarks.search.cifar10_deploy.GOAL_POINTS` or more
     above each of theirs with the seed ranges apart. ``best`` is the most accurate of them (by median)."""
+    in_goal = [m for m in members if m["accuracy"] is not None and searched["x_anchor"] <= m["x_anchor"] <= 1.0]
     rows = []
-    for m in members:
-        if m["accuracy"] is None or not searched["x_anchor"] <= m["x_anchor"] <= 1.0:
-            continue
+    for m in in_goal:
         points = 100 * (searched["accuracy"]["median"] - m["accuracy"]["median"])
         apart = searched["accuracy"]["min"] > m["accuracy"]["max"]
         rows.append({"member": m["member"], "family": m["family"], "points": points, "apart": apart,
                      "met": points >= GOAL_POINTS and apart})
-    best = max((m for m in members if m["accuracy"] is not None and searched["x_anchor"] <= m["x_anchor"] <= 1.0),
-               key=lambda m: m["accuracy"]["median"], default=None)
+    best = max(in_goal, key=lambda m: m["accuracy"]["median"], default=None)
     return {"met": all(r["met"] for r in rows), "against": rows, "best": best and best["member"]}
 
 
@@ -150,7 +149,7 @@ def _seeded_search(state_dir: Path, target: float) -> dict[str, Any] | None:
     """The comparison's search of its own space at ``target``, started from the front (``search-<target>ms.json``,
     :data:`~benchmarks.search.cifar10_deploy.SEARCH`), with its winner's trainings at the deployment budget; None
     before it has run. Its ``x_anchor`` is the search's own, measured beside the anchor while trials trained."""
-    path = state_dir / f"search-{target:g}ms.json"
+    path = state_dir / f"{_search_label(target, SEARCH)}.json"
     if not path.exists():
         return None
     found = json.loads(path.read_text())
@@ -325,9 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  target {target:g} ms:")
         for family, members in families.items():
             for m in members:
-                runs = [json.loads(p.read_text()) for s in range(BUDGET["seeds"])
-                        if (p := state_dir / f"{training_key(Arch.decode(m['arch']), s, BUDGET)}.json").exists()]
-                accs = ", ".join(f"{100 * r['accuracy']:.1f}" for r in runs) or "not trained"
+                accs = ", ".join(f"{100 * a:.1f}" for a in _seeds(state_dir, m["arch"])) or "not trained"
                 log(f"    {family:<16} {m['member']:<26} x{m['x_anchor']:.2f} {m['mmacs']:6.1f} M MACs  {accs}")
     return 0
 

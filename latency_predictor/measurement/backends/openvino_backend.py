@@ -31,6 +31,7 @@ how many run in int8, and an "int8" network in which none does is refused.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections import Counter
@@ -79,10 +80,7 @@ def import_openvino() -> ModuleType:
     return openvino
 
 
-_CORE: list[Any] = []
-"""The process's one ``openvino.Core`` (see :func:`shared_core`), once made."""
-
-
+@functools.cache
 def shared_core(ov: ModuleType) -> Any:
     """The process's one OpenVINO ``Core``, made on first use and kept until the process exits.
 
@@ -92,9 +90,7 @@ def shared_core(ov: ModuleType) -> Any:
     the process handles (Ctrl-C, a timer, a Python signal handler) kills it with SIGSEGV. Every setting a
     backend needs is given to ``compile_model``, never set on the Core, so backends share it safely.
     """
-    if not _CORE:
-        _CORE.append(ov.Core())
-    return _CORE[0]
+    return ov.Core()
 
 
 def import_nncf() -> ModuleType:
