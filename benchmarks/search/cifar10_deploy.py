@@ -190,14 +190,16 @@ _MNAS_035 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_
              "mb_k3_e6_c32_s1-mb_k5_e6_c64_s2-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k5_e6_c64_s1-mb_k3_e6_c112_s1-head_c1280")
 START: dict[float, list[str]] = {0.35: ["resnet20@0.5", "act_relu-stem_c24-rb_k3_c24_s1_se0.25-mb_k3_e3_c96_s2-"
                                          "mb_k3_e3_c160_s2-rb_k3_c160_s1"],
-                                  0.5: ["resnet14", "act_relu-stem_c32-rb_k5_c16_s1-mb_k3_e6_c16_s1_se0.25-"
-                                        "rb_k3_c48_s2-rb_k5_c128_s2-head_c1280"]}
+                                  0.5: ["resnet14", "act_relu-stem_c32-mb_k3_e3_c24_s1-mb_k5_e3_c64_s2_se0.25-"
+                                        "rb_k5_c128_s2-mb_k3_e3_c128_s1_se0.25"]}
 """The search's start at each target (by its anchor's width): the most accurate member of the CIFAR ResNets'
 front there (``python -m benchmarks.search.cifar10_fronts --step report``: at 0.235 ms ResNet-20 at half
-width, 69.8%; at 0.326 ms ResNet-14, 75.7% and 78.1% over two seeds) and the winner of the earlier search of
-``mobile_cifar_res`` at the same target (7f2ce65cf905, 75.4%; bad3ca6572c2, 76.4%), both members of ``cifar``.
-A change to the start or to :data:`SEARCH` makes the search step search again (a recorded search is kept only
-for its settings). Searches of another space (``--quick``'s) start from random members."""
+width, 69.8%; at 0.326 ms ResNet-14, 76.1% over three seeds) and the most accurate network an earlier search
+found within the target (at 0.235 ms 7f2ce65cf905, 75.4%; at 0.326 ms f48756ad2893, 77.7% at 0.58x, the
+``mobile_cifar_res`` study with a latency floor, which dominates that search's own winner bad3ca6572c2, 76.4% at
+0.77x), all members of ``cifar``. A change to the start or to :data:`SEARCH` makes the search step search again;
+rename the recorded search first to keep it as a study (``search-0.326ms-start1.json``: the first start).
+Searches of another space (``--quick``'s) start from random members."""
 
 
 def _start(size: dict[str, Any], width: float) -> list[str]:
@@ -232,6 +234,16 @@ def random_control(size: dict[str, Any]) -> dict[str, Any]:
     return {**size, "population_size": max(2, size["n_trials"]), "tournament_size": 1, "control": "random"}
 
 
+def _start_names(start: list[str]) -> list[str]:
+    """A search's start as the report names it: a reference by its name, a network by its id."""
+    return [s if not s.startswith("act_") else Arch.decode(s).arch_id for s in start]
+
+
+def _width_of(study: dict[str, Any]) -> float:
+    """The anchor width of a recorded search (``mobilenetv2_100@0.5``: 0.5)."""
+    return float(study["target_anchor"].rsplit("@", 1)[1])
+
+
 def _study_role(study: dict[str, Any]) -> str:
     """How the report names a recorded search that is not the comparison's: its target, size and floor."""
     size = study["settings"]
@@ -239,6 +251,8 @@ def _study_role(study: dict[str, Any]) -> str:
     return (f"searched at {study['target_ms']:g} ms, {size['n_trials']} candidates"
             + (f", space {size['space']}" if size.get("space") != SEARCH["space"] else "")
             + (f", latency floor {floor:g}" if floor else "")
+            + (f", started from {', '.join(_start_names(study['start']))}"
+               if study.get("start") and study["start"] != START.get(_width_of(study), []) else "")
             + (", random proposals (the control)" if size.get("control") == "random" else "") + " (a study)")
 
 
