@@ -62,6 +62,9 @@ SCRIPTS: dict[str, Script] = {
                        "a predictor for a new device from 10-30 measurements: adapted vs from scratch vs 300",
                        ("--devices", "ort1,ort2", "--n-full", "30", "--n-test", "15", "--shots", "10,20", "--splits",
                         "2", "--reps", "3"), (), (6, 60), in_quick=False),
+    "transfer_runtimes": Script("benchmarks.prediction.transfer_runtimes", "transfer_runtimes.json",
+                                "a predictor for a new runtime (OpenVINO, LiteRT) from 10 measurements, from the "
+                                "runtimes benchmark's record", ("--splits", "2", "--reps", "2"), (), (0.5, 2)),
     "agent": Script("benchmarks.latency.agent", "agent.json",
                     "measurement agent on 127.0.0.1: p50 against a local measurement, round-trip cost",
                     ("--rounds", "2", "--sampled", "1", "--references", "mobilenetv2_100", "--min-runs", "20",

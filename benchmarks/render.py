@@ -24,8 +24,8 @@ from benchmarks.common import AREAS, Headline, area, portable, records_dir
 Rec = dict[str, Any]
 
 ORDER = ("latency", "openvino_parity", "runtimes", "spread", "tail", "contention", "agent",
-         "predictor", "tail_predictor", "transfer", "transfer_many",
-         "search", "sampler", "screening", "references", "cifar10_deploy", "cifar10_fronts",
+         "predictor", "tail_predictor", "transfer", "transfer_runtimes", "transfer_many",
+         "search", "per_runtime", "sampler", "screening", "references", "cifar10_deploy", "cifar10_fronts",
          "fidelity", "reference_noise", "fidelity_deploy", "supernet", "train_speed",
          "deployment", "reliability", "scale")
 """The order of the sections on each area's page (and of the rows of the results table within an area)."""
@@ -38,8 +38,10 @@ TITLES = {
     "predictor": "Latency predictor",
     "transfer": "A predictor for a new device from a few measurements",
     "transfer_many": "A predictor for a new device from several devices' predictors",
+    "transfer_runtimes": "A predictor for a new runtime from 10 measurements",
     "agent": "Measurement agent overhead",
     "search": "Search overhead",
+    "per_runtime": "One search per runtime: each winner timed on ONNX Runtime, OpenVINO and LiteRT",
     "contention": "Measurement under load", "reliability": "Reliability (fault injection)",
     "sampler": "Sampler quality", "screening": "Predictor-driven screening speed",
     "scale": "Search throughput and scale", "train_speed": "Training on the CPU: channels-last against NCHW",
@@ -214,8 +216,10 @@ RENDERERS: dict[str, str] = {
     "predictor": "predictor",
     "transfer": "transfer",
     "transfer_many": "transfer_many",
+    "transfer_runtimes": "transfer_runtimes",
     "agent": "agent",
     "search": "search",
+    "per_runtime": "per_runtime",
     "sampler": "sampler_quality",
     "screening": "screening",
     "scale": "scale",

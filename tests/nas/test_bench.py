@@ -791,3 +791,42 @@ def test_the_searched_network_is_held_to_every_trained_front_member_no_faster_th
     g = cifar10_fronts.against_fronts(searched, [behind, close])
     assert not g["met"] and g["best"] == "resnet14"
     assert [(r["member"], r["met"]) for r in g["against"]] == [("resnet20@0.5", True), ("resnet14", False)]
+
+
+def test_a_runtime_that_is_a_scaled_copy_is_predicted_from_10_measurements(tmp_path: Path) -> None:
+    """The runtime transfer benchmark on a record whose second runtime is the first at twice the latency: the
+    first runtime's predictor as is misses every network by 2x, adapted from 10 measurements it is back within
+    +-10% on most held-out networks."""
+    from benchmarks.prediction import transfer_runtimes
+
+    committed = json.loads((common.ROOT / "benchmarks/latency/records/runtimes.json").read_text())
+    rows = committed["figures"]["networks"][:45]
+    fig = {**committed["figures"], "runtimes": ["onnxruntime", "slow"],
+           "networks": [{"arch": r["arch"], "arch_id": r["arch_id"],
+                         "p50_ms": {"onnxruntime": r["p50_ms"]["onnxruntime"],
+                                    "slow": 2 * r["p50_ms"]["onnxruntime"]}} for r in rows]}
+    src = tmp_path / "runtimes.json"
+    src.write_text(json.dumps({**committed, "figures": fig}))
+    out = tmp_path / "transfer_runtimes.json"
+    args = ["--runtimes-record", str(src), "--n-test", "15", "--shots", "10", "--splits", "1", "--reps", "1",
+            "--out", str(out)]
+    assert transfer_runtimes.main(args) == 0
+    rec = json.loads(out.read_text())
+    pair = next(p for p in rec["pairs"] if (p["source"], p["target"]) == ("onnxruntime", "slow"))
+    assert pair["source_as_is"]["within_10"] == 0.0
+    assert pair["by_n"]["10"]["adapted_informative"]["within_10"] >= 0.8
+    assert rec["settings"]["n_full"] == 30
+    assert "runtime pairs" in transfer_runtimes.headline(rec).figure
+
+
+def test_the_runtime_transfer_refuses_a_missing_record_and_too_few_networks_to_adapt_from(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.prediction import transfer_runtimes
+
+    with pytest.raises(SystemExit):
+        transfer_runtimes.main(["--runtimes-record", str(tmp_path / "none.json")])
+    assert "none.json: no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        transfer_runtimes.main(["--runtimes-record", str(common.ROOT / "benchmarks/latency/records/runtimes.json"),
+                                "--n-test", "95", "--out", str(tmp_path / "out.json")])
+    assert "--n-test 95: leave more than 20 of the record's 100 networks" in capsys.readouterr().err
