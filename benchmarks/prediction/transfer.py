@@ -238,13 +238,42 @@ def record(module: str, settings: dict[str, Any], load_before: float, t0: float,
     }
 
 
-def headline(rec: dict[str, Any]) -> Headline:
-    """The record's row of the results table: pairs of devices where the adapted predictor meets the goal."""
+def goal_figures(rec: dict[str, Any]) -> tuple[str, list[float], list[float], int]:
+    """A transfer record's figures at its goal's n: n, the adapted and the from-scratch predictors' +-10%
+    shares over the pairs, and the pairs that meet the goal."""
     goal, pairs = rec["goal"], rec["pairs"]
     n = str(goal["n"])
     adapted = [p["by_n"][n]["adapted_informative"]["within_10"] for p in pairs]
     scratch = [p["by_n"][n]["scratch_random"]["within_10"] for p in pairs]
-    met = sum(bool(p.get("goal_met")) for p in pairs)
+    return n, adapted, scratch, sum(bool(p.get("goal_met")) for p in pairs)
+
+
+def pairs_table(rec: dict[str, Any]) -> str:
+    """A transfer record's table: per pair, the full and unchanged predictors, then per n the adapted
+    (chosen and random n) and from-scratch predictors, each as +-10% share / Spearman."""
+    from benchmarks.render import _f, _pct, table
+    st = rec["settings"]
+
+    def cell(m: dict[str, float]) -> str:
+        return f"{_pct(m['within_10'])} / {_f(m['spearman'], 3)}"
+
+    header = ["source -> target", f"full ({st['n_full']})", "source as is"]
+    for n in st["shots"]:
+        header += [f"adapted, n={n}", f"adapted, random {n}", f"scratch, random {n}"]
+    rows = []
+    for p in rec["pairs"]:
+        row = [f"{p['source']} -> {p['target']}", cell(p["full"]), cell(p["source_as_is"])]
+        for n in st["shots"]:
+            v = p["by_n"][str(n)]
+            row += [cell(v["adapted_informative"]), cell(v["adapted_random"]), cell(v["scratch_random"])]
+        rows.append(row)
+    return table(header, rows)
+
+
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: pairs of devices where the adapted predictor meets the goal."""
+    goal, pairs = rec["goal"], rec["pairs"]
+    n, adapted, scratch, met = goal_figures(rec)
     return Headline(
         "Predictor transfer to a new device",
         f"adapted from {n} measurements: +-10% on {min(adapted):.0%}-{max(adapted):.0%} of held-out networks; "
@@ -265,16 +294,6 @@ def render(rec: dict[str, Any]) -> str:
     def cell(m: dict[str, float]) -> str:
         return f"{_pct(m['within_10'])} / {_f(m['spearman'], 3)}"
 
-    header = ["source -> target", f"full ({st['n_full']})", "source as is"]
-    for n in st["shots"]:
-        header += [f"adapted, n={n}", f"adapted, random {n}", f"scratch, random {n}"]
-    rows = []
-    for p in rec["pairs"]:
-        row = [f"{p['source']} -> {p['target']}", cell(p["full"]), cell(p["source_as_is"])]
-        for n in st["shots"]:
-            v = p["by_n"][str(n)]
-            row += [cell(v["adapted_informative"]), cell(v["adapted_random"]), cell(v["scratch_random"])]
-        rows.append(row)
     met = [p for p in rec["pairs"] if p.get("goal_met")]
     gn = str(goal["n"])
     parts = ""
@@ -304,7 +323,7 @@ architectures `collect --adapt-from` chooses (most informative first: the most t
 those that cover the rest and those that tell the scales apart); "random n": n chosen at random
 ({st['reps']} draws per split); "source as is": the source device's predictor unchanged.
 
-{table(header, rows)}
+{pairs_table(rec)}
 
 Goal at n = {goal['n']} (adapted): Spearman >= {goal['spearman']} and +-10% >= {_pct(goal['within_10'])}: met by
 {len(met)} of {len(rec['pairs'])} pairs.{parts}"""

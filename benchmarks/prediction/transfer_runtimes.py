@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import Headline, header, write_record
-from benchmarks.prediction.transfer import evaluate_tables
+from benchmarks.prediction.transfer import evaluate_tables, goal_figures, pairs_table
 from latency_predictor.prediction.dataset import LatencyTable
 from latency_predictor.prediction.features import FeatureExtractor
 
@@ -72,10 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 def headline(rec: dict[str, Any]) -> Headline:
     """The record's row of the results table: pairs of runtimes where the adapted predictor meets the goal."""
     goal, pairs = rec["goal"], rec["pairs"]
-    n = str(goal["n"])
-    adapted = [p["by_n"][n]["adapted_informative"]["within_10"] for p in pairs]
-    scratch = [p["by_n"][n]["scratch_random"]["within_10"] for p in pairs]
-    met = sum(bool(p.get("goal_met")) for p in pairs)
+    n, adapted, scratch, met = goal_figures(rec)
     return Headline(
         "Predictor transfer to a new runtime (ONNX Runtime, OpenVINO, LiteRT)",
         f"adapted from {n} measurements: +-10% on {min(adapted):.0%}-{max(adapted):.0%} of held-out networks; "
@@ -88,22 +85,8 @@ def headline(rec: dict[str, Any]) -> Headline:
 
 def render(rec: dict[str, Any]) -> str:
     """The record's section on its area's page."""
-    from benchmarks.render import _f, _pct, table
+    from benchmarks.render import _f, _pct
     st, goal = rec["settings"], rec["goal"]
-
-    def cell(m: dict[str, float]) -> str:
-        return f"{_pct(m['within_10'])} / {_f(m['spearman'], 3)}"
-
-    head = ["source -> target", f"full ({st['n_full']})", "source as is"]
-    for n in st["shots"]:
-        head += [f"adapted, n={n}", f"adapted, random {n}", f"scratch, random {n}"]
-    rows = []
-    for p in rec["pairs"]:
-        row = [f"{p['source']} -> {p['target']}", cell(p["full"]), cell(p["source_as_is"])]
-        for n in st["shots"]:
-            v = p["by_n"][str(n)]
-            row += [cell(v["adapted_informative"]), cell(v["adapted_random"]), cell(v["scratch_random"])]
-        rows.append(row)
     gn = str(goal["n"])
     worst = min(rec["pairs"], key=lambda p: p["by_n"][gn]["adapted_informative"]["within_10_min"])
     w = worst["by_n"][gn]["adapted_informative"]
@@ -123,7 +106,7 @@ chosen at random ({st['reps']} draws per split); "scratch": a predictor fitted o
 fitted on the target runtime's other {st['n_full']} networks (the ceiling); "source as is": the source runtime's
 predictor unchanged.
 
-{table(head, rows)}
+{pairs_table(rec)}
 
 Goal at n = {gn} (adapted): +-10% >= {_pct(goal['within_10'])} and Spearman >= {goal['spearman']}: met by {met} of
 {len(rec['pairs'])} pairs. The worst split of any pair: {worst['source']} -> {worst['target']},
