@@ -208,6 +208,16 @@ def evaluate_tables(src_table: LatencyTable, tgt_table: LatencyTable, sx: Featur
     return out
 
 
+def pair_line(source: str, target: str, fig: dict[str, Any]) -> str:
+    """One pair's figures as a progress line: the full predictor, then per n the adapted and scratch ones."""
+    cells = "; ".join(
+        f"n={n}: adapted {v['adapted_informative']['within_10']:.0%}/{v['adapted_informative']['spearman']:.3f}"
+        f", scratch {v['scratch_random']['within_10']:.0%}/{v['scratch_random']['spearman']:.3f}"
+        for n, v in fig["by_n"].items())
+    return (f"{source} -> {target}: full {fig['full']['within_10']:.0%}/{fig['full']['spearman']:.3f}; {cells} "
+            "(+-10% / Spearman)")
+
+
 def open_devices(spec: str | None, at_least: int, n: int, root: Path, retries: int
                  ) -> tuple[dict[str, Dataset], dict[str, Any], float]:
     """The datasets of the devices ``spec`` names (comma separated; None: all this machine can run),
@@ -270,18 +280,25 @@ def pairs_table(rec: dict[str, Any]) -> str:
     return table(header, rows)
 
 
-def headline(rec: dict[str, Any]) -> Headline:
-    """The record's row of the results table: pairs of devices where the adapted predictor meets the goal."""
+def transfer_headline(rec: dict[str, Any], claim: str, kind: str, full: str) -> Headline:
+    """A transfer record's row of the results table: the ``kind`` pairs (devices, runtimes) where the adapted
+    predictor meets the goal; ``full``: what the predictor fitted on many measurements was fitted on."""
     goal, pairs = rec["goal"], rec["pairs"]
     n, adapted, scratch, met = goal_figures(rec)
     return Headline(
-        "Predictor transfer to a new device",
+        claim,
         f"adapted from {n} measurements: +-10% on {min(adapted):.0%}-{max(adapted):.0%} of held-out networks; "
-        f"goal met on {met} of {len(pairs)} device pairs",
+        f"goal met on {met} of {len(pairs)} {kind} pairs",
         f"a predictor fitted from scratch on the same {n} ({min(scratch):.0%}-{max(scratch):.0%}), and one fitted "
-        f"on {rec['settings']['n_full']} measurements",
+        f"on {full}",
         f"from {n} measurements, +-10% on >= {goal['within_10']:.0%} and Spearman >= {goal['spearman']:.2f}, "
         "every pair", met == len(pairs))
+
+
+def headline(rec: dict[str, Any]) -> Headline:
+    """The record's row of the results table: pairs of devices where the adapted predictor meets the goal."""
+    return transfer_headline(rec, "Predictor transfer to a new device", "device",
+                             f"{rec['settings']['n_full']} measurements")
 
 
 def render(rec: dict[str, Any]) -> str:
@@ -341,12 +358,7 @@ def main() -> int:
     for s, t in itertools.permutations(datasets, 2):
         fig = evaluate_pair(datasets[s], datasets[t], shots, args.n_full, args.n_test, args.splits, args.reps)
         pairs.append({"source": s, "target": t, **fig})
-        cells = "; ".join(
-            f"n={n}: adapted {v['adapted_informative']['within_10']:.0%}/{v['adapted_informative']['spearman']:.3f}"
-            f", scratch {v['scratch_random']['within_10']:.0%}/{v['scratch_random']['spearman']:.3f}"
-            for n, v in fig["by_n"].items())
-        print(f"{s} -> {t}: full {fig['full']['within_10']:.0%}/{fig['full']['spearman']:.3f}; {cells} "
-              f"(+-10% / Spearman)", flush=True)
+        print(pair_line(s, t, fig), flush=True)
     settings = {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots,
                 "splits": args.splits, "reps": args.reps, "measure": {
                     k: getattr(MEASURE, k)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import Headline, header, write_record
-from benchmarks.prediction.transfer import evaluate_tables, goal_figures, pairs_table
+from benchmarks.prediction.transfer import evaluate_tables, pair_line, pairs_table, transfer_headline
 from latency_predictor.prediction.dataset import LatencyTable
 from latency_predictor.prediction.features import FeatureExtractor
 
@@ -71,16 +71,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def headline(rec: dict[str, Any]) -> Headline:
     """The record's row of the results table: pairs of runtimes where the adapted predictor meets the goal."""
-    goal, pairs = rec["goal"], rec["pairs"]
-    n, adapted, scratch, met = goal_figures(rec)
-    return Headline(
-        "Predictor transfer to a new runtime (ONNX Runtime, OpenVINO, LiteRT)",
-        f"adapted from {n} measurements: +-10% on {min(adapted):.0%}-{max(adapted):.0%} of held-out networks; "
-        f"goal met on {met} of {len(pairs)} runtime pairs",
-        f"a predictor fitted from scratch on the same {n} ({min(scratch):.0%}-{max(scratch):.0%}), and one fitted "
-        f"on the target runtime's other {rec['settings']['n_full']} networks",
-        f"from {n} measurements, +-10% on >= {goal['within_10']:.0%} and Spearman >= {goal['spearman']:.2f}, "
-        "every pair", met == len(pairs))
+    return transfer_headline(rec, "Predictor transfer to a new runtime (ONNX Runtime, OpenVINO, LiteRT)", "runtime",
+                             f"the target runtime's other {rec['settings']['n_full']} networks")
 
 
 def render(rec: dict[str, Any]) -> str:
@@ -138,12 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         fig = evaluate_tables(tabs[s], tabs[t], extractor, extractor, shots, n_full, args.n_test, args.splits,
                               args.reps, goal=GOAL)
         pairs.append({"source": s, "target": t, **fig})
-        cells = "; ".join(
-            f"n={n}: adapted {v['adapted_informative']['within_10']:.0%}/{v['adapted_informative']['spearman']:.3f}"
-            f", scratch {v['scratch_random']['within_10']:.0%}/{v['scratch_random']['spearman']:.3f}"
-            for n, v in fig["by_n"].items())
-        print(f"{s} -> {t}: full {fig['full']['within_10']:.0%}/{fig['full']['spearman']:.3f}; {cells} "
-              "(+-10% / Spearman)", flush=True)
+        print(pair_line(s, t, fig), flush=True)
     settings = {"space": src.get("space", "mobile_cifar"), "networks": n_networks, "n_full": n_full,
                 "n_test": args.n_test, "shots": shots, "splits": args.splits, "reps": args.reps,
                 "input_shape": f["input_shape"], "threads": f["threads"], "measured": src["date"][:10],
