@@ -830,3 +830,29 @@ def test_the_runtime_transfer_refuses_a_missing_record_and_too_few_networks_to_a
         transfer_runtimes.main(["--runtimes-record", str(common.ROOT / "benchmarks/latency/records/runtimes.json"),
                                 "--n-test", "95", "--out", str(tmp_path / "out.json")])
     assert "--n-test 95: leave more than 20 of the record's 100 networks" in capsys.readouterr().err
+
+
+def test_the_per_runtime_section_shows_each_winner_on_every_runtime_its_own_in_bold() -> None:
+    from benchmarks.search import per_runtime
+
+    a, b = "act_relu-stem_c16-mb_k3_e3_c24_s2", "act_relu-stem_c16-rb_k3_c24_s2"
+    anchor = "act_relu-stem_c8-mb_k3_e1_c8_s2"
+    winners = [{"runtime": "onnxruntime", "arch": a, "arch_id": Arch.decode(a).arch_id, "naswot": 1500.0,
+                "meets": True, "meeting": 20, "completed": 30, "wall_seconds": 120.0},
+               {"runtime": "openvino", "arch": b, "arch_id": Arch.decode(b).arch_id, "naswot": 1490.0,
+                "meets": True, "meeting": 18, "completed": 30, "wall_seconds": 150.0},
+               {"runtime": "litert", "arch": a, "arch_id": Arch.decode(a).arch_id, "naswot": 1500.0,
+                "meets": True, "meeting": 25, "completed": 30, "wall_seconds": 300.0}]
+    x = {a: {"onnxruntime": 0.45, "openvino": 0.62, "litert": 0.40}, b: {"onnxruntime": 0.55, "openvino": 0.41,
+                                                                          "litert": 0.58},
+         anchor: dict.fromkeys(per_runtime.RUNTIMES, 1.0)}
+    rec = {"settings": {"space": "mobile_cifar", "trials": 30, "seed": 0, "anchor": "mobilenetv2_100@0.35",
+                        "target_x": 0.5, "rounds": 5},
+           "figures": {"winners": winners, "anchor_arch": anchor,
+                       "cross": {"x_anchor": x, "p50_ms": {anchor: dict.fromkeys(per_runtime.RUNTIMES, 0.3)},
+                                 "load_average": [0.2, 0.9]}}}
+    out = per_runtime.render(rec)
+    ida, idb = Arch.decode(a).arch_id, Arch.decode(b).arch_id
+    assert f"| openvino | {idb} | 1490.0 | yes (18 of 30 did) | 0.55 | **0.41** | 0.58 | 2.5 |" in out
+    assert f"| litert | {ida} | 1500.0 | yes (25 of 30 did) | 0.45 | 0.62 | **0.40** | 5.0 |" in out
+    assert "2 different winner(s) from 3 runtimes" in out
