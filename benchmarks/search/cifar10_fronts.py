@@ -37,6 +37,7 @@ from benchmarks.search.cifar10_deploy import (
     STATE_DIR,
     _read_step,
     _search_label,
+    random_control,
     train_all,
     training_key,
 )
@@ -145,19 +146,21 @@ def against_fronts(searched: dict[str, Any], members: list[dict[str, Any]]) -> d
     return {"met": all(r["met"] for r in rows), "against": rows, "best": best and best["member"]}
 
 
-def _seeded_search(state_dir: Path, target: float) -> dict[str, Any] | None:
+def _seeded_search(state_dir: Path, target: float, size: dict[str, Any] = SEARCH) -> dict[str, Any] | None:
     """The comparison's search of its own space at ``target``, started from the front (``search-<target>ms.json``,
-    :data:`~benchmarks.search.cifar10_deploy.SEARCH`), with its winner's trainings at the deployment budget; None
+    :data:`~benchmarks.search.cifar10_deploy.SEARCH`; with ``size`` :func:`random_control` of it, random search's
+    control, ``search-<target>ms-random.json``), with its winner's trainings at the deployment budget; None
     before it has run. Its ``x_anchor`` is the search's own, measured beside the anchor while trials trained."""
-    path = state_dir / f"{_search_label(target, SEARCH)}.json"
+    path = state_dir / f"{_search_label(target, size)}.json"
     if not path.exists():
         return None
     found = json.loads(path.read_text())
-    if found["settings"]["space"] != SEARCH["space"]:
+    if found["settings"]["space"] != SEARCH["space"] or found["settings"] != size:
         return None
     accs = _seeds(state_dir, found["arch"])
     return {"arch_id": found["arch_id"], "arch": found["arch"], "x_anchor": found["search_x_anchor"],
             "search_accuracy": found["search_accuracy"], "space": SEARCH["space"], "start": found["start"],
+            "settings_control": found["settings"].get("control"),
             "candidates": found["candidates"], "wall_seconds": found["wall_seconds"],
             "top_rung": found["top_rung"], "accuracy": {**spread(accs), "values": accs} if accs else None}
 
@@ -191,6 +194,12 @@ def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
             seeded["reference"] = next((m["member"] for m in members if m["arch_id"] == seeded["arch_id"]), None)
             if seeded["accuracy"] is not None:
                 seeded["goal"] = against_fronts(seeded, members)
+            control = _seeded_search(state_dir, target, random_control(SEARCH))
+            if control is not None:
+                entry["random_control"] = control
+                if seeded["accuracy"] is not None and control["accuracy"] is not None:
+                    control["search_at_least_as_accurate"] = (
+                        seeded["accuracy"]["median"] >= control["accuracy"]["median"])
         targets.append(entry)
     return {"targets": targets, "budget": BUDGET, "within": WITHIN, "rounds": timing["rounds"],
             "timed": {"measured": timing["measured"], "seconds": timing["seconds"], "machine": timing["machine"]},
@@ -278,6 +287,22 @@ def render(rec: dict[str, Any]) -> str:
                             "found nothing that meets the target and beats it."]
             if "goal" in seeded:
                 out += ["", _verdict("Its winner", seeded, seeded["goal"])]
+        control = t.get("random_control")
+        if control is not None:
+            top = ", ".join(f"{r['arch_id']} {100 * r['accuracy']:.1f}% at {r['x_anchor']:.2f}x"
+                            for r in control["top_rung"])
+            a = control["accuracy"]
+            acc = ("not trained yet" if a is None else f"{100 * a['median']:.1f}% (median of {a['n']} seeds, "
+                   f"{100 * a['min']:.1f}-{100 * a['max']:.1f}%)")
+            same = control["arch_id"] == (seeded or {}).get("arch_id")
+            verdict = ("" if "search_at_least_as_accurate" not in control else
+                       " The search's winner is " + ("the same network" if same else
+                                                     "at least as accurate" if control["search_at_least_as_accurate"]
+                                                     else "**less accurate**") + ".")
+            out += ["", f"Random search's control (the same space, rungs, candidates, start, screen and training "
+                        f"seeds; every proposal after the start a uniform draw): {control['candidates']} candidates in "
+                        f"{control['wall_seconds'] / 60:.0f} minutes; at its top rung: {top}. Its winner "
+                        f"{control['arch_id']}: {acc}.{verdict}"]
     return "\n".join(out) + "\n"
 
 
