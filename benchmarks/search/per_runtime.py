@@ -58,8 +58,8 @@ def search_on(runtime: str, archive: Path, workdir: Path, trials: int, seed: int
 
 
 def cross_time(archs: list[str], anchor_arch: str, rounds: int) -> dict[str, Any]:
-    """The median p50 of every network and the anchor on every runtime over ``rounds`` rounds, and each
-    network's ratio to the anchor per runtime."""
+    """The median p50 of every network and the anchor on every runtime over ``rounds`` rounds, each network's
+    ratio to the anchor per runtime, and the load averages (1, 5, 15 minutes) before and after each round."""
     from benchmarks.latency.runtimes import run
 
     nets = [anchor_arch, *dict.fromkeys(archs)]
@@ -78,13 +78,17 @@ def cross_time(archs: list[str], anchor_arch: str, rounds: int) -> dict[str, Any
 
 def render(rec: dict[str, Any]) -> str:
     """The record's section: each runtime's winner, timed on every runtime against the anchor."""
+    from benchmarks.render import meta
+
     f, st = rec["figures"], rec["settings"]
-    lines = [f"One search per runtime, the same in everything else: `{st['space']}`, 1x3x32x32, one thread, "
+    one = [load[0] for load in f["cross"]["load_average"]]  # the 1-minute load average before and after each round
+    lines = [meta(rec), "",
+             f"One search per runtime, the same in everything else: `{st['space']}`, 1x3x32x32, one thread, "
              f"target x{st['target_x']:g} `{st['anchor']}` timed beside each candidate on the search's runtime, "
              f"TPE seed {st['seed']}, {st['trials']} candidates, NASWOT on CIFAR-10 as the accuracy estimate "
              "(training-free: the same network scores the same in every search). Then every winner and the "
              f"anchor timed on all three runtimes, {st['rounds']} rounds, the runtimes' order rotating "
-             f"(load average {min(f['cross']['load_average']):.1f}-{max(f['cross']['load_average']):.1f}).", "",
+             f"(load average {min(one):.1f}-{max(one):.1f}).", "",
              "| searched on | winner | NASWOT | meets in its search | "
              + " | ".join(f"x anchor on {r}" for r in RUNTIMES) + " | search minutes |",
              "|---|---|---|---|" + "---|" * len(RUNTIMES) + "---|"]

@@ -850,9 +850,23 @@ def test_the_per_runtime_section_shows_each_winner_on_every_runtime_its_own_in_b
                         "target_x": 0.5, "rounds": 5},
            "figures": {"winners": winners, "anchor_arch": anchor,
                        "cross": {"x_anchor": x, "p50_ms": {anchor: dict.fromkeys(per_runtime.RUNTIMES, 0.3)},
-                                 "load_average": [0.2, 0.9]}}}
+                                 "load_average": [[0.2, 0.5, 0.6], [0.9, 0.6, 0.6]]}}}
     out = per_runtime.render(rec)
     ida, idb = Arch.decode(a).arch_id, Arch.decode(b).arch_id
     assert f"| openvino | {idb} | 1490.0 | yes (18 of 30 did) | 0.55 | **0.41** | 0.58 | 2.5 |" in out
     assert f"| litert | {ida} | 1500.0 | yes (25 of 30 did) | 0.45 | 0.62 | **0.40** | 5.0 |" in out
     assert "2 different winner(s) from 3 runtimes" in out
+
+
+def test_the_fronts_section_says_whether_random_searchs_control_beat_the_search() -> None:
+    from benchmarks.search import cifar10_fronts
+
+    rec = json.loads((common.ROOT / "benchmarks/search/records/cifar10_fronts.json").read_text())
+    t = next(t for t in rec["figures"]["targets"] if "random_control" in t)
+    assert t["random_control"]["settings_control"] == "random"
+    control = {**t["random_control"], "arch_id": "0123456789ab",
+               "accuracy": {**spread([0.90, 0.91, 0.92]), "values": [0.90, 0.91, 0.92]},
+               "search_at_least_as_accurate": False}
+    out = cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [{**t, "random_control": control}]}})
+    assert "Its winner 0123456789ab: 91.0% (median of 3 seeds, 90.0-92.0%). The search's winner is **less accurate**." \
+        in out
