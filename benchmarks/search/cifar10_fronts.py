@@ -294,11 +294,12 @@ def render(rec: dict[str, Any]) -> str:
             a = control["accuracy"]
             acc = ("not trained yet" if a is None else f"{100 * a['median']:.1f}% (median of {a['n']} seeds, "
                    f"{100 * a['min']:.1f}-{100 * a['max']:.1f}%)")
-            same = control["arch_id"] == (seeded or {}).get("arch_id")
-            verdict = ("" if "search_at_least_as_accurate" not in control else
-                       " The search's winner is " + ("the same network" if same else
-                                                     "at least as accurate" if control["search_at_least_as_accurate"]
-                                                     else "**less accurate**") + ".")
+            verdict = ""
+            if seeded is not None and control["arch_id"] == seeded["arch_id"]:
+                verdict = " The search's winner is the same network."
+            elif "search_at_least_as_accurate" in control:
+                ahead = control["search_at_least_as_accurate"]
+                verdict = " The search's winner is " + ("at least as accurate." if ahead else "**less accurate**.")
             out += ["", f"Random search's control (the same space, rungs, candidates, start, screen and training "
                         f"seeds; every proposal after the start a uniform draw): {control['candidates']} candidates in "
                         f"{control['wall_seconds'] / 60:.0f} minutes; at its top rung: {top}. Its winner "
