@@ -8,6 +8,13 @@ candidate is a mutation (:meth:`SearchSpace.mutate`: one active decision changed
 it joins the population and the *oldest* member leaves, whatever its fitness (aging), which keeps
 the search from clinging to one lucky early architecture.
 
+Where most of a space misses the target, uniform draws are mostly refused by the screen (below), and a
+population filled only by them may never fill. With ``fill_mutate_after=K`` (``search.fill_mutate_after``),
+once the screen has refused ``K`` uniform draws in a row while the population is filling, the next proposals
+of that request are mutations of its members so far (tournament among them), so the trials explore near the
+networks that met the screen (a ``search.start`` among them) instead of ending; None (the default, as in
+Real et al.) keeps filling by uniform draws.
+
 Like :class:`nas.adapters.optuna_sampler.ArchSampler`, it proposes each architecture at most once, so a budget of
 ``n`` evaluations means ``n`` distinct architectures.
 
@@ -50,18 +57,23 @@ class RegularisedEvolution:
         max_retries: proposals tried before giving up on finding an unseen architecture.
         screen: judges each unseen architecture before it is proposed (True: propose it); None: none.
         max_screened: architectures the screen may refuse in a row before :meth:`ask` gives up.
+        fill_mutate_after: uniform draws the screen may refuse in a row, while the population is filling,
+            before the rest of that request mutates members instead (None: uniform draws only).
 
     Raises:
-        ConfigError: ``population_size < 2`` or ``sample_size`` outside ``1..population_size``.
+        ConfigError: ``population_size < 2``, ``sample_size`` outside ``1..population_size`` or
+            ``fill_mutate_after < 1``.
     """
 
     def __init__(self, space: SearchSpace, population_size: int = 20, sample_size: int = 5, seed: int = 0,
                  max_retries: int = 200, screen: Callable[[Arch], bool] | None = None,
-                 max_screened: int = 50) -> None:
+                 max_screened: int = 50, fill_mutate_after: int | None = None) -> None:
         if population_size < 2:
             raise ConfigError("evolution.population_size", f"must be >= 2, got {population_size}")
         if not 1 <= sample_size <= population_size:
             raise ConfigError("evolution.sample_size", f"must be in 1..{population_size}, got {sample_size}")
+        if fill_mutate_after is not None and fill_mutate_after < 1:
+            raise ConfigError("evolution.fill_mutate_after", f"must be >= 1, got {fill_mutate_after}")
         self.space = space
         self.population_size = population_size
         self.sample_size = sample_size
@@ -77,6 +89,9 @@ class RegularisedEvolution:
         """Architectures the screen refused (never proposed)."""
         self.screen_gave_up = False
         """Whether :meth:`ask` last gave up because the screen refused ``max_screened`` in a row."""
+        self.fill_mutate_after = fill_mutate_after
+        self.fill_mutations = 0
+        """Proposals made by mutation while the population was filling (``fill_mutate_after``)."""
 
     def ask(self) -> Arch | None:
         """The next architecture to evaluate (never one proposed before, and passed by the screen); None
@@ -84,7 +99,10 @@ class RegularisedEvolution:
         tries = refused = 0
         self.screen_gave_up = False
         while tries < self.max_retries:
-            if len(self.population) < self.population_size:
+            filling = len(self.population) < self.population_size
+            by_fill = (filling and self.fill_mutate_after is not None and len(self.population) > 0
+                       and refused >= self.fill_mutate_after)
+            if filling and not by_fill:
                 arch = self.space.sample(self.rng)
             else:
                 arch = self.space.mutate(self._tournament().arch, self.rng)
@@ -94,6 +112,7 @@ class RegularisedEvolution:
                 continue
             self._seen.add(arch)  # refused or not, never proposed again
             if self.screen is None or self.screen(arch):
+                self.fill_mutations += by_fill
                 return arch
             self.screened += 1
             refused += 1
@@ -124,7 +143,8 @@ class RegularisedEvolution:
         self.history.append(member)
 
     def _tournament(self) -> Member:
-        idx = self.rng.choice(len(self.population), size=self.sample_size, replace=False)
+        # while filling (fill_mutate_after) there may be fewer members than a tournament's size
+        idx = self.rng.choice(len(self.population), size=min(self.sample_size, len(self.population)), replace=False)
         return max((self.population[int(i)] for i in idx), key=lambda m: m.fitness)
 
     def history_archs(self) -> set[Arch]:
@@ -161,13 +181,16 @@ class EvolutionSampler:
         max_duplicates: proposals tried before the space is taken as exhausted.
         screen: judges each new architecture before it is proposed (``search.latency_screen``); None: none.
         max_screened: architectures the screen may refuse in a row before the search ends.
+        fill_mutate_after: uniform draws refused in a row, while the population fills, before mutations of
+            its members are proposed instead (``search.fill_mutate_after``); None: uniform draws only.
     """
 
     def __init__(self, space: SearchSpace, population_size: int, tournament_size: int, seed: int,
-                 max_duplicates: int, screen: Callable[[Arch], bool] | None = None, max_screened: int = 50) -> None:
+                 max_duplicates: int, screen: Callable[[Arch], bool] | None = None, max_screened: int = 50,
+                 fill_mutate_after: int | None = None) -> None:
         self.space = space
         self.evolution = RegularisedEvolution(space, population_size, tournament_size, seed, max_duplicates,
-                                              screen, max_screened)
+                                              screen, max_screened, fill_mutate_after)
         self.duplicates = 0
         self.exhausted = False
         self._running: set[str] = set()
@@ -183,6 +206,11 @@ class EvolutionSampler:
         text = arch.encode()
         self._running.add(text)
         return text
+
+    @property
+    def fill_mutations(self) -> int:
+        """Proposals made by mutation while the first population filled (``fill_mutate_after``)."""
+        return self.evolution.fill_mutations
 
     def tell(self, arch: str, outcome: Outcome) -> None:
         """Add an evaluated architecture to the population."""

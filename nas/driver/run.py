@@ -488,11 +488,17 @@ def make_sampler(cfg: SearchConfig, space: SearchSpace, name: str, screen: Laten
     inner: Sampler
     if s.sampler == "evolution":
         inner = EvolutionSampler(space, s.population_size, s.tournament_size, s.seed, s.max_duplicates, screen,
-                                 MAX_REFUSED)
+                                 MAX_REFUSED, s.fill_mutate_after)
     else:
         inner = ArchSampler(space, s.sampler, s.seed, s.n_startup_trials, s.population_size, s.max_duplicates,
                             storage=s.storage, study_name=name)
     return StartFirst(inner, start_archs(s.start, space, _input_hw(cfg))) if s.start else inner
+
+
+def _fill_mutations(sampler: Sampler) -> int:
+    """Proposals evolution made by mutation while filling its first population (0: another sampler)."""
+    inner = sampler.inner if isinstance(sampler, StartFirst) else sampler
+    return inner.fill_mutations if isinstance(inner, EvolutionSampler) else 0
 
 
 def _recorded_search(uri: str, experiment: str, name: str) -> tuple[SearchRecord | None, Path | None]:
@@ -686,6 +692,8 @@ def _search(
                 summary.update(final.metrics())
                 if run.screen is not None:
                     summary.update(run.screen.metrics())
+                if cfg.search.fill_mutate_after is not None:
+                    summary["fill_mutations"] = float(_fill_mutations(sampler))
                 writer.log_summary(parent, summary,
                                    {"best_arch_id": best.arch_id, "best_arch": best.arch} if best else {})
             except (TrackingError, SearchError) as err:  # not ended FINISHED: its summary is missing
@@ -701,7 +709,7 @@ def _search(
         retries=outcome.retries, ray_trials=outcome.ray_trials, optuna_states=sampler.counts(),
         final_pass=final,
     )
-    _print_summary(result, cfg, writer, outcome, run.resume_command, run.screen)
+    _print_summary(result, cfg, writer, outcome, run.resume_command, run.screen, _fill_mutations(sampler))
     if outcome.crashes:
         raise SearchError(
             "a trial raised an unexpected error (a bug, not a bad candidate); the search was stopped:\n"
@@ -753,7 +761,7 @@ def _summary(
 
 def _print_summary(
     result: SearchResult, cfg: SearchConfig, writer: StoreWriter, outcome: ray_tune.TuneOutcome,
-    resume_command: str | None, screen: LatencyScreen | None = None,
+    resume_command: str | None, screen: LatencyScreen | None = None, fill_mutations: int = 0,
 ) -> None:
     objective = Objective.of_search(cfg)
     done = len(result.candidates)
@@ -801,6 +809,10 @@ def _print_summary(
         lines.append(str(result.final_pass.summary_line()))
     if screen is not None:
         lines.append(screen.summary_line())
+    if cfg.search.fill_mutate_after is not None:
+        lines.append(f"Evolution's first population: {fill_mutations} proposal(s) in this run were mutations of its "
+                     f"members, each after {cfg.search.fill_mutate_after} uniform draws in a row were refused "
+                     "(search.fill_mutate_after).")
     sources = latency_sources(result.candidates)
     if "predicted" in sources:
         confirmed = {k.removeprefix("confirmed_"): v for k, v in sources.items() if k.startswith("confirmed_")}

@@ -730,7 +730,10 @@ def test_random_searchs_control_differs_from_the_search_in_its_proposals_alone(
     size = cifar10_deploy.SEARCH
     control = cifar10_deploy.random_control(size)
     same = {k: v for k, v in control.items() if k not in ("population_size", "tournament_size", "control")}
-    assert same == {k: v for k, v in size.items() if k not in ("population_size", "tournament_size")}
+    assert same == {k: v for k, v in size.items() if k not in ("population_size", "tournament_size",
+                                                                "fill_mutate_after")}
+    assert size["fill_mutate_after"] and "fill_mutate_after" not in control  # the control's draws stay uniform
+    assert "search.fill_mutate_after=null" in cifar10_deploy._screen_override(control)
     assert cifar10_deploy._search_label(0.235, control) == "search-0.235ms-random"
     # evolution with a population as large as the budget draws every proposal from the space, never a mutation
     space = load_space(size["space"])

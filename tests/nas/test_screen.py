@@ -178,7 +178,7 @@ def test_the_default_is_no_screen() -> None:
 
 def _search(tmp_path: Path, target_x: str, screen: str = "search.latency_screen=1.2") -> tuple[object, str]:
     cfg = stored_config(tmp_path, "+space=tiny", "target_anchor=mobilenetv2_100@0.35", f"target_x={target_x}",
-                        "search.sampler=evolution", screen, "search.n_trials=2",
+                        "search.sampler=evolution", *screen.split(), "search.n_trials=2",
                         "search.population_size=2", "search.tournament_size=1", "accuracy=naswot",
                         "data.max_train_samples=64", "data.max_val_samples=32", "data.resolution=16",
                         "progress=false", "latency.final_pass_top_k=0", *QUICK_LATENCY, "name=screened")
@@ -212,3 +212,68 @@ def test_a_search_whose_every_proposal_is_under_its_floor_trains_nothing_and_say
     assert "widen search.latency_screen or search.latency_floor" in printed
     run = MlflowClient(result.tracking_uri).get_run(result.parent_run_id)  # type: ignore[attr-defined]
     assert run.data.metrics["screen_refused"] == MAX_REFUSED and run.data.metrics["screen_passed"] == 0
+
+
+def _distance(space: object, a: Arch, b: Arch) -> int:
+    """Decisions in which two members differ (those active in only one count too)."""
+    da, db = space.to_decisions(a), space.to_decisions(b)  # type: ignore[attr-defined]
+    return len(set(da.items()) ^ set(db.items()))
+
+
+@pytest.mark.parametrize("fill", [None, 5])
+def test_a_population_that_uniform_draws_cannot_fill_fills_by_mutation_of_its_start(fill: int | None) -> None:
+    # A target only the start's neighbourhood meets (as a full-resolution space at a small target): uniform
+    # draws are all refused; with search.fill_mutate_after the search goes on near the start instead of ending.
+    from nas.core.sampling import StartFirst
+
+    space = load_space("mobile")
+    start = space.sample(np.random.default_rng(7))
+    judge = _Judge(lambda a: _distance(space, a, start) <= 3)
+    s = StartFirst(EvolutionSampler(space, 8, 3, 0, 200, screen=judge, max_screened=MAX_REFUSED,
+                                    fill_mutate_after=fill), [start.encode()])
+    assert s.ask() == start.encode()  # the start: not screened
+    s.tell(start.encode(), Outcome("complete", reward=0.5))
+    proposed = []
+    for i in range(5):
+        arch = s.ask()
+        if arch is None:
+            break
+        proposed.append(arch)
+        s.tell(arch, Outcome("complete", reward=0.4 + 0.01 * i))
+    if fill is None:  # uniform draws only: the screen refuses 50 in a row and the proposals end
+        assert proposed == [] and s.exhausted and s.inner.fill_mutations == 0  # type: ignore[attr-defined]
+        return
+    assert len(proposed) == 5 and len(set(proposed)) == 5
+    assert all(_distance(space, space.decode(a), start) <= 3 for a in proposed)
+    assert s.inner.fill_mutations == 5  # type: ignore[attr-defined]
+    assert len(judge.refused) >= 5 * fill  # each request tried its uniform draws first
+
+
+def test_fill_by_mutation_passes_uniform_draws_the_screen_accepts() -> None:
+    judge = _Judge(_even)
+    s = EvolutionSampler(load_space("mobile"), 4, 2, 0, 200, screen=judge, fill_mutate_after=10)
+    for i in range(4):  # about half the draws pass: never ten refused in a row, so the population is drawn
+        arch = s.ask()
+        assert arch is not None
+        s.tell(arch, Outcome("complete", reward=0.1 * i))
+    assert s.fill_mutations == 0
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    (["search.sampler=evolution", "search.latency_screen=1.2", "search.fill_mutate_after=0"], "integer >= 1"),
+    (["search.sampler=evolution", "search.fill_mutate_after=10"], "add search.sampler=evolution and "
+                                                                  "search.latency_screen"),
+    (["search.fill_mutate_after=10", "search.latency_screen=1.2"], "search.latency_screen"),
+])
+def test_fill_by_mutation_without_a_screen_is_refused_before_any_trial(overrides: list[str], words: str) -> None:
+    cfg = compose_config("+space=tiny", "target_ms=5", *overrides)
+    with pytest.raises(ConfigError, match=words):
+        validate(cfg)
+
+
+def test_a_search_that_may_fill_by_mutation_counts_what_it_did(tmp_path: Path) -> None:
+    result, printed = _search(tmp_path, "100", "search.latency_screen=1.2 search.fill_mutate_after=3")
+    assert len(result.candidates) == 2  # type: ignore[attr-defined]  # nothing refused: both drawn
+    assert "Evolution's first population: 0 proposal(s) in this run were mutations" in printed
+    run = MlflowClient(result.tracking_uri).get_run(result.parent_run_id)  # type: ignore[attr-defined]
+    assert run.data.metrics["fill_mutations"] == 0

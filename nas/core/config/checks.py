@@ -237,6 +237,12 @@ def check_search_alg(s: SearchAlgConfig, estimator: str, train_epochs: int) -> N
             raise ConfigError(f"search.{key}", f"screens regularised evolution's proposals, not {s.sampler}'s: add "
                               "search.sampler=evolution (an Optuna study would have to record every refused "
                               "proposal as a trial)")
+    if s.fill_mutate_after is not None:
+        int_at_least("search.fill_mutate_after", s.fill_mutate_after, 1)
+        if s.sampler != "evolution" or (s.latency_screen is None and s.latency_floor is None):
+            raise ConfigError("search.fill_mutate_after", "counts the uniform draws that regularised evolution's "
+                              "latency screen refused: add search.sampler=evolution and search.latency_screen "
+                              "(or search.latency_floor)")
     if s.storage is not None and s.sampler == "evolution":
         raise ConfigError("search.storage", "is an Optuna study's storage; search.sampler=evolution keeps no study")
     int_at_least("search.max_duplicates", s.max_duplicates, 1)

@@ -314,6 +314,11 @@ class SearchAlgConfig:
             is not trained either, so that the search spends its trials on networks that use the
             budget; None: no floor. Measured as ``latency_screen`` measures (the two may be given
             together, or either alone).
+        fill_mutate_after: evolution with a screen: once the screen has refused this many uniform
+            draws in a row while the first population is filling, the next proposals are mutations of
+            the members so far (the ``start`` among them), so a space mostly over the target is
+            explored near the networks that met it instead of ending the search; None: the first
+            population is filled by uniform draws only (Real et al.).
     """
 
     sampler: str = one_of(SAMPLERS, "tpe")
@@ -335,6 +340,7 @@ class SearchAlgConfig:
     start: list[str] = field(default_factory=list)
     latency_screen: float | None = None
     latency_floor: float | None = None
+    fill_mutate_after: int | None = None
 
 
 @dataclass
