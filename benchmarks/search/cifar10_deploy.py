@@ -61,7 +61,9 @@ QUICK_BUDGET = {"train_images": 300, "epochs": 1, "seeds": 1}
 STATE_DIR = ROOT / "benchmarks" / "search" / "records" / "cifar10_deploy"
 """Each finished training (``<arch_id>-seed<s>-<images>x<epochs>.json``, and for seed 0 its
 fused ``.onnx``) and each finished step (``widths.json``, ...): what a later part resumes from."""
-EXPORT_DIR = ROOT / "benchmarks" / "cifar10-deploy"
+EXPORT_DIR = ROOT / "benchmarks" / "cifar10-deploy" / "width-scaled"
+"""The width-scaled comparison's networks (seed 0); the fronts' comparison commits its own beside it
+(:mod:`benchmarks.search.cifar10_fronts`, ``--step export``)."""
 
 
 def data_config(archive: Path) -> DataConfig:
@@ -369,6 +371,33 @@ def _onnx_accuracy(path: Path, data: Any) -> float:
     return correct / n
 
 
+def export_network(folder: Path, network: str, arch: Arch, target_ms: float, state_dir: Path, budget: dict[str, int],
+                   data: Any, latency_ms: float, x_anchor: float, timed: str) -> dict[str, Any]:
+    """Commit one trained network (seed 0) under ``folder``: its fused ``model.onnx``, scored again on the
+    validation split (one image at a time, as deployed; it must agree with the training's figure within half
+    a point), and ``arch.json`` (what it is, how it was trained, its latency ratio and how that was ``timed``,
+    the preprocessing a user applies). Returns the ``arch.json``'s content."""
+    run = json.loads((state_dir / f"{training_key(arch, 0, budget)}.json").read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(state_dir / f"{training_key(arch, 0, budget)}.onnx", folder / "model.onnx")
+    onnx_acc = _onnx_accuracy(folder / "model.onnx", data)
+    if abs(onnx_acc - run["accuracy"]) > 0.005:
+        raise RuntimeError(f"{network}: model.onnx scores {onnx_acc:.4f} on the validation split, the "
+                           f"training recorded {run['accuracy']:.4f}")
+    info = {"network": network, "arch": arch.encode(), "arch_id": arch.arch_id, "target_ms": target_ms,
+            "train_images": budget["train_images"], "epochs": budget["epochs"], "seed": 0,
+            "validation_accuracy": run["accuracy"], "onnx_validation_accuracy": onnx_acc,
+            "validation_images": run["val_images"], "latency_p50_ms": latency_ms,
+            "x_anchor": x_anchor, "x_anchor_timed": timed, "input_shape": list(SHAPE), "classes": run["classes"],
+            "preprocessing": {"scale": 1 / 255, "mean": run["mean"], "std": run["std"],
+                              "resolution": 32, "formula": "(rgb_uint8 / 255 - mean) / std, per channel"},
+            "recipe": run["recipe"],
+            "load": "onnxruntime.InferenceSession('model.onnx'); or "
+                    "search_spaces.build(Arch.decode(arch), num_classes=10)"}
+    (folder / "arch.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
 def _trained(state_dir: Path, budget: dict[str, int]) -> list[dict[str, Any]]:
     """Every network trained at ``budget`` under ``state_dir`` (the comparison's, earlier searches' winners and
     those of ``--step train``), with each seed's accuracy: what the space holds near the targets."""
@@ -442,25 +471,9 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
                      train_seconds=float(np.median([r["seconds"] for r in runs])))
             label = c["network"] + ("" if c["multiplier"] is None else f"-x{c['multiplier']:g}")
             folder = export_dir / f"{t['target_ms']:g}ms-{label}"
-            folder.mkdir(parents=True, exist_ok=True)
-            onnx = state_dir / f"{training_key(a, 0, budget)}.onnx"
-            shutil.copyfile(onnx, folder / "model.onnx")
-            onnx_acc = _onnx_accuracy(folder / "model.onnx", data)
-            if abs(onnx_acc - runs[0]["accuracy"]) > 0.005:
-                raise RuntimeError(f"{c['name']}: model.onnx scores {onnx_acc:.4f} on the validation split, the "
-                                   f"training recorded {runs[0]['accuracy']:.4f}")
-            info = {"network": c["network"] if c["multiplier"] is None else f"{c['network']}@{c['multiplier']:g}",
-                    "arch": a.encode(), "arch_id": a.arch_id, "target_ms": t["target_ms"],
-                    "train_images": budget["train_images"], "epochs": budget["epochs"], "seed": 0,
-                    "validation_accuracy": runs[0]["accuracy"], "onnx_validation_accuracy": onnx_acc,
-                    "validation_images": runs[0]["val_images"], "latency_p50_ms": c["latency_ms"],
-                    "x_anchor": c["latency_ratio"], "input_shape": list(SHAPE), "classes": runs[0]["classes"],
-                    "preprocessing": {"scale": 1 / 255, "mean": runs[0]["mean"], "std": runs[0]["std"],
-                                      "resolution": 32, "formula": "(rgb_uint8 / 255 - mean) / std, per channel"},
-                    "recipe": runs[0]["recipe"],
-                    "load": "onnxruntime.InferenceSession('model.onnx'); or "
-                            "search_spaces.build(Arch.decode(arch), num_classes=10)"}
-            (folder / "arch.json").write_text(json.dumps(info, indent=2) + "\n")
+            export_network(folder, c["network"] if c["multiplier"] is None else f"{c['network']}@{c['multiplier']:g}",
+                           a, t["target_ms"], state_dir, budget, data, c["latency_ms"], c["latency_ratio"],
+                           f"the report's paired pass, {ROUNDS} rounds beside the anchor")
             c["export_folder"] = str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder)
             log(f"  target {t['target_ms']:.3f} ms: {c['name']:<22} {c['latency_ms']:.3f} ms "
                 f"({c['latency_ratio']:.2f}x), accuracy median {np.median(accs):.4f} ({min(accs):.4f}-{max(accs):.4f})")

@@ -12,9 +12,11 @@ folder, so a training is never repeated).
 
 Steps (``--step``): ``time`` (a quiet machine: every member against the first anchor in
 :data:`ROUNDS` paired rounds; ``fronts.json``), ``train`` (the fronts' members, ``--seeds`` seeds,
-``--family`` to train one family first) and ``report`` (each family's front with its trained seeds, set
-against the comparison's searched network at each target: the record ``cifar10_fronts.json`` and its row
-of the results table).
+``--family`` to train one family first), ``export`` (the committed networks, seed 0, under
+``benchmarks/cifar10-deploy/<target>-<network>/``: the search's winner ``searched``, each family's most
+accurate trained member that meets the target, and random search's winner ``random``) and ``report`` (each
+family's front with its trained seeds, set against the comparison's searched network at each target: the
+record ``cifar10_fronts.json`` and its row of the results table).
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Headline, header, machine_and_load, record_path, spread, write_record
+from benchmarks.common import ROOT, Headline, header, machine_and_load, record_path, spread, write_record
 from benchmarks.search.cifar10_deploy import (
     BUDGET,
     GOAL_POINTS,
@@ -37,6 +40,8 @@ from benchmarks.search.cifar10_deploy import (
     STATE_DIR,
     _read_step,
     _search_label,
+    data_config,
+    export_network,
     random_control,
     train_all,
     training_key,
@@ -46,6 +51,7 @@ from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
 from nas.accuracy.training import trial_environment
 from nas.core.config import TrainConfig
+from nas.data import load_dataset
 from search_spaces import Arch, build, count_macs
 from search_spaces.references import FAMILIES, member, parse_member
 
@@ -53,6 +59,8 @@ ROUNDS = 3
 """Paired rounds (member, then anchor) behind each member's ratio."""
 WITHIN = 1.1
 """A member within this many times a target is in that target's comparison."""
+EXPORT_DIR = ROOT / "benchmarks" / "cifar10-deploy"
+"""The committed networks: ``<target>ms-<network>/`` (``model.onnx``, seed 0, Conv+BN fused; ``arch.json``)."""
 MAX_MMACS = 160.0
 """Members over this many million multiply-accumulates at 32x32 are not timed: the slowest member timed in
 the first sweep that came within 1.1x of the larger target had 70 M (ResNet-32 at width 24 took 1.8x)."""
@@ -159,6 +167,7 @@ def _seeded_search(state_dir: Path, target: float, size: dict[str, Any] = SEARCH
         return None
     accs = _seeds(state_dir, found["arch"])
     return {"arch_id": found["arch_id"], "arch": found["arch"], "x_anchor": found["search_x_anchor"],
+            "latency_ms": found["search_latency_ms"],
             "search_accuracy": found["search_accuracy"], "space": SEARCH["space"], "start": found["start"],
             "settings_control": found["settings"].get("control"),
             "candidates": found["candidates"], "wall_seconds": found["wall_seconds"],
@@ -179,7 +188,8 @@ def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
             for m in ms:
                 accs = _seeds(state_dir, m["arch"])
                 members.append({"family": family, "member": m["member"], "arch_id": Arch.decode(m["arch"]).arch_id,
-                                "x_anchor": m["x_anchor"], "mmacs": m["mmacs"],
+                                "arch": m["arch"], "x_anchor": m["x_anchor"], "latency_ms": m["latency_ms"],
+                                "mmacs": m["mmacs"],
                                 "accuracy": {**spread(accs), "values": accs} if accs else None})
         entry: dict[str, Any] = {"target_ms": target, "members": members}
         s = searched_at.get(target)
@@ -200,11 +210,81 @@ def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
                 if seeded["accuracy"] is not None and control["accuracy"] is not None:
                     control["search_at_least_as_accurate"] = (
                         seeded["accuracy"]["median"] >= control["accuracy"]["median"])
+        entry["exports"] = _exports(EXPORT_DIR, target)
         targets.append(entry)
     return {"targets": targets, "budget": BUDGET, "within": WITHIN, "rounds": timing["rounds"],
             "timed": {"measured": timing["measured"], "seconds": timing["seconds"], "machine": timing["machine"]},
             "members_timed": sum(m["x_first_anchor"] is not None for m in timing["members"]),
             "members": len(timing["members"]), "goal_points": GOAL_POINTS}
+
+
+def _label(member: str) -> str:
+    """A member's name in a folder name (``mobilenetv2_100@0.5:d0.75``: ``mobilenetv2_100-x0.5-d0.75``)."""
+    return member.replace("@", "-x").replace(":", "-")
+
+
+def to_export(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a target's entry of the report commits: the search's winner (``searched``; once trained with every
+    seed), each family's most accurate trained member that meets the target (by median; named by its member,
+    ``resnet20-x0.5``), and random search's winner (``random``), each with its latency ratio and how that was
+    timed."""
+    out = []
+    seeded = entry.get("seeded_search")
+    searched_timed = "measured in the search's final pass, beside the anchor, while trials trained"
+    if seeded is not None and seeded["accuracy"] is not None and seeded["accuracy"]["n"] >= BUDGET["seeds"]:
+        out.append({"label": "searched", "network": "searched", "arch": seeded["arch"],
+                    "latency_ms": seeded["latency_ms"], "x_anchor": seeded["x_anchor"], "timed": searched_timed})
+    best: dict[str, dict[str, Any]] = {}
+    for m in entry["members"]:
+        if m["accuracy"] is None or m["x_anchor"] > 1.0:
+            continue
+        if m["family"] not in best or m["accuracy"]["median"] > best[m["family"]]["accuracy"]["median"]:
+            best[m["family"]] = m
+    for _, m in sorted(best.items()):
+        out.append({"label": _label(m["member"]), "network": m["member"], "arch": m["arch"],
+                    "latency_ms": m["latency_ms"], "x_anchor": m["x_anchor"],
+                    "timed": f"the fronts' timing ({ROUNDS} paired rounds beside the first anchor), quiet machine"})
+    control = entry.get("random_control")
+    if control is not None and control["accuracy"] is not None and control["accuracy"]["n"] >= BUDGET["seeds"]:
+        out.append({"label": "random", "network": "random", "arch": control["arch"],
+                    "latency_ms": control["latency_ms"], "x_anchor": control["x_anchor"], "timed": searched_timed})
+    return out
+
+
+def step_export(archive: Path, state_dir: Path, timing: dict[str, Any], export_dir: Path,
+                log: Callable[[str], None]) -> list[Path]:
+    """Write every target's :func:`to_export` networks under ``export_dir`` (``<target>ms-<label>/``), each
+    scored again from its ``model.onnx``; a folder of an earlier export at that target that is no longer among
+    them is removed, so the folders are the comparison's networks and nothing else."""
+    report = step_report(state_dir, timing)
+    data = load_dataset(data_config(archive))
+    written = []
+    for t in report["targets"]:
+        picks = to_export(t)
+        for p in picks:
+            folder = export_dir / f"{t['target_ms']:g}ms-{p['label']}"
+            info = export_network(folder, p["network"], Arch.decode(p["arch"]), t["target_ms"], state_dir, BUDGET,
+                                  data, p["latency_ms"], p["x_anchor"], p["timed"])
+            written.append(folder)
+            log(f"  {folder.name}: {info['arch_id']}, validation {100 * info['onnx_validation_accuracy']:.1f}% "
+                f"from model.onnx, {p['x_anchor']:.2f}x the anchor")
+        keep = {f"{t['target_ms']:g}ms-{p['label']}" for p in picks}
+        for old in sorted(export_dir.glob(f"{t['target_ms']:g}ms-*")):
+            if old.is_dir() and old.name not in keep:
+                shutil.rmtree(old)
+                log(f"  removed {old.name} (not among the comparison's networks now)")
+    return written
+
+
+def _exports(export_dir: Path, target: float) -> list[dict[str, Any]]:
+    """The networks committed at ``target`` (folder, network, id), as :func:`step_export` wrote them."""
+    out = []
+    for info_path in sorted(export_dir.glob(f"{target:g}ms-*/arch.json")):
+        info = json.loads(info_path.read_text())
+        folder = info_path.parent
+        out.append({"folder": str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder),
+                    "network": info["network"], "arch_id": info["arch_id"]})
+    return out
 
 
 def _member_cell(m: dict[str, Any]) -> str:
@@ -304,14 +384,18 @@ def render(rec: dict[str, Any]) -> str:
                         f"seeds; every proposal after the start a uniform draw): {control['candidates']} candidates in "
                         f"{control['wall_seconds'] / 60:.0f} minutes; at its top rung: {top}. Its winner "
                         f"{control['arch_id']}: {acc}.{verdict}"]
+        exports = t.get("exports") or []
+        out += ["", "Committed (seed 0, `model.onnx` + `arch.json`; `--step export`): "
+                + (", ".join(f"`{e['folder']}` ({e['network']}, {e['arch_id']})" for e in exports)
+                   if exports else "nothing yet.")]
     return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.search.cifar10_fronts",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--cifar10", type=Path, help="the CIFAR-10 training-image archive (train step)")
-    parser.add_argument("--step", choices=("time", "train", "report"), required=True)
+    parser.add_argument("--cifar10", type=Path, help="the CIFAR-10 training-image archive (train and export steps)")
+    parser.add_argument("--step", choices=("time", "train", "export", "report"), required=True)
     parser.add_argument("--family", action="append", default=[], choices=sorted(FAMILIES),
                         help="train step: only these families (may repeat; default all)")
     parser.add_argument("--seeds", type=int, default=1, help="train step: seeds 0 to N-1 of each member (default 1)")
@@ -341,6 +425,11 @@ def main(argv: list[str] | None = None) -> int:
         families = args.family or sorted(FAMILIES)
         archs = [Arch.decode(m["arch"]) for t in front.values() for f in families for m in t.get(f, [])]
         train_all(archs, args.cifar10, {**BUDGET, "seeds": args.seeds}, args.workers, state_dir, log)
+    if args.step == "export":
+        if args.cifar10 is None or not args.cifar10.is_file():
+            parser.error(f"--cifar10 {args.cifar10}: no such file (export scores each model.onnx again)")
+        step_export(args.cifar10, state_dir, timing, EXPORT_DIR, log)
+        args.step = "report"
     if args.step == "report":
         rec = {**header("cifar10_fronts", "full", "python -m benchmarks.search.cifar10_fronts --step report"),
                "figures": step_report(state_dir, timing)}

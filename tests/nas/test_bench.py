@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -873,3 +874,31 @@ def test_the_fronts_section_says_whether_random_searchs_control_beat_the_search(
     out = cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [{**t, "random_control": control}]}})
     assert "Its winner 0123456789ab: 91.0% (median of 3 seeds, 90.0-92.0%). The search's winner is **less accurate**." \
         in out
+
+
+def test_the_fronts_commit_the_searched_network_each_familys_best_member_meeting_the_target_and_randoms() -> None:
+    from benchmarks.search import cifar10_fronts
+
+    def acc(*values: float) -> dict[str, Any]:
+        return {**spread(list(values)), "values": list(values)}
+
+    def member(family: str, name: str, x: float, accuracy: dict[str, Any] | None) -> dict[str, Any]:
+        return {"family": family, "member": name, "arch": f"arch-of-{name}", "x_anchor": x, "latency_ms": 0.3 * x,
+                "accuracy": accuracy}
+
+    searched = {"arch": "arch-s", "latency_ms": 0.2, "x_anchor": 0.6, "accuracy": acc(0.78, 0.77, 0.78)}
+    entry = {"members": [member("resnet_cifar", "resnet8", 0.4, acc(0.70, 0.70, 0.71)),
+                         member("resnet_cifar", "resnet14", 0.9, acc(0.76, 0.78, 0.76)),
+                         member("resnet_cifar", "resnet32@0.5", 0.95, acc(0.73)),
+                         member("resnet_cifar", "resnet20@1.5", 1.05, acc(0.80, 0.80, 0.80)),  # misses the target
+                         member("mobilenetv2_100", "mobilenetv2_100@0.5:d0.75", 0.97, None),  # not trained
+                         member("mobilenetv2_100", "mobilenetv2_100@0.5", 1.0, acc(0.73, 0.73, 0.72)),
+                         member("efficientnet_b0", "efficientnet_b0@0.25", 0.9, None)],
+             "seeded_search": searched,
+             "random_control": {**searched, "arch": "arch-r", "accuracy": acc(0.75, 0.76)}}  # two seeds: not yet
+    picks = {p["label"]: p["network"] for p in cifar10_fronts.to_export(entry)}
+    assert picks == {"searched": "searched", "resnet14": "resnet14", "mobilenetv2_100-x0.5": "mobilenetv2_100@0.5"}
+    entry["random_control"]["accuracy"] = acc(0.75, 0.76, 0.74)
+    picks = {p["label"]: p["network"] for p in cifar10_fronts.to_export(entry)}
+    assert picks["random"] == "random"
+    assert cifar10_fronts._label("mobilenetv2_100@0.5:d0.75") == "mobilenetv2_100-x0.5-d0.75"
