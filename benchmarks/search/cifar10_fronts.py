@@ -170,6 +170,7 @@ def _seeded_search(state_dir: Path, target: float, size: dict[str, Any] = SEARCH
             "latency_ms": found["search_latency_ms"],
             "search_accuracy": found["search_accuracy"], "space": SEARCH["space"], "start": found["start"],
             "settings_control": found["settings"].get("control"),
+            "fill_mutate_after": found["settings"].get("fill_mutate_after"),
             "candidates": found["candidates"], "wall_seconds": found["wall_seconds"],
             "top_rung": found["top_rung"], "accuracy": {**spread(accs), "values": accs} if accs else None}
 
@@ -359,7 +360,10 @@ def render(rec: dict[str, Any]) -> str:
             top = ", ".join(f"{r['arch_id']} {100 * r['accuracy']:.1f}% at {r['x_anchor']:.2f}x"
                             for r in seeded["top_rung"])
             start = ", ".join(f"`{a}`" for a in seeded["start"])
-            out += ["", f"The search of `{seeded['space']}` started from {start}: "
+            fill = seeded.get("fill_mutate_after")
+            fill = (f" (evolution; after {fill} refused draws in a row its first population filled with mutations, "
+                    "`search.fill_mutate_after`)" if fill else "")
+            out += ["", f"The search of `{seeded['space']}`{fill} started from {start}: "
                         f"{seeded['candidates']} candidates in {seeded['wall_seconds'] / 60:.0f} minutes; at its top "
                         f"rung (x_anchor measured in the search, beside the anchor): {top}."]
             if seeded.get("reference"):
