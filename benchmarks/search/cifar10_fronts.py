@@ -369,6 +369,9 @@ def render(rec: dict[str, Any]) -> str:
             if seeded.get("reference"):
                 out += ["", f"Its winner is `{seeded['reference']}` itself, a start: within its budget the search "
                             "found nothing that meets the target and beats it."]
+            elif seeded["arch"] in seeded["start"]:
+                out += ["", f"Its winner is {seeded['arch_id']}, one of its starts: within its budget the search found "
+                            "nothing that meets the target and beats it by its own figures."]
             if "goal" in seeded:
                 out += ["", _verdict("Its winner", seeded, seeded["goal"])]
         control = t.get("random_control")
