@@ -52,6 +52,7 @@ from latency_predictor.measurement.timing import MeasureConfig
 from nas.accuracy.training import trial_environment
 from nas.core.config import TrainConfig
 from nas.data import load_dataset
+from nas.driver.screen import MAX_REFUSED
 from search_spaces import Arch, build, count_macs
 from search_spaces.references import FAMILIES, member, parse_member
 
@@ -387,8 +388,13 @@ def render(rec: dict[str, Any]) -> str:
             elif "search_at_least_as_accurate" in control:
                 ahead = control["search_at_least_as_accurate"]
                 verdict = " The search's winner is " + ("at least as accurate." if ahead else "**less accurate**.")
-            out += ["", f"Random search's control (the same space, rungs, candidates, start, screen and training "
-                        f"seeds; every proposal after the start a uniform draw): {control['candidates']} candidates in "
+            short = ""
+            if seeded is not None and control["candidates"] < seeded["candidates"]:
+                short = (f" (it ended early: the screen refused {MAX_REFUSED} uniform draws in a row, where the search "
+                         f"ran {seeded['candidates']})")
+            out += ["", f"Random search's control (the same space, rungs, budget of candidates, start, screen and "
+                        f"training seeds; every proposal after the start a uniform draw): {control['candidates']} "
+                        f"candidates{short} in "
                         f"{control['wall_seconds'] / 60:.0f} minutes; at its top rung: {top}. Its winner "
                         f"{control['arch_id']}: {acc}.{verdict}"]
         exports = t.get("exports") or []
