@@ -94,7 +94,8 @@ DEMO_NOTE = (
     "cannot rank networks. For accuracy you can trust, search on real images, e.g. CIFAR-10:\n"
     "  python -m nas.search +space=cifar target_anchor=mobilenetv2_100@0.5 search.start=[resnet14] "
     "search.sampler=evolution search.population_size=4 search.tournament_size=2 search.latency_screen=1.2 "
-    "search.fill_mutate_after=10 latency.input_shape=[1,3,32,32] data=cifar10_jpeg data.path=/path/to/cifar10-train-jpeg.tar.gz"
+    "search.fill_mutate_after=10 latency.input_shape=[1,3,32,32] data=cifar10_jpeg "
+    "data.path=/path/to/cifar10-train-jpeg.tar.gz"
 )
 """Printed after a search on the default digits data."""
 
