@@ -137,7 +137,8 @@ def test_an_unknown_key_on_the_command_line_is_one_line_and_creates_nothing(tmp_
      "error: target_ms: Value 'abc' of type 'str' could not be converted to Float"),
     ("nas.search", ["+space=nope"], f"error: space=nope: no such option; space has {', '.join(available_spaces())}"),
     ("nas.search", ["+space=tiny", "target_ms=5", "search.n_trails=4"],
-     "error: search.n_trails: unknown setting; did you mean search.n_trials? search has grace_period, "),
+     "error: search.n_trails: unknown setting; did you mean search.n_trials? search has fill_mutate_after, "
+     "grace_period, "),
     ("nas.search", ["+space=tiny", "target_ms=5", "train=nope"],
      "error: train=nope: no such option; train has default"),
     ("nas.search", ["+space=tiny", "target_ms=5", "foo=[1,2"],
