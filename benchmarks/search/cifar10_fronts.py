@@ -164,7 +164,7 @@ def _seeded_search(state_dir: Path, target: float, size: dict[str, Any] = SEARCH
     if not path.exists():
         return None
     found = json.loads(path.read_text())
-    if found["settings"]["space"] != SEARCH["space"] or found["settings"] != size:
+    if found["settings"] != size:  # another space or other settings: a study, not this search
         return None
     accs = _seeds(state_dir, found["arch"])
     return {"arch_id": found["arch_id"], "arch": found["arch"], "x_anchor": found["search_x_anchor"],
@@ -254,20 +254,18 @@ def to_export(entry: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def step_export(archive: Path, state_dir: Path, timing: dict[str, Any], export_dir: Path,
-                log: Callable[[str], None]) -> list[Path]:
+                log: Callable[[str], None]) -> None:
     """Write every target's :func:`to_export` networks under ``export_dir`` (``<target>ms-<label>/``), each
     scored again from its ``model.onnx``; a folder of an earlier export at that target that is no longer among
     them is removed, so the folders are the comparison's networks and nothing else."""
     report = step_report(state_dir, timing)
     data = load_dataset(data_config(archive))
-    written = []
     for t in report["targets"]:
         picks = to_export(t)
         for p in picks:
             folder = export_dir / f"{t['target_ms']:g}ms-{p['label']}"
             info = export_network(folder, p["network"], Arch.decode(p["arch"]), t["target_ms"], state_dir, BUDGET,
                                   data, p["latency_ms"], p["x_anchor"], p["timed"])
-            written.append(folder)
             log(f"  {folder.name}: {info['arch_id']}, validation {100 * info['onnx_validation_accuracy']:.1f}% "
                 f"from model.onnx, {p['x_anchor']:.2f}x the anchor")
         keep = {f"{t['target_ms']:g}ms-{p['label']}" for p in picks}
@@ -275,17 +273,15 @@ def step_export(archive: Path, state_dir: Path, timing: dict[str, Any], export_d
             if old.is_dir() and old.name not in keep:
                 shutil.rmtree(old)
                 log(f"  removed {old.name} (not among the comparison's networks now)")
-    return written
 
 
 def _exports(export_dir: Path, target: float) -> list[dict[str, Any]]:
-    """The networks committed at ``target`` (folder, network, id), as :func:`step_export` wrote them."""
+    """The networks committed at ``target`` (folder, network, id), as :func:`step_export` wrote them (the record's
+    writer makes each folder relative to the repository)."""
     out = []
     for info_path in sorted(export_dir.glob(f"{target:g}ms-*/arch.json")):
         info = json.loads(info_path.read_text())
-        folder = info_path.parent
-        out.append({"folder": str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder),
-                    "network": info["network"], "arch_id": info["arch_id"]})
+        out.append({"folder": str(info_path.parent), "network": info["network"], "arch_id": info["arch_id"]})
     return out
 
 
@@ -326,6 +322,11 @@ def headline(rec: dict[str, Any]) -> Headline:
         "target", bool(answers) and all(g["met"] for _, (_, g) in answers))
 
 
+def _top_rung(search: dict[str, Any]) -> str:
+    """A search's top rung in words: each network's id, accuracy in the search and ``x_anchor``."""
+    return ", ".join(f"{r['arch_id']} {100 * r['accuracy']:.1f}% at {r['x_anchor']:.2f}x" for r in search["top_rung"])
+
+
 def _verdict(name: str, s: dict[str, Any], g: dict[str, Any]) -> str:
     a = s["accuracy"]
     behind = [r for r in g["against"] if not r["met"]]
@@ -358,8 +359,7 @@ def render(rec: dict[str, Any]) -> str:
             out += ["", _verdict("The comparison's searched network", t["searched"], t["goal"])]
         seeded = t.get("seeded_search")
         if seeded is not None:
-            top = ", ".join(f"{r['arch_id']} {100 * r['accuracy']:.1f}% at {r['x_anchor']:.2f}x"
-                            for r in seeded["top_rung"])
+            top = _top_rung(seeded)
             start = ", ".join(f"`{a}`" for a in seeded["start"])
             fill = seeded.get("fill_mutate_after")
             fill = (f" (evolution; after {fill} refused draws in a row its first population filled with mutations, "
@@ -377,8 +377,7 @@ def render(rec: dict[str, Any]) -> str:
                 out += ["", _verdict("Its winner", seeded, seeded["goal"])]
         control = t.get("random_control")
         if control is not None:
-            top = ", ".join(f"{r['arch_id']} {100 * r['accuracy']:.1f}% at {r['x_anchor']:.2f}x"
-                            for r in control["top_rung"])
+            top = _top_rung(control)
             a = control["accuracy"]
             acc = ("not trained yet" if a is None else f"{100 * a['median']:.1f}% (median of {a['n']} seeds, "
                    f"{100 * a['min']:.1f}-{100 * a['max']:.1f}%)")
