@@ -22,7 +22,8 @@ search's space (``--arch``, repeated) at the same budget and keeps them beside t
 that show what the space holds near a target, whichever network a search picks. ``search --latency-floor F``
 is a study beside the comparison: the same search with ``search.latency_floor=F`` (proposals under ``F``
 times the target are not trained), its record and winner's trainings kept apart from the comparison's
-search. A training already saved under
+search; so is ``search --trials N`` (the same search with N candidates), alone or with a floor. A training
+already saved under
 :data:`STATE_DIR` is never repeated; a step whose inputs are missing says which step to run first.
 """
 
@@ -227,10 +228,13 @@ def _screen_override(size: dict[str, Any]) -> list[str]:
 
 def _search_label(target_ms: float, size: dict[str, Any]) -> str:
     """The name of a search's record (``search-0.235ms``; with a latency floor, ``search-0.235ms-floor0.6``;
-    random search's control, ``search-0.235ms-random``). Records of earlier settings are kept beside them as
-    studies, renamed (``search-0.235ms-n12.json``)."""
+    with another number of candidates, ``search-0.235ms-n16``; random search's control,
+    ``search-0.235ms-random``). Records of earlier settings are kept beside them as studies, renamed
+    (``search-0.235ms-uniform.json``)."""
     floor = size.get("latency_floor")
+    longer = size["n_trials"] != SEARCH["n_trials"] and size["space"] == SEARCH["space"]
     return (f"search-{target_ms:g}ms" + (f"-floor{floor:g}" if floor else "")
+            + (f"-n{size['n_trials']}" if longer else "")
             + ("-random" if size.get("control") == "random" else ""))
 
 
@@ -622,6 +626,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="search step: a study beside the comparison: the same search with "
                              "search.latency_floor=F, recorded as search-<target>ms-floor<F>.json; its winner is "
                              "trained like the others (the report's comparison keeps the search without a floor)")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="search step: a study beside the comparison: the same search with N candidates, "
+                             "recorded as search-<target>ms-n<N>.json (with --latency-floor, -floor<F>-n<N>); "
+                             "its winner is trained like the others")
     parser.add_argument("--control", action="store_true",
                         help="search step: random search at the same cost (same space, rungs, candidates, start and "
                              "screen; uniform proposals), recorded as search-<target>ms-random.json; its winner is "
@@ -636,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency_floor is not None and (args.step != "search" or not 0 < args.latency_floor < 1):
         parser.error(f"--latency-floor {args.latency_floor:g}: a share of the target between 0 and 1, "
                      "for --step search")
+    if args.trials is not None and (args.step != "search" or args.trials < 2):
+        parser.error(f"--trials {args.trials}: at least 2 candidates (the start and one more), for --step search")
     if args.step == "train":
         if not args.arch:
             parser.error("--step train: name the networks with --arch")
@@ -674,6 +684,8 @@ def main(argv: list[str] | None = None) -> int:
         size = QUICK_SEARCH if args.quick else SEARCH
         if args.latency_floor is not None:
             size = {**size, "latency_floor": args.latency_floor}
+        if args.trials is not None:
+            size = {**size, "n_trials": args.trials}
         if args.control:
             size = random_control(size)
         winners = []
@@ -695,7 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         # The references' trainings not yet saved share the pool with the winners' (no worker waits alone
         # between two steps), first: theirs are the longest (many thin layers), and the winners' shorter ones
         # fill the end. A part that searches one target, or a study, trains its winner only.
-        partial = args.target is not None or args.latency_floor is not None or args.control
+        partial = (args.target is not None or args.latency_floor is not None or args.trials is not None
+                   or args.control)
         refs = [] if partial else _reference_archs(widths)
         train_all([*refs, *winners], args.cifar10, budget, args.workers, state_dir, log)
     elif args.step == "train":

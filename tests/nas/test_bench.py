@@ -706,6 +706,33 @@ def test_the_deployment_comparisons_floor_study_refuses_what_it_cannot_run(
     assert f"--latency-floor {argv[-1]}: a share of the target between 0 and 1, for --step search" in said
 
 
+@pytest.mark.parametrize("argv", [["--step", "train", "--arch", "x", "--trials", "16"],
+                                  ["--step", "search", "--trials", "1"]])
+def test_the_deployment_comparisons_longer_search_refuses_what_it_cannot_run(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.search import cifar10_deploy
+
+    with pytest.raises(SystemExit) as err:
+        cifar10_deploy.main(["--cifar10", str(tmp_path / "none.tar.gz"), *argv])
+    assert err.value.code == 2
+    said = capsys.readouterr().err
+    assert f"--trials {argv[-1]}: at least 2 candidates (the start and one more), for --step search" in said
+
+
+def test_a_longer_search_is_a_study_recorded_apart_from_the_comparisons() -> None:
+    from benchmarks.search import cifar10_deploy
+
+    size = cifar10_deploy.SEARCH
+    assert cifar10_deploy._search_label(0.326, size) == "search-0.326ms"
+    longer = {**size, "n_trials": 16, "latency_floor": 0.7}
+    assert cifar10_deploy._search_label(0.326, longer) == "search-0.326ms-floor0.7-n16"
+    assert cifar10_deploy._search_label(0.326, cifar10_deploy.random_control(longer)) == \
+        "search-0.326ms-floor0.7-n16-random"
+    role = cifar10_deploy._study_role({"settings": longer, "target_ms": 0.326,
+                                       "target_anchor": "mobilenetv2_100@0.5", "start": cifar10_deploy.START[0.5]})
+    assert role == "searched at 0.326 ms, 16 candidates, latency floor 0.7 (a study)"
+
+
 @pytest.mark.parametrize("step", ["references", "search", "report"])
 def test_a_deployment_comparison_in_another_folder_starts_from_its_widths(
         step: str, tmp_path: Path) -> None:
