@@ -62,6 +62,11 @@ WITHIN = 1.1
 """A member within this many times a target is in that target's comparison."""
 EXPORT_DIR = ROOT / "benchmarks" / "cifar10-deploy"
 """The committed networks: ``<target>ms-<network>/`` (``model.onnx``, seed 0, Conv+BN fused; ``arch.json``)."""
+LONGER_SEARCH = {**SEARCH, "n_trials": 16, "latency_floor": 0.7}
+"""A study beside the comparison's search: twice the candidates, and proposals under 0.7x the target not
+trained, so that the extra candidates are spent near the target, where a start at 0.58x leaves latency unused
+(``python -m benchmarks.search.cifar10_deploy --cifar10 ... --step search --target 0.326 --latency-floor 0.7
+--trials 16``)."""
 MAX_MMACS = 160.0
 """Members over this many million multiply-accumulates at 32x32 are not timed: the slowest member timed in
 the first sweep that came within 1.1x of the larger target had 70 M (ResNet-32 at width 24 took 1.8x)."""
@@ -212,6 +217,9 @@ def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
                 if seeded["accuracy"] is not None and control["accuracy"] is not None:
                     control["search_at_least_as_accurate"] = (
                         seeded["accuracy"]["median"] >= control["accuracy"]["median"])
+        longer = _seeded_search(state_dir, target, LONGER_SEARCH)
+        if longer is not None:
+            entry["longer_search"] = longer
         entry["exports"] = _exports(EXPORT_DIR, target)
         targets.append(entry)
     return {"targets": targets, "budget": BUDGET, "within": WITHIN, "rounds": timing["rounds"],
@@ -375,6 +383,14 @@ def render(rec: dict[str, Any]) -> str:
                             "nothing that meets the target and beats it by its own figures."]
             if "goal" in seeded:
                 out += ["", _verdict("Its winner", seeded, seeded["goal"])]
+        longer = t.get("longer_search")
+        if longer is not None:
+            same = (f"Its winner is {longer['arch_id']}, "
+                    + ("the comparison's search's too." if seeded is not None and longer["arch_id"] == seeded["arch_id"]
+                       else "another network than the comparison's search's."))
+            out += ["", f"A longer search (a study: {longer['candidates']} candidates, proposals under "
+                        f"{LONGER_SEARCH['latency_floor']:g}x the target not trained) in "
+                        f"{longer['wall_seconds'] / 60:.0f} minutes; at its top rung: {_top_rung(longer)}. {same}"]
         control = t.get("random_control")
         if control is not None:
             top = _top_rung(control)

@@ -903,6 +903,23 @@ def test_the_fronts_section_says_whether_random_searchs_control_beat_the_search(
         in out
 
 
+def test_the_fronts_section_shows_the_longer_search_and_whether_its_winner_differs() -> None:
+    from benchmarks.search import cifar10_fronts
+
+    rec = json.loads((common.ROOT / "benchmarks/search/records/cifar10_fronts.json").read_text())
+    t = next(t for t in rec["figures"]["targets"] if "longer_search" in t)
+    longer = t["longer_search"]
+    assert longer["candidates"] == cifar10_fronts.LONGER_SEARCH["n_trials"]
+    out = cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [t]}})
+    assert f"A longer search (a study: {longer['candidates']} candidates, proposals under 0.7x the target not " \
+           "trained)" in out
+    other = {**longer, "arch_id": "0123456789ab"}
+    out = cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [{**t, "longer_search": other}]}})
+    assert "Its winner is 0123456789ab, another network than the comparison's search's." in out
+    without = {k: v for k, v in t.items() if k != "longer_search"}
+    assert "A longer search" not in cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [without]}})
+
+
 def test_the_fronts_commit_the_searched_network_each_familys_best_member_meeting_the_target_and_randoms() -> None:
     from benchmarks.search import cifar10_fronts
 
