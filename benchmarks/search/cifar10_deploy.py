@@ -12,7 +12,8 @@ Targets and widths, as in the short-budget comparison: each target is the latenc
 multiplier whose median latency ratio to the anchor, measured back to back in rounds, is at most 1.
 
 The run is split into steps that each save what they produced, so it may run in parts
-(``--step``): ``widths`` (targets and reference widths: a quiet machine, a few minutes),
+(``--step``): ``widths`` (targets and reference widths: a quiet machine, a few minutes; run again, it keeps
+the targets measured and adds those of :data:`FRONTS_WIDTHS` it lacks),
 ``references`` (the references' trainings) and ``search`` (LatNAS's multi-fidelity search at each
 target, :data:`SEARCH`, resumed where it stopped, then the searched networks' trainings, in one pool with
 the references' not yet trained, so a run from nothing may skip ``references``) and
@@ -33,6 +34,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -53,7 +55,8 @@ from nas.core.config import DataConfig, TrainConfig
 from nas.data import load_dataset
 from nas.deploy.fuse import fuse_conv_bn
 from nas.runtime.workers import in_workers
-from search_spaces import REFERENCES, Arch, SearchSpaceError, build, load_space
+from search_spaces import REFERENCES, Arch, SearchSpaceError, build, load_space, reference
+from search_spaces.references import scale_width, small_input_variant
 
 SHAPE = (1, 3, 32, 32)
 BUDGET = {"train_images": 30000, "epochs": 10, "seeds": 3}
@@ -77,13 +80,27 @@ def _estimator() -> Any:
                           measure=MeasureConfig(min_runs=200, min_time_s=1.0, max_time_s=4.0))
 
 
-def step_widths(log: Callable[[str], None]) -> dict[str, Any]:
-    """Targets (MobileNetV2 at :data:`TARGET_WIDTHS`) and every reference's width at each."""
+FRONTS_WIDTHS = (0.75,)
+"""Anchors' widths of targets that only the fronts' comparison (:mod:`benchmarks.search.cifar10_fronts`) measures
+against, beside :data:`TARGET_WIDTHS`: MobileNetV2 x0.75 is the third target, where the CIFAR ResNets are at their
+strongest. It lies at about the latency of ResNet-26 (``fronts.json``: ResNet-26 1.74x the x0.5 anchor, MobileNetV2
+x0.75 1.82x), the deepest full-width member under twice the 0.326 ms anchor; the members below it there are
+ResNet-8 x1.5 (1.21x), ResNet-20 (1.35x) and ResNet-8 x2 (1.59x). The width-scaled comparison's steps
+(``references``, ``report``) leave it out."""
+
+
+def step_widths(log: Callable[[str], None], have: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Targets (MobileNetV2 at :data:`TARGET_WIDTHS`) and every reference's width at each; then the targets of
+    :data:`FRONTS_WIDTHS`. Targets already in ``have`` (an earlier ``widths.json``) are kept as they were measured,
+    and a target added to them is named on their scale: the first target times its anchor's ratio to the first
+    anchor, measured in paired rounds now, so that a host whose speed has changed since does not move it."""
     est = _estimator()
 
     def measure(arch: Arch) -> float:
         return float(est.measure(arch).latency_ms)
 
+    if have is not None:
+        return _add_targets(have, measure, log)
     anchors, target_list = anchor_targets(measure)
     targets = []
     for width, anchor, target_ms in zip(TARGET_WIDTHS, anchors, target_list, strict=True):
@@ -95,8 +112,40 @@ def step_widths(log: Callable[[str], None]) -> dict[str, Any]:
                          "ratio_at_choice": p.ratio, "latency_at_choice_ms": p.latency_ms, "meets": p.meets})
         targets.append({"target_ms": target_ms, "anchor": f"mobilenetv2_100 x{width:g}",
                         "anchor_arch": anchor.encode(), "references": refs})
-    return {"targets": targets, "machine": machine_and_load(),
-            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    widths = {"targets": targets, "machine": machine_and_load(),
+              "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return _add_targets(widths, measure, log)
+
+
+def _add_targets(widths: dict[str, Any], measure: Callable[[Arch], float],
+                 log: Callable[[str], None]) -> dict[str, Any]:
+    """``widths`` with a target for each of :data:`FRONTS_WIDTHS` it lacks (no width-scaled references: the
+    fronts' comparison sweeps every family there)."""
+    have = {_anchor_width(t) for t in widths["targets"]}
+    todo = [w for w in FRONTS_WIDTHS if w not in have]
+    if not todo:
+        log("  widths.json has every target")
+        return widths
+    first = widths["targets"][0]
+    first_anchor = Arch.decode(first["anchor_arch"])
+    anchors = {w: scale_width(small_input_variant(reference("mobilenetv2_100")), w) for w in todo}
+    paired = paired_ratios([first_anchor, *anchors.values()], first_anchor, measure, SCALE_ROUNDS)
+    added = []
+    for w, anchor in anchors.items():
+        ratio = paired[anchor].ratio
+        target_ms = math.ceil(first["target_ms"] * ratio * 1000) / 1000  # rounded up, as anchor_targets rounds
+        log(f"  target {target_ms:.3f} ms: MobileNetV2 x{w:g}, {ratio:.3f}x the first anchor "
+            f"({SCALE_ROUNDS} paired rounds; {paired[anchor].latency_ms:.3f} ms here now)")
+        added.append({"target_ms": target_ms, "anchor": f"mobilenetv2_100 x{w:g}", "anchor_arch": anchor.encode(),
+                      "references": [], "fronts_only": True, "x_first_anchor": ratio,
+                      "ratios": list(paired[anchor].ratios), "machine": machine_and_load(),
+                      "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return {**widths, "targets": [*widths["targets"], *added]}
+
+
+def _compared(widths: dict[str, Any]) -> list[dict[str, Any]]:
+    """The width-scaled comparison's targets: those of :data:`TARGET_WIDTHS` (not :data:`FRONTS_WIDTHS`')."""
+    return [t for t in widths["targets"] if not t.get("fronts_only")]
 
 
 def training_key(arch: Arch, seed: int, budget: dict[str, int]) -> str:
@@ -211,8 +260,19 @@ Searches of another space (``--quick``'s) start from random members."""
 
 def _start(size: dict[str, Any], width: float) -> list[str]:
     """The start of a search of ``size`` at the target of anchor width ``width``: :data:`START`'s in the
-    comparison's space, none in another."""
-    return START[width] if size["space"] == SEARCH["space"] else []
+    comparison's space, none in another.
+
+    Raises:
+        SystemExit: a target of the comparison's space that :data:`START` has no start for yet (a target of
+            :data:`FRONTS_WIDTHS` before its front is trained), naming what to run first.
+    """
+    if size["space"] != SEARCH["space"]:
+        return []
+    if width not in START:
+        raise SystemExit(f"cifar10_deploy: the target of MobileNetV2 x{width:g} has no start yet: train its front "
+                         "first (python -m benchmarks.search.cifar10_fronts --cifar10 ... --step train), then name "
+                         "its most accurate CIFAR ResNet (and the best network searched near it) in START")
+    return START[width]
 
 
 def _rungs_override(rungs: list[dict[str, int]]) -> str:
@@ -441,7 +501,7 @@ def step_report(archive: Path, budget: dict[str, int], size: dict[str, Any], sta
             if r["arch"] == study["arch"]:
                 r.setdefault("roles", []).append(_study_role(study))
     targets = []
-    for t in widths["targets"]:
+    for t in _compared(widths):
         found = _read_step(state_dir, _search_label(t["target_ms"], size), "search")
         if not _searched_with(found, size, t):
             raise SystemExit(f"cifar10_deploy: the search at {t['target_ms']:g} ms was run with other settings "
@@ -595,8 +655,8 @@ def _searched_with(found: dict[str, Any], size: dict[str, Any], target: dict[str
 def _reference_archs(widths: dict[str, Any]) -> list[Arch]:
     """The networks the comparison trains besides the searched ones: every reference that meets a target,
     and the targets' anchors (duplicates are trained once)."""
-    archs = [Arch.decode(r["arch"]) for t in widths["targets"] for r in t["references"] if r["meets"]]
-    return archs + [Arch.decode(t["anchor_arch"]) for t in widths["targets"]]
+    archs = [Arch.decode(r["arch"]) for t in _compared(widths) for r in t["references"] if r["meets"]]
+    return archs + [Arch.decode(t["anchor_arch"]) for t in _compared(widths)]
 
 
 def _read_step(state_dir: Path, name: str, run_first: str) -> dict[str, Any]:
@@ -621,7 +681,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tiny budget, state in a scratch folder")
     parser.add_argument("--target", type=float, default=None,
                         help="search step: only the target of this many ms (as widths.json rounds it), "
-                             "so the step may run in parts; default every target")
+                             "so the step may run in parts; default every target of the width-scaled comparison "
+                             "(a target of FRONTS_WIDTHS is searched by name only)")
     parser.add_argument("--latency-floor", type=float, default=None,
                         help="search step: a study beside the comparison: the same search with "
                              "search.latency_floor=F, recorded as search-<target>ms-floor<F>.json; its winner is "
@@ -673,7 +734,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line, flush=True)
 
     if args.step == "widths":
-        widths = step_widths(log)
+        saved = state_dir / "widths.json"
+        widths = step_widths(log, json.loads(saved.read_text()) if saved.exists() else None)
         (state_dir / "widths.json").write_text(json.dumps(widths, indent=2) + "\n")
         log(f"  saved {state_dir / 'widths.json'}")
     elif args.step == "references":
@@ -689,7 +751,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.control:
             size = random_control(size)
         winners = []
-        targets = [t for t in widths["targets"] if args.target is None or round(t["target_ms"], 3) == args.target]
+        targets = (_compared(widths) if args.target is None  # a target of FRONTS_WIDTHS is searched by name
+                   else [t for t in widths["targets"] if round(t["target_ms"], 3) == args.target])
         if not targets:
             known = ", ".join(f"{t['target_ms']:.3f}" for t in widths["targets"])
             parser.error(f"--target {args.target:g}: not a target of widths.json ({known})")

@@ -719,6 +719,66 @@ def test_the_deployment_comparisons_longer_search_refuses_what_it_cannot_run(
     assert f"--trials {argv[-1]}: at least 2 candidates (the start and one more), for --step search" in said
 
 
+def _onnxruntime_measure() -> Any:
+    from latency_predictor.measurement.backends import make_estimator
+    from latency_predictor.measurement.timing import MeasureConfig
+
+    est = make_estimator("onnxruntime", input_shape=(1, 3, 32, 32), num_classes=10, intra_op_threads=1,
+                         measure=MeasureConfig(min_runs=20, min_time_s=0.05, max_time_s=0.2, warmup_s=0.05))
+    return lambda arch: float(est.measure(arch).latency_ms)
+
+
+def test_the_third_target_is_added_on_the_scale_of_the_targets_already_measured() -> None:
+    """Run again, the widths step keeps the targets it measured and adds MobileNetV2 x0.75 (timed for real
+    against the first anchor), named as the first target times that ratio; the width-scaled comparison's
+    steps leave the added target out, and searching it before it has a start says what to run first."""
+    from benchmarks.search import cifar10_deploy
+
+    widths = json.loads((cifar10_deploy.STATE_DIR / "widths.json").read_text())
+    old = [t for t in widths["targets"] if not t.get("fronts_only")]
+    said: list[str] = []
+    added = cifar10_deploy._add_targets({**widths, "targets": old}, _onnxruntime_measure(), said.append)
+    assert added["targets"][:len(old)] == old  # measured before: kept as they were
+    third = added["targets"][-1]
+    assert third["anchor"] == "mobilenetv2_100 x0.75" and third["fronts_only"] and third["references"] == []
+    assert third["x_first_anchor"] > 1.5  # MobileNetV2 x0.75 is far slower than x0.35
+    assert third["target_ms"] == pytest.approx(old[0]["target_ms"] * third["x_first_anchor"], abs=0.001)
+    assert cifar10_deploy._compared(added) == old
+    assert cifar10_deploy._reference_archs(added) == cifar10_deploy._reference_archs({**widths, "targets": old})
+    again: list[str] = []
+    assert cifar10_deploy._add_targets(added, _onnxruntime_measure(), again.append) == added
+    assert again == ["  widths.json has every target"]
+    with pytest.raises(SystemExit) as err:
+        cifar10_deploy._start(cifar10_deploy.SEARCH, 0.75)
+    assert "the target of MobileNetV2 x0.75 has no start yet: train its front first" in str(err.value)
+    assert cifar10_deploy._start(cifar10_deploy.QUICK_SEARCH, 0.75) == []  # another space: no start
+
+
+def test_the_fronts_time_a_new_targets_anchor_and_keep_the_members_figures(tmp_path: Path) -> None:
+    from benchmarks.search import cifar10_deploy, cifar10_fronts
+
+    state = tmp_path / "state"
+    state.mkdir()
+    widths = json.loads((cifar10_deploy.STATE_DIR / "widths.json").read_text())
+    old = [t for t in widths["targets"] if not t.get("fronts_only")]
+    third = {"target_ms": 0.6, "anchor": "mobilenetv2_100 x0.75", "fronts_only": True, "references": [],
+             "anchor_arch": cifar10_deploy.scale_width(
+                 cifar10_deploy.small_input_variant(cifar10_deploy.reference("mobilenetv2_100")), 0.75).encode()}
+    (state / "widths.json").write_text(json.dumps({**widths, "targets": [*old, third]}))
+    timing = json.loads((cifar10_deploy.STATE_DIR / "fronts.json").read_text())
+    timing = {**timing, "targets": [t for t in timing["targets"] if t["target_ms"] in {o["target_ms"] for o in old}]}
+    said: list[str] = []
+    grown = cifar10_fronts.add_anchors(timing, state, said.append)
+    assert grown["members"] == timing["members"] and grown["targets"][:len(old)] == timing["targets"]
+    new = grown["targets"][-1]
+    assert new["target_ms"] == 0.6 and new["anchor_x_first"] > 1.5
+    front = cifar10_fronts.fronts(grown)[0.6]  # the new target has fronts of its own, its members near it
+    assert front["resnet_cifar"] and all(m["x_anchor"] <= cifar10_fronts.WITHIN for f in front.values() for m in f)
+    assert max(m["x_anchor"] for m in front["resnet_cifar"]) > 0.8
+    assert cifar10_fronts.add_anchors(grown, state, said.append) == grown
+    assert said[-1].startswith("  fronts.json has every target of widths.json")
+
+
 def test_a_longer_search_is_a_study_recorded_apart_from_the_comparisons() -> None:
     from benchmarks.search import cifar10_deploy
 
