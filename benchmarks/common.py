@@ -28,7 +28,7 @@ AREA = {
     "predictor": "prediction", "tail_predictor": "prediction", "transfer": "prediction", "transfer_many": "prediction",
     "transfer_runtimes": "prediction",
     "search": "search", "per_runtime": "search", "sampler": "search", "screening": "search", "references": "search",
-    "references_cifar10": "search", "cifar10_deploy": "search", "cifar10_fronts": "search",
+    "references_cifar10": "search", "cifar10_deploy": "search", "cifar10_fronts": "search", "cifar10_int8": "search",
     "fidelity": "accuracy", "reference_noise": "accuracy", "fidelity_deploy": "accuracy", "supernet": "accuracy",
     "train_speed": "accuracy",
     "deployment": "deployment",

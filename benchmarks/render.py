@@ -26,7 +26,7 @@ Rec = dict[str, Any]
 ORDER = ("latency", "openvino_parity", "runtimes", "spread", "tail", "contention", "agent",
          "predictor", "tail_predictor", "transfer", "transfer_runtimes", "transfer_many",
          "search", "per_runtime", "sampler", "screening", "references", "cifar10_deploy", "cifar10_fronts",
-         "fidelity", "reference_noise", "fidelity_deploy", "supernet", "train_speed",
+         "cifar10_int8", "fidelity", "reference_noise", "fidelity_deploy", "supernet", "train_speed",
          "deployment", "reliability", "scale")
 """The order of the sections on each area's page (and of the rows of the results table within an area)."""
 TITLES = {
@@ -53,6 +53,7 @@ TITLES = {
     "deployment": "Deployment variants on CIFAR-10: INT8 and pruning",
     "cifar10_deploy": "Searched vs hand-designed networks on CIFAR-10 at the deployment budget",
     "cifar10_fronts": "The hand-designed fronts on CIFAR-10: every reference family over depth and width",
+    "cifar10_int8": "INT8 on CIFAR-10: an INT8 search against the INT8 fronts",
 }
 
 
@@ -234,6 +235,7 @@ RENDERERS: dict[str, str] = {
     "deployment": "deployment",
     "cifar10_deploy": "cifar10_deploy",
     "cifar10_fronts": "cifar10_fronts",
+    "cifar10_int8": "cifar10_int8",
 }
 """Each record's benchmark module (``benchmarks.<area>.<module>``), whose ``render(rec)`` writes its section."""
 

@@ -153,8 +153,13 @@ def training_key(arch: Arch, seed: int, budget: dict[str, int]) -> str:
     return f"{arch.arch_id}-seed{seed}-{budget['train_images']}x{budget['epochs']}"
 
 
-def _train(job: tuple[str, int, str, dict[str, int], str]) -> dict[str, Any]:
-    arch_text, seed, archive, budget, state_dir = job
+INT8_CALIBRATION = 512
+"""Training images (seeded by the weight seed) an INT8 accuracy is calibrated on: ONNX Runtime's static QDQ
+quantisation, as ``latency.precision=int8`` scores a candidate and ``nas.optimize`` quantises a winner."""
+
+
+def _train(job: tuple[str, int, str, dict[str, int], str, bool]) -> dict[str, Any]:
+    arch_text, seed, archive, budget, state_dir, int8 = job
     torch.set_num_threads(1)
     arch = Arch.decode(arch_text)
     data = load_dataset(data_config(Path(archive))).take_train(budget["train_images"], 0)
@@ -172,6 +177,12 @@ def _train(job: tuple[str, int, str, dict[str, int], str]) -> dict[str, Any]:
         "mean": list(data.mean), "std": list(data.std),
         "classes": list(data.classes), "load_average_after": list(os.getloadavg()),
     }
+    if int8:
+        from nas.accuracy.precision import int8_accuracy
+
+        net.eval()
+        out["int8_accuracy"] = int8_accuracy(net, data, INT8_CALIBRATION, seed, 1, "onnxruntime")
+        out["int8"] = {"runtime": "onnxruntime", "quantisation": "static QDQ", "calibration_images": INT8_CALIBRATION}
     key = training_key(arch, seed, budget)
     folder = Path(state_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -183,27 +194,33 @@ def _train(job: tuple[str, int, str, dict[str, int], str]) -> dict[str, Any]:
 
 
 def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers: int, state_dir: Path,
-              log: Callable[[str], None]) -> dict[tuple[str, int], dict[str, Any]]:
-    """Every (architecture, seed) at ``budget``: saved ones read back, the others trained ``workers`` at a time."""
+              log: Callable[[str], None], int8: bool = False) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every (architecture, seed) at ``budget``: saved ones read back, the others trained ``workers`` at a time.
+    With ``int8``, each training also records its network's INT8 accuracy (:data:`INT8_CALIBRATION`), and one
+    saved without it is trained again (the same seed and data: the same float figures)."""
     done: dict[tuple[str, int], dict[str, Any]] = {}
     todo = []
+    again = 0
     for arch in dict.fromkeys(archs):
         for seed in range(budget["seeds"]):
             path = state_dir / f"{training_key(arch, seed, budget)}.json"
-            if path.exists():
-                done[(arch.encode(), seed)] = json.loads(path.read_text())
+            saved = json.loads(path.read_text()) if path.exists() else None
+            if saved is not None and (not int8 or "int8_accuracy" in saved):
+                done[(arch.encode(), seed)] = saved
             else:
-                todo.append((arch.encode(), seed, str(archive), budget, str(state_dir)))
+                again += saved is not None
+                todo.append((arch.encode(), seed, str(archive), budget, str(state_dir), int8))
     log(f"  trainings at {budget['train_images']} images x {budget['epochs']} epochs: {len(done)} saved, "
-        f"{len(todo)} to train, {workers} at a time")
+        f"{len(todo)} to train" + (f" ({again} of them saved without an INT8 accuracy)" if again else "")
+        + f", {workers} at a time")
     if todo:
         # Decoded here first: the decoding's own process pool cannot start inside a pool worker, and each worker
         # then reads the decoded images from the cache instead of decoding them again.
         load_dataset(data_config(archive))
         for i, r in enumerate(in_workers(_train, todo, workers, ordered=False), 1):
             done[(r["arch"], r["seed"])] = r
-            log(f"    [{i}/{len(todo)}] {r['arch_id']} seed {r['seed']}: accuracy {r['accuracy']:.4f} "
-                f"in {r['seconds']:.0f} s")
+            log(f"    [{i}/{len(todo)}] {r['arch_id']} seed {r['seed']}: accuracy {r['accuracy']:.4f}"
+                + (f", INT8 {r['int8_accuracy']:.4f}" if "int8_accuracy" in r else "") + f" in {r['seconds']:.0f} s")
     return done
 
 
@@ -280,10 +297,12 @@ def _rungs_override(rungs: list[dict[str, int]]) -> str:
     return f"search.rungs=[{items}]"
 
 
-def _screen_override(size: dict[str, Any]) -> list[str]:
+def _overrides(size: dict[str, Any]) -> list[str]:
     fill = size.get("fill_mutate_after")  # absent: the first population drawn uniformly (the control's)
+    precision = ([f"latency.precision={size['precision']}", f"accuracy.calibration_samples={INT8_CALIBRATION}"]
+                 if size.get("precision", "fp32") != "fp32" else [])  # timed and scored at that precision
     return ([f"search.{key}={size[key]:g}" for key in ("latency_screen", "latency_floor") if size.get(key)]
-            + [f"search.fill_mutate_after={'null' if fill is None else fill}"])
+            + [f"search.fill_mutate_after={'null' if fill is None else fill}", *precision])
 
 
 def _search_label(target_ms: float, size: dict[str, Any]) -> str:
@@ -293,8 +312,8 @@ def _search_label(target_ms: float, size: dict[str, Any]) -> str:
     (``search-0.235ms-uniform.json``)."""
     floor = size.get("latency_floor")
     longer = size["n_trials"] != SEARCH["n_trials"] and size["space"] == SEARCH["space"]
-    return (f"search-{target_ms:g}ms" + (f"-floor{floor:g}" if floor else "")
-            + (f"-n{size['n_trials']}" if longer else "")
+    return (f"search-{target_ms:g}ms" + (f"-{size['precision']}" if size.get("precision", "fp32") != "fp32" else "")
+            + (f"-floor{floor:g}" if floor else "") + (f"-n{size['n_trials']}" if longer else "")
             + ("-random" if size.get("control") == "random" else ""))
 
 
@@ -361,7 +380,7 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
         "search.start=[" + ",".join(f"'{a}'" for a in start) + "]",
         f"search.reduction_factor={size['reduction_factor']}",
         f"search.n_trials={size['n_trials']}", f"search.max_concurrent={size['max_concurrent']}",
-        _rungs_override(size["rungs"]), *_screen_override(size), "train.device=cpu", f"tracking.uri=sqlite:///{store}",
+        _rungs_override(size["rungs"]), *_overrides(size), "train.device=cpu", f"tracking.uri=sqlite:///{store}",
         f"output_dir={state_dir / 'search' / name}", "progress=false", f"name={name}", f"resume={str(resume).lower()}",
     )
     started.touch()

@@ -821,7 +821,7 @@ def test_random_searchs_control_differs_from_the_search_in_its_proposals_alone(
     assert same == {k: v for k, v in size.items() if k not in ("population_size", "tournament_size",
                                                                 "fill_mutate_after")}
     assert size["fill_mutate_after"] and "fill_mutate_after" not in control  # the control's draws stay uniform
-    assert "search.fill_mutate_after=null" in cifar10_deploy._screen_override(control)
+    assert "search.fill_mutate_after=null" in cifar10_deploy._overrides(control)
     assert cifar10_deploy._search_label(0.235, control) == "search-0.235ms-random"
     # evolution with a population as large as the budget draws every proposal from the space, never a mutation
     space = load_space(size["space"])
@@ -1006,3 +1006,107 @@ def test_the_fronts_commit_the_searched_network_each_familys_best_member_meeting
     picks = {p["label"]: p["network"] for p in cifar10_fronts.to_export(entry)}
     assert picks["random"] == "random"
     assert cifar10_fronts._label("mobilenetv2_100@0.5:d0.75") == "mobilenetv2_100-x0.5-d0.75"
+
+
+def _tiny_archive(tmp_path: Path) -> Path:
+    """A CIFAR-like archive of 3 classes x 20 random 32x32 images (the comparison's data config reads any)."""
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "train"
+    for cls in ("cat", "dog", "owl"):
+        (folder / cls).mkdir(parents=True)
+        for i in range(20):
+            buf = io.BytesIO()
+            Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buf, format="PNG")
+            (folder / cls / f"{i:03d}.png").write_bytes(buf.getvalue())
+    archive = tmp_path / "tiny.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname="train")
+    return archive
+
+
+def test_a_training_saved_without_its_int8_accuracy_is_trained_again_to_the_same_float_figures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The INT8 comparison shares the FP32 comparison's trainings: one saved before INT8 was recorded is run
+    again (the same seed and data), and the float accuracy it records is the one saved before."""
+    from benchmarks.search import cifar10_deploy
+
+    monkeypatch.setenv("LATNAS_CACHE_DIR", str(tmp_path / "cache"))
+    archive = _tiny_archive(tmp_path)
+    arch = Arch.decode("act_relu-stem_c8_s1-rb_k3_c8_s1-rb_k3_c16_s2")
+    budget = {"train_images": 40, "epochs": 1, "seeds": 1}
+    state = tmp_path / "state"
+    said: list[str] = []
+    first = cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append)
+    (run,) = first.values()
+    assert "int8_accuracy" not in run
+    again = cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append, int8=True)
+    (int8_run,) = again.values()
+    assert "1 to train (1 of them saved without an INT8 accuracy)" in said[-2]
+    assert int8_run["accuracy"] == run["accuracy"] and int8_run["per_epoch_accuracy"] == run["per_epoch_accuracy"]
+    assert 0.0 <= int8_run["int8_accuracy"] <= 1.0
+    assert int8_run["int8"] == {"runtime": "onnxruntime", "quantisation": "static QDQ",
+                                "calibration_images": cifar10_deploy.INT8_CALIBRATION}
+    saved = json.loads((state / f"{cifar10_deploy.training_key(arch, 0, budget)}.json").read_text())
+    assert saved["int8_accuracy"] == int8_run["int8_accuracy"]
+    said.clear()
+    cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append, int8=True)
+    assert said == ["  trainings at 40 images x 1 epochs: 1 saved, 0 to train, 1 at a time"]
+
+
+def test_the_int8_fronts_are_timed_in_int8_against_the_int8_anchor_with_the_fp32_winner_beside() -> None:
+    from benchmarks.search import cifar10_int8
+
+    said: list[str] = []
+    timing = cifar10_int8.step_time(["resnet8@0.5", "resnet8"], said.append, cifar10_int8._estimator(10, 0.02, 0.05))
+    assert timing["precision"] == "int8" and timing["targets"][0]["anchor"] == "mobilenetv2_100@0.5 (int8)"
+    x = {m["member"]: m["x_first_anchor"] for m in timing["members"]}
+    assert x["resnet8@0.5"] < x["resnet8"] < 1.0  # both faster than MobileNetV2 x0.5 in INT8, the narrower most
+    assert timing["fp32_winner"]["arch_id"] == "f48756ad2893" and 0 < timing["fp32_winner"]["x_anchor"] < 1.0
+    # the front keeps the widest member of each depth: ResNet-8 at full width, then the FP32 winner to quantise
+    assert [a.arch_id for a in cifar10_int8.front_archs(timing)] == [
+        next(m["arch_id"] for m in timing["members"] if m["member"] == "resnet8"), "f48756ad2893"]
+
+
+def test_the_int8_section_judges_the_int8_winner_on_int8_accuracy_and_shows_the_fp32_winner_quantised() -> None:
+    from benchmarks.search import cifar10_fronts, cifar10_int8
+
+    def acc(*values: float) -> dict[str, Any]:
+        return {**spread(list(values)), "values": list(values)}
+
+    members = [{"family": "resnet_cifar", "member": "resnet14", "arch_id": "a" * 12, "arch": "x", "x_anchor": 0.8,
+                "latency_ms": 0.25, "mmacs": 27.0, "fp32_accuracy": acc(0.78, 0.77, 0.76),
+                "accuracy": acc(0.76, 0.75, 0.75)},
+               {"family": "mobilenetv2_100", "member": "mobilenetv2_100@0.5", "arch_id": "b" * 12, "arch": "y",
+                "x_anchor": 1.0, "latency_ms": 0.3, "mmacs": 22.0, "fp32_accuracy": acc(0.73, 0.72, 0.71),
+                "accuracy": acc(0.70, 0.69, 0.71)}]
+    searched = {"arch_id": "c" * 12, "arch": "z", "x_anchor": 0.7, "search_accuracy": 0.8, "candidates": 8,
+                "wall_seconds": 600.0, "top_rung": [], "fp32_accuracy": acc(0.79, 0.78, 0.79),
+                "accuracy": acc(0.78, 0.78, 0.77)}
+    searched["goal"] = cifar10_fronts.against_fronts(searched, members)
+    winner = {"arch": "w", "arch_id": "d" * 12, "latency_ms": 0.15, "x_anchor": 0.48,
+              "fp32_accuracy": acc(0.78, 0.775, 0.78), "accuracy": acc(0.74, 0.73, 0.75)}
+    searched["points_over_fp32_winner"] = 100 * (0.78 - 0.74)
+    rec = {"benchmark": "cifar10_int8", "mode": "full", "command": "python -m benchmarks.search.cifar10_int8",
+           "machine": {"cpu": "test", "cpus": 2, "load_average": [0.1, 0.1, 0.1]}, "measured": "2026-12-06",
+           "versions": {}, "figures": {"target": {"target_ms": 0.31, "anchor": "mobilenetv2_100@0.5 (int8)",
+                                                  "anchor_x_first": 1.0},
+                                       "members": members, "fp32_winner": winner, "searched": searched,
+                                       "budget": {"train_images": 30000, "epochs": 10, "seeds": 3}}}
+    h = cifar10_int8.headline(rec)  # 78% in INT8 against ResNet-14's 75% (75-76%) and MobileNetV2's 70%
+    assert h.met is True and h.figure.startswith("INT8 winner cccccccccccc 78.0% in INT8 (median of 3 seeds) at 0.70x")
+    assert h.against.startswith("the most accurate INT8 front member no faster: resnet14 75.0%")
+    members[0]["accuracy"] = acc(0.76, 0.775, 0.75)  # one seed of ResNet-14 within the winner's range
+    searched["goal"] = cifar10_fronts.against_fronts(searched, members)
+    assert cifar10_int8.headline(rec).met is False
+    assert ": **not met**: resnet14 +2.0 points, ranges overlap." in cifar10_int8.render(rec)
+    out = cifar10_int8.render(rec)
+    assert "| FP32 search's winner | dddddddddddd | 0.48 | 78.0%, 77.5%, 78.0% | 74.0%, 73.0%, 75.0% |" in out
+    assert "Against the FP32 search's winner quantised after the fact: +4.0 points in INT8 (medians)." in out
+    without = {**rec, "figures": {k: v for k, v in rec["figures"].items() if k != "searched"}}
+    assert cifar10_int8.headline(without).figure == "the INT8 search has not run yet"
+    assert "The INT8 search has not run yet (`--step search`)." in cifar10_int8.render(without)
