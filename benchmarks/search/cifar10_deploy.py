@@ -351,6 +351,25 @@ def _study_role(study: dict[str, Any]) -> str:
             + (", random proposals (the control)" if size.get("control") == "random" else "") + " (a study)")
 
 
+def search_overrides(archive: Path, anchor_width: float, start: list[str], size: dict[str, Any], state_dir: Path,
+                     name: str, resume: bool) -> list[str]:
+    """The ``nas.search`` settings of the search ``size`` called ``name``, at the target of MobileNetV2 at
+    ``anchor_width``, from ``start``, recorded under ``state_dir``."""
+    store = state_dir / "search" / "mlflow.db"
+    return [
+        f"+space={size['space']}", f"target_anchor=mobilenetv2_100@{anchor_width:g}",
+        "latency.input_shape=[1,3,32,32]", "data=cifar10_jpeg",
+        f"data.path={archive}", "data.max_train_samples=null", "data.max_val_samples=null",
+        "search.scheduler=asha", f"search.sampler={size['sampler']}",
+        f"search.population_size={size['population_size']}", f"search.tournament_size={size['tournament_size']}",
+        "search.start=[" + ",".join(f"'{a}'" for a in start) + "]",
+        f"search.reduction_factor={size['reduction_factor']}",
+        f"search.n_trials={size['n_trials']}", f"search.max_concurrent={size['max_concurrent']}",
+        _rungs_override(size["rungs"]), *_overrides(size), "train.device=cpu", f"tracking.uri=sqlite:///{store}",
+        f"output_dir={state_dir / 'search' / name}", "progress=false", f"name={name}", f"resume={str(resume).lower()}",
+    ]
+
+
 def step_search(archive: Path, target_ms: float, anchor_width: float, start: list[str], size: dict[str, Any],
                 state_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """LatNAS's multi-fidelity search at the target of ``target_ms`` from ``start`` (resumed where a run of it
@@ -367,22 +386,10 @@ def step_search(archive: Path, target_ms: float, anchor_width: float, start: lis
 
     settings = hashlib.sha1(json.dumps([size, start], sort_keys=True).encode()).hexdigest()[:8]
     name = f"cifar10-deploy-{target_ms:g}ms-{settings}"  # other settings or start: another search
-    store = state_dir / "search" / "mlflow.db"
     started = state_dir / "search" / f"{name}.started"  # the search is recorded: a later part resumes it
     resume = started.exists()
     started.parent.mkdir(parents=True, exist_ok=True)
-    cfg = compose_search_config(
-        f"+space={size['space']}", f"target_anchor=mobilenetv2_100@{anchor_width:g}",
-        "latency.input_shape=[1,3,32,32]", "data=cifar10_jpeg",
-        f"data.path={archive}", "data.max_train_samples=null", "data.max_val_samples=null",
-        "search.scheduler=asha", f"search.sampler={size['sampler']}",
-        f"search.population_size={size['population_size']}", f"search.tournament_size={size['tournament_size']}",
-        "search.start=[" + ",".join(f"'{a}'" for a in start) + "]",
-        f"search.reduction_factor={size['reduction_factor']}",
-        f"search.n_trials={size['n_trials']}", f"search.max_concurrent={size['max_concurrent']}",
-        _rungs_override(size["rungs"]), *_overrides(size), "train.device=cpu", f"tracking.uri=sqlite:///{store}",
-        f"output_dir={state_dir / 'search' / name}", "progress=false", f"name={name}", f"resume={str(resume).lower()}",
-    )
+    cfg = compose_search_config(*search_overrides(archive, anchor_width, start, size, state_dir, name, resume))
     started.touch()
     result = run_search(cfg)
     if result.status == "KILLED":  # interrupted: what ended is recorded, and the same command resumes it

@@ -1110,3 +1110,27 @@ def test_the_int8_section_judges_the_int8_winner_on_int8_accuracy_and_shows_the_
     without = {**rec, "figures": {k: v for k, v in rec["figures"].items() if k != "searched"}}
     assert cifar10_int8.headline(without).figure == "the INT8 search has not run yet"
     assert "The INT8 search has not run yet (`--step search`)." in cifar10_int8.render(without)
+
+
+def test_the_int8_search_is_the_comparisons_search_timed_and_scored_in_int8(tmp_path: Path) -> None:
+    """The settings the INT8 comparison's search step runs with compose and pass the checks a search makes before
+    any trial; they differ from the FP32 comparison's in the precision alone, and are recorded apart."""
+    from benchmarks.search import cifar10_deploy, cifar10_int8
+    from nas.cli import compose_search_config
+    from nas.core.config.search import validate
+
+    archive = tmp_path / "cifar10.tar.gz"
+    archive.write_bytes(b"")
+
+    def cfg(size: dict[str, Any]) -> Any:
+        return compose_search_config(*cifar10_deploy.search_overrides(
+            archive, 0.5, cifar10_deploy.START[0.5], size, tmp_path, "int8", False))
+
+    int8, fp32 = cfg(cifar10_int8.SEARCH_INT8), cfg(cifar10_deploy.SEARCH)
+    validate(int8)
+    assert int8.latency.precision == "int8" and fp32.latency.precision == "fp32"
+    assert int8.accuracy.calibration_samples == cifar10_deploy.INT8_CALIBRATION
+    assert int8.target_anchor == fp32.target_anchor == "mobilenetv2_100@0.5"
+    assert int8.search == fp32.search and int8.train == fp32.train
+    assert cifar10_deploy._search_label(cifar10_int8.ANCHOR_LATENCY_LABEL, cifar10_int8.SEARCH_INT8) == \
+        "search-0.326ms-int8"
