@@ -1134,3 +1134,28 @@ def test_the_int8_search_is_the_comparisons_search_timed_and_scored_in_int8(tmp_
     assert int8.search == fp32.search and int8.train == fp32.train
     assert cifar10_deploy._search_label(cifar10_int8.ANCHOR_LATENCY_LABEL, cifar10_int8.SEARCH_INT8) == \
         "search-0.326ms-int8"
+
+
+def test_a_fronts_verdict_is_met_only_once_every_member_in_its_range_has_every_seed() -> None:
+    from benchmarks.search import cifar10_fronts
+
+    def acc(*values: float) -> dict[str, Any]:
+        return {**spread(list(values)), "values": list(values)}
+
+    def m(name: str, x: float, accuracy: dict[str, Any] | None) -> dict[str, Any]:
+        return {"family": "mobilenetv2_100", "member": name, "x_anchor": x, "accuracy": accuracy}
+
+    searched = {"arch_id": "c" * 12, "space": "cifar", "x_anchor": 0.6, "accuracy": acc(0.78, 0.775, 0.78)}
+    members = [m("three", 0.9, acc(0.72, 0.73, 0.71)), m("one", 0.95, acc(0.74)), m("none", 0.97, None),
+               m("faster", 0.5, None), m("slower", 1.05, None)]  # the last two outside the goal's range
+    g = cifar10_fronts.against_fronts(searched, members)
+    assert g["met"] and g["pending"] == ["one", "none"] and g["best"] == "one"
+    said = cifar10_fronts._verdict("Its winner", searched, g)
+    assert "Against the 2 trained members no faster: **met on the seeds trained so far**. Not yet trained with 3 " \
+           "seeds: one, none." in said
+    members[1]["accuracy"] = acc(0.74, 0.75, 0.73)
+    members[2]["accuracy"] = acc(0.70, 0.70, 0.71)
+    g = cifar10_fronts.against_fronts(searched, members)
+    assert g["met"] and g["pending"] == []
+    said = cifar10_fronts._verdict("Its winner", searched, g)
+    assert said.endswith("Against the 3 trained members no faster: **met**.")
