@@ -1084,7 +1084,8 @@ def test_the_int8_section_judges_the_int8_winner_on_int8_accuracy_and_shows_the_
                {"family": "mobilenetv2_100", "member": "mobilenetv2_100@0.5", "arch_id": "b" * 12, "arch": "y",
                 "x_anchor": 1.0, "latency_ms": 0.3, "mmacs": 22.0, "fp32_accuracy": acc(0.73, 0.72, 0.71),
                 "accuracy": acc(0.70, 0.69, 0.71)}]
-    searched = {"arch_id": "c" * 12, "arch": "z", "x_anchor": 0.7, "search_accuracy": 0.8, "candidates": 8,
+    searched = {"arch_id": "c" * 12, "arch": "z", "space": "cifar", "x_anchor": 0.7, "search_accuracy": 0.8,
+                "candidates": 8,
                 "wall_seconds": 600.0, "top_rung": [], "fp32_accuracy": acc(0.79, 0.78, 0.79),
                 "accuracy": acc(0.78, 0.78, 0.77)}
     searched["goal"] = cifar10_fronts.against_fronts(searched, members)
@@ -1103,7 +1104,9 @@ def test_the_int8_section_judges_the_int8_winner_on_int8_accuracy_and_shows_the_
     members[0]["accuracy"] = acc(0.76, 0.775, 0.75)  # one seed of ResNet-14 within the winner's range
     searched["goal"] = cifar10_fronts.against_fronts(searched, members)
     assert cifar10_int8.headline(rec).met is False
-    assert ": **not met**: resnet14 +2.0 points, ranges overlap." in cifar10_int8.render(rec)
+    assert "The INT8 search's winner, in INT8, cccccccccccc (space `cifar`): 78.0% (median of 3 seeds, 77.0-78.0%) " \
+           "at 0.70x. Against the 2 trained members no faster: **not met**: resnet14 +2.0 points, ranges overlap." \
+        in cifar10_int8.render(rec)
     out = cifar10_int8.render(rec)
     assert "| FP32 search's winner | dddddddddddd | 0.48 | 78.0%, 77.5%, 78.0% | 74.0%, 73.0%, 75.0% |" in out
     assert "Against the FP32 search's winner quantised after the fact: +4.0 points in INT8 (medians)." in out
