@@ -55,8 +55,7 @@ from nas.core.config import DataConfig, TrainConfig
 from nas.data import load_dataset
 from nas.deploy.fuse import fuse_conv_bn
 from nas.runtime.workers import in_workers
-from search_spaces import REFERENCES, Arch, SearchSpaceError, build, load_space, reference
-from search_spaces.references import scale_width, small_input_variant
+from search_spaces import REFERENCES, Arch, SearchSpaceError, anchor_network, build, load_space
 
 SHAPE = (1, 3, 32, 32)
 BUDGET = {"train_images": 30000, "epochs": 10, "seeds": 3}
@@ -128,7 +127,7 @@ def _add_targets(widths: dict[str, Any], measure: Callable[[Arch], float],
         return widths
     first = widths["targets"][0]
     first_anchor = Arch.decode(first["anchor_arch"])
-    anchors = {w: scale_width(small_input_variant(reference("mobilenetv2_100")), w) for w in todo}
+    anchors = {w: anchor_network(f"mobilenetv2_100@{w:g}", 32) for w in todo}
     paired = paired_ratios([first_anchor, *anchors.values()], first_anchor, measure, SCALE_ROUNDS)
     added = []
     for w, anchor in anchors.items():

@@ -81,12 +81,17 @@ def _macs(arch: Arch) -> float:
     return count_macs(net, (1, 3, 32, 32)) / 1e6
 
 
+def _sweep_estimator() -> Any:
+    """ONNX Runtime, one thread, 1x3x32x32, shorter measurements than the comparison's final pass (1-4 s each):
+    64 members x 3 rounds x 2 networks."""
+    return make_estimator("onnxruntime", input_shape=SHAPE, num_classes=10, intra_op_threads=1,
+                          measure=MeasureConfig(min_runs=100, min_time_s=0.5, max_time_s=2.0))
+
+
 def step_time(state_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """Every member of :data:`FAMILIES` against the first target's anchor, the anchors against each other."""
     widths = _read_step(state_dir, "widths", "widths")
-    # shorter than the comparison's final pass (1-4 s a measurement): 64 members x 3 rounds x 2 networks
-    est = make_estimator("onnxruntime", input_shape=SHAPE, num_classes=10, intra_op_threads=1,
-                         measure=MeasureConfig(min_runs=100, min_time_s=0.5, max_time_s=2.0))
+    est = _sweep_estimator()
 
     def measure(arch: Arch) -> float:
         return float(est.measure(arch).latency_ms)
@@ -125,8 +130,7 @@ def add_anchors(timing: dict[str, Any], state_dir: Path, log: Callable[[str], No
     if not new:
         log("  fronts.json has every target of widths.json (remove it to time every member again)")
         return timing
-    est = make_estimator("onnxruntime", input_shape=SHAPE, num_classes=10, intra_op_threads=1,
-                         measure=MeasureConfig(min_runs=100, min_time_s=0.5, max_time_s=2.0))
+    est = _sweep_estimator()
 
     def measure(arch: Arch) -> float:
         return float(est.measure(arch).latency_ms)

@@ -756,14 +756,14 @@ def test_the_third_target_is_added_on_the_scale_of_the_targets_already_measured(
 
 def test_the_fronts_time_a_new_targets_anchor_and_keep_the_members_figures(tmp_path: Path) -> None:
     from benchmarks.search import cifar10_deploy, cifar10_fronts
+    from search_spaces import anchor_network
 
     state = tmp_path / "state"
     state.mkdir()
     widths = json.loads((cifar10_deploy.STATE_DIR / "widths.json").read_text())
     old = [t for t in widths["targets"] if not t.get("fronts_only")]
     third = {"target_ms": 0.6, "anchor": "mobilenetv2_100 x0.75", "fronts_only": True, "references": [],
-             "anchor_arch": cifar10_deploy.scale_width(
-                 cifar10_deploy.small_input_variant(cifar10_deploy.reference("mobilenetv2_100")), 0.75).encode()}
+             "anchor_arch": anchor_network("mobilenetv2_100@0.75", 32).encode()}
     (state / "widths.json").write_text(json.dumps({**widths, "targets": [*old, third]}))
     timing = json.loads((cifar10_deploy.STATE_DIR / "fronts.json").read_text())
     timing = {**timing, "targets": [t for t in timing["targets"] if t["target_ms"] in {o["target_ms"] for o in old}]}
