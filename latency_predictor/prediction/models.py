@@ -213,14 +213,22 @@ class AdditiveModel:
 
         Iteratively reweighted non-negative least squares: the first reweighting uses Huber's
         weights (a safe start when the plain fit is pulled by outliers), the later ones Tukey's
-        bisquare, which gives a grossly disturbed measurement no weight at all.
+        bisquare, which gives a grossly disturbed measurement no weight at all. When a fit pulled
+        far off by one row leaves every residual beyond the bisquare's reach, the next pass would
+        weight no row and predict 0 ms everywhere: a pass that weights no row, or predicts no
+        latency for a row the previous fit predicted one for, ends the passes with the previous fit.
         """
         a = np.hstack([x, np.ones((len(y), 1))]) / y[:, None]
         wts = np.ones(len(y))
         sol = np.zeros(a.shape[1])
         for k in range(1 + self.robust_passes):
+            if not np.any(wts > 0):
+                break
             sw = np.sqrt(wts)
-            sol = nnls(a * sw[:, None], sw, maxiter=50 * a.shape[1])[0]
+            fit = nnls(a * sw[:, None], sw, maxiter=50 * a.shape[1])[0]
+            if k and np.any(a @ fit <= 0) and np.all(a @ sol > 0):
+                break
+            sol = fit
             r = a @ sol - 1.0  # relative residuals
             s = 1.4826 * float(np.median(np.abs(r - np.median(r))))
             if s <= 0:

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from latency_predictor.errors import ConfigError, PredictorFileError, PredictorMismatchError
+from latency_predictor.errors import ConfigError, MeasurementError, PredictorFileError, PredictorMismatchError
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.protocol import LatencyResult, LatencyStats
 from latency_predictor.measurement.statistic import TARGET_STATS, check_stat
@@ -118,11 +118,17 @@ class PredictorEstimator:
 
         Raises:
             ConfigError: ``arch`` is not in the predictor's space (when it was loaded with one).
+            MeasurementError: the prediction is not a positive latency (a model fitted on too little);
+                this fails the candidate, not the search.
         """
         if self.space is not None and not self.space.contains(arch):
             raise ConfigError(f"{arch.encode()} is not in space {self.space.name!r}: the predictor does not cover it")
         pred, spread = self.predict_with_uncertainty([arch])
         p, s = float(pred[0]), float(spread[0])
+        if not p > 0:  # also NaN
+            raise MeasurementError(
+                f"the predictor predicts {p:g} ms for {arch.encode()}: no latency; it was fitted on too few or too "
+                "scattered measurements, so collect more and train it again")
         stats = LatencyStats(n=0, min=p, mean=p, std=0.0, p50=p, p90=p, p95=p, p99=p, cv=0.0, iqr_rel=0.0)
         fp = self.target.fingerprint
         return LatencyResult(

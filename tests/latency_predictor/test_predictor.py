@@ -12,6 +12,7 @@ makes every measurement count as disturbed to check the retries.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -211,6 +212,11 @@ def test_save_load_predict(trained: tuple[Path, object], space: SearchSpace, est
         pred.measure(outside)
     files, params = predictor_tracking_record(path)
     assert files == [path] and params["space"] == "tiny" and params["predictor_digest"] == pred.digest
+    # a model that predicts no latency fails that candidate with a line naming it, not with a division by zero
+    pred.model.coef = np.zeros_like(pred.model.coef)  # type: ignore[attr-defined]
+    pred.model.intercept = 0.0  # type: ignore[attr-defined]
+    with pytest.raises(MeasurementError, match=rf"predicts 0 ms for {re.escape(archs[0].encode())}: no latency"):
+        pred.measure(archs[0])
 
 
 def test_load_refuses_a_mismatched_predictor(

@@ -142,6 +142,18 @@ def test_additive_model_resists_disturbed_measurements() -> None:
     assert err(robust) < 1e-3 < 0.01 < err(plain)
 
 
+def test_robust_passes_keep_a_fit_when_one_row_pulls_every_residual_past_the_bisquare() -> None:
+    # Relative errors let one very fast row (the last) pull the plain fit far from every other row; the
+    # bisquare would then weight no row at all, and the next fit would predict 0 ms for every network.
+    x = np.array([[0.7739, 0.9342, 0.5376], [0.5806, 0.2045, 0.2681], [0.3656, 0.5153, 0.6947],
+                  [0.7675, 0.7427, 0.0216], [0.5137, 0.1986, 0.1494], [0.8888, 0.1692, 0.4254],
+                  [0.5307, 0.8747, 0.6509], [0.7153, 0.3355, 0.3271], [0.366, 0.5054, 0.1937],
+                  [0.7958, 0.7575, 0.5864], [0.691, 0.3441, 0.6671], [0.8972, 0.1975, 0.671]])
+    y = np.array([3.0705, 1.0419, 0.8746, 2.1907, 0.8221, 2.6868, 2.8517, 2.0382, 2.0187, 2.1692, 2.9297, 0.0484])
+    coef, intercept = AdditiveModel(FeatureExtractor((1, 3, 64, 64)), members=0)._fit_once(x, y)
+    assert np.all(x @ coef + intercept > 0)
+
+
 def test_lookup_table_is_exact_on_networks_made_of_seen_entries() -> None:
     archs = _sample("tiny", 80)
     fx = FeatureExtractor((1, 3, 64, 64))
