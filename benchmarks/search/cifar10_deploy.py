@@ -23,8 +23,8 @@ search's space (``--arch``, repeated) at the same budget and keeps them beside t
 that show what the space holds near a target, whichever network a search picks. ``search --latency-floor F``
 is a study beside the comparison: the same search with ``search.latency_floor=F`` (proposals under ``F``
 times the target are not trained), its record and winner's trainings kept apart from the comparison's
-search; so is ``search --trials N`` (the same search with N candidates), alone or with a floor. A training
-already saved under
+search; so is ``search --trials N`` (the same search with N candidates), alone or with a floor, and
+``search --first-rung IMAGESxEPOCHS`` (the same search with another first rung). A training already saved under
 :data:`STATE_DIR` is never repeated; a step whose inputs are missing says which step to run first.
 """
 
@@ -223,7 +223,7 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
     return done
 
 
-SEARCH = {"space": "cifar", "sampler": "evolution", "population_size": 4, "tournament_size": 2,
+SEARCH: dict[str, Any] = {"space": "cifar", "sampler": "evolution", "population_size": 4, "tournament_size": 2,
           "n_trials": 8, "reduction_factor": 4, "max_concurrent": 2, "latency_screen": 1.2, "fill_mutate_after": 10,
           "rungs": [{"train_images": 10000, "epochs": 3}, {"train_images": 30000, "epochs": 10}]}
 """LatNAS's multi-fidelity search at each target: the last rung is the deployment budget. Regularised
@@ -244,9 +244,10 @@ Eight candidates and the best quarter promoted, each candidate promoted to the t
 at the deployment budget (6-20 minutes here). The searches of ``mobile_cifar_res`` before it (no
 full-resolution stage, no start) are kept as studies (``search-<target>ms-mobile_cifar_res.json``; those
 with 12 candidates, ``-n12``); so is a search with ``search.latency_floor=0.6`` (``--latency-floor``)."""
-QUICK_SEARCH = {"space": "mobile_cifar_res", "sampler": "evolution", "population_size": 2, "tournament_size": 1,
-                "n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
-                "rungs": [{"train_images": 100, "epochs": 1}, {"train_images": 300, "epochs": 1}]}
+QUICK_SEARCH: dict[str, Any] = {
+    "space": "mobile_cifar_res", "sampler": "evolution", "population_size": 2, "tournament_size": 1,
+    "n_trials": 3, "reduction_factor": 2, "max_concurrent": 2,
+    "rungs": [{"train_images": 100, "epochs": 1}, {"train_images": 300, "epochs": 1}]}
 
 # The references' shapes in mobile_cifar_hr (ReLU), stage by stage: in the start of the searches before
 # mobile_cifar_res, and the networks benchmarks/train_speed.py times.
@@ -291,6 +292,18 @@ def _start(size: dict[str, Any], width: float) -> list[str]:
     return START[width]
 
 
+def _first_rung(text: str, top: dict[str, int]) -> dict[str, int] | None:
+    """``IMAGESxEPOCHS`` (``20000x5``) as a rung cheaper than ``top``; None when it is not one."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    images, epochs = int(parts[0]), int(parts[1])
+    if not (0 < images <= top["train_images"] and 0 < epochs <= top["epochs"]) or (images, epochs) == (
+            top["train_images"], top["epochs"]):
+        return None
+    return {"train_images": images, "epochs": epochs}
+
+
 def _rungs_override(rungs: list[dict[str, int]]) -> str:
     items = ",".join(f"{{train_images:{r['train_images']},epochs:{r['epochs']}}}" for r in rungs)
     return f"search.rungs=[{items}]"
@@ -306,13 +319,17 @@ def _overrides(size: dict[str, Any]) -> list[str]:
 
 def _search_label(target_ms: float, size: dict[str, Any]) -> str:
     """The name of a search's record (``search-0.235ms``; with a latency floor, ``search-0.235ms-floor0.6``;
-    with another number of candidates, ``search-0.235ms-n16``; random search's control,
+    with another number of candidates, ``search-0.235ms-n16``; with another first rung, ``search-0.235ms-r20000x5``;
+    random search's control,
     ``search-0.235ms-random``). Records of earlier settings are kept beside them as studies, renamed
     (``search-0.235ms-uniform.json``)."""
     floor = size.get("latency_floor")
-    longer = size["n_trials"] != SEARCH["n_trials"] and size["space"] == SEARCH["space"]
+    ours = size["space"] == SEARCH["space"]
+    longer = size["n_trials"] != SEARCH["n_trials"] and ours
+    first = size["rungs"][0]
+    rung = f"-r{first['train_images']}x{first['epochs']}" if ours and first != SEARCH["rungs"][0] else ""
     return (f"search-{target_ms:g}ms" + (f"-{size['precision']}" if size.get("precision", "fp32") != "fp32" else "")
-            + (f"-floor{floor:g}" if floor else "") + (f"-n{size['n_trials']}" if longer else "")
+            + (f"-floor{floor:g}" if floor else "") + (f"-n{size['n_trials']}" if longer else "") + rung
             + ("-random" if size.get("control") == "random" else ""))
 
 
@@ -343,6 +360,8 @@ def _study_role(study: dict[str, Any]) -> str:
     return (f"searched at {study['target_ms']:g} ms, {size['n_trials']} candidates"
             + (f", space {size['space']}" if size.get("space") != SEARCH["space"] else "")
             + (f", latency floor {floor:g}" if floor else "")
+            + (f", first rung {size['rungs'][0]['train_images']:,} x {size['rungs'][0]['epochs']}"
+               if size["rungs"][0] != SEARCH["rungs"][0] and size.get("space") == SEARCH["space"] else "")
             + (", first population drawn uniformly only" if "fill_mutate_after" not in size
                and size.get("control") != "random" else "")
             + (f", started from {', '.join(_start_names(study['start']))}"
@@ -716,6 +735,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="search step: a study beside the comparison: the same search with N candidates, "
                              "recorded as search-<target>ms-n<N>.json (with --latency-floor, -floor<F>-n<N>); "
                              "its winner is trained like the others")
+    parser.add_argument("--first-rung", default=None, metavar="IMAGESxEPOCHS",
+                        help="search step: a study beside the comparison: the same search with this first rung "
+                             "(e.g. 20000x5), recorded as search-<target>ms-r<IMAGES>x<EPOCHS>.json; its winner is "
+                             "trained like the others")
     parser.add_argument("--control", action="store_true",
                         help="search step: random search at the same cost (same space, rungs, candidates, start and "
                              "screen; uniform proposals), recorded as search-<target>ms-random.json; its winner is "
@@ -732,6 +755,13 @@ def main(argv: list[str] | None = None) -> int:
                      "for --step search")
     if args.trials is not None and (args.step != "search" or args.trials < 2):
         parser.error(f"--trials {args.trials}: at least 2 candidates (the start and one more), for --step search")
+    first_rung = None
+    if args.first_rung is not None:
+        first_rung = _first_rung(args.first_rung, (QUICK_SEARCH if args.quick else SEARCH)["rungs"][-1])
+        if args.step != "search" or first_rung is None:
+            top = (QUICK_SEARCH if args.quick else SEARCH)["rungs"][-1]
+            parser.error(f"--first-rung {args.first_rung}: IMAGESxEPOCHS (e.g. 20000x5), at most the top rung's "
+                         f"{top['train_images']} images and {top['epochs']} epochs and not both, for --step search")
     if args.step == "train":
         if not args.arch:
             parser.error("--step train: name the networks with --arch")
@@ -773,6 +803,8 @@ def main(argv: list[str] | None = None) -> int:
             size = {**size, "latency_floor": args.latency_floor}
         if args.trials is not None:
             size = {**size, "n_trials": args.trials}
+        if first_rung is not None:
+            size = {**size, "rungs": [first_rung, *size["rungs"][1:]]}
         if args.control:
             size = random_control(size)
         winners = []
@@ -796,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
         # between two steps), first: theirs are the longest (many thin layers), and the winners' shorter ones
         # fill the end. A part that searches one target, or a study, trains its winner only.
         partial = (args.target is not None or args.latency_floor is not None or args.trials is not None
-                   or args.control)
+                   or first_rung is not None or args.control)
         refs = [] if partial else _reference_archs(widths)
         train_all([*refs, *winners], args.cifar10, budget, args.workers, state_dir, log)
     elif args.step == "train":

@@ -793,6 +793,28 @@ def test_a_longer_search_is_a_study_recorded_apart_from_the_comparisons() -> Non
     assert role == "searched at 0.326 ms, 16 candidates, latency floor 0.7 (a study)"
 
 
+def test_a_search_with_another_first_rung_is_a_study_recorded_apart(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.search import cifar10_deploy
+
+    top = cifar10_deploy.SEARCH["rungs"][-1]
+    rung = cifar10_deploy._first_rung("20000x5", top)
+    assert rung == {"train_images": 20000, "epochs": 5}
+    size = {**cifar10_deploy.SEARCH, "rungs": [rung, top]}
+    assert cifar10_deploy._search_label(0.326, size) == "search-0.326ms-r20000x5"
+    role = cifar10_deploy._study_role({"settings": size, "target_ms": 0.326,
+                                       "target_anchor": "mobilenetv2_100@0.5", "start": cifar10_deploy.START[0.5]})
+    assert role == "searched at 0.326 ms, 8 candidates, first rung 20,000 x 5 (a study)"
+    for bad in ("30000x10", "40000x5", "20000x12", "20000", "2e4x5", "0x5"):  # none is a cheaper first rung
+        assert cifar10_deploy._first_rung(bad, top) is None
+    for argv in (["--step", "search", "--first-rung", "30000x10"], ["--step", "train", "--first-rung", "20000x5"]):
+        with pytest.raises(SystemExit) as err:
+            cifar10_deploy.main(["--cifar10", str(tmp_path / "none.tar.gz"), *argv])
+        assert err.value.code == 2
+        assert (f"--first-rung {argv[-1]}: IMAGESxEPOCHS (e.g. 20000x5), at most the top rung's 30000 images and "
+                "10 epochs and not both, for --step search") in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("step", ["references", "search", "report"])
 def test_a_deployment_comparison_in_another_folder_starts_from_its_widths(
         step: str, tmp_path: Path) -> None:
