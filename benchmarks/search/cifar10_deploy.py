@@ -304,6 +304,12 @@ def _first_rung(text: str, top: dict[str, int]) -> dict[str, int] | None:
     return {"train_images": images, "epochs": epochs}
 
 
+def _other_first_rung(size: dict[str, Any]) -> dict[str, int] | None:
+    """The first rung of a search of the comparison's space that differs from :data:`SEARCH`'s; None otherwise."""
+    first: dict[str, int] = size["rungs"][0]
+    return first if size.get("space") == SEARCH["space"] and first != SEARCH["rungs"][0] else None
+
+
 def _rungs_override(rungs: list[dict[str, int]]) -> str:
     items = ",".join(f"{{train_images:{r['train_images']},epochs:{r['epochs']}}}" for r in rungs)
     return f"search.rungs=[{items}]"
@@ -324,10 +330,9 @@ def _search_label(target_ms: float, size: dict[str, Any]) -> str:
     ``search-0.235ms-random``). Records of earlier settings are kept beside them as studies, renamed
     (``search-0.235ms-uniform.json``)."""
     floor = size.get("latency_floor")
-    ours = size["space"] == SEARCH["space"]
-    longer = size["n_trials"] != SEARCH["n_trials"] and ours
-    first = size["rungs"][0]
-    rung = f"-r{first['train_images']}x{first['epochs']}" if ours and first != SEARCH["rungs"][0] else ""
+    longer = size["n_trials"] != SEARCH["n_trials"] and size["space"] == SEARCH["space"]
+    first = _other_first_rung(size)
+    rung = f"-r{first['train_images']}x{first['epochs']}" if first else ""
     return (f"search-{target_ms:g}ms" + (f"-{size['precision']}" if size.get("precision", "fp32") != "fp32" else "")
             + (f"-floor{floor:g}" if floor else "") + (f"-n{size['n_trials']}" if longer else "") + rung
             + ("-random" if size.get("control") == "random" else ""))
@@ -360,8 +365,8 @@ def _study_role(study: dict[str, Any]) -> str:
     return (f"searched at {study['target_ms']:g} ms, {size['n_trials']} candidates"
             + (f", space {size['space']}" if size.get("space") != SEARCH["space"] else "")
             + (f", latency floor {floor:g}" if floor else "")
-            + (f", first rung {size['rungs'][0]['train_images']:,} x {size['rungs'][0]['epochs']}"
-               if size["rungs"][0] != SEARCH["rungs"][0] and size.get("space") == SEARCH["space"] else "")
+            + (f", first rung {first['train_images']:,} x {first['epochs']}" if (first := _other_first_rung(size))
+               else "")
             + (", first population drawn uniformly only" if "fill_mutate_after" not in size
                and size.get("control") != "random" else "")
             + (f", started from {', '.join(_start_names(study['start']))}"
@@ -757,9 +762,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--trials {args.trials}: at least 2 candidates (the start and one more), for --step search")
     first_rung = None
     if args.first_rung is not None:
-        first_rung = _first_rung(args.first_rung, (QUICK_SEARCH if args.quick else SEARCH)["rungs"][-1])
+        top = (QUICK_SEARCH if args.quick else SEARCH)["rungs"][-1]
+        first_rung = _first_rung(args.first_rung, top)
         if args.step != "search" or first_rung is None:
-            top = (QUICK_SEARCH if args.quick else SEARCH)["rungs"][-1]
             parser.error(f"--first-rung {args.first_rung}: IMAGESxEPOCHS (e.g. 20000x5), at most the top rung's "
                          f"{top['train_images']} images and {top['epochs']} epochs and not both, for --step search")
     if args.step == "train":
