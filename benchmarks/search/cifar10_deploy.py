@@ -263,14 +263,18 @@ _MNAS_035 = ("act_relu-stem_c16-mb_k3_e1_c8_s1-mb_k3_e3_c8_s1-mb_k3_e3_c8_s1-mb_
 START: dict[float, list[str]] = {0.35: ["resnet20@0.5", "act_relu-stem_c32-mb_k3_e3_c24_s1-mb_k5_e3_c64_s2_se0.25-"
                                          "rb_k5_c128_s2-mb_k3_e3_c128_s1_se0.25"],
                                   0.5: ["resnet14", "act_relu-stem_c32-mb_k3_e3_c24_s1-mb_k5_e3_c64_s2_se0.25-"
-                                        "rb_k5_c128_s2-mb_k3_e3_c128_s1_se0.25"]}
+                                        "rb_k5_c128_s2-mb_k3_e3_c128_s1_se0.25"],
+                                  0.75: ["resnet20", "act_relu-stem_c32-mb_k3_e3_c24_s1-mb_k5_e3_c64_s2_se0.25-"
+                                         "rb_k5_c128_s2-mb_k3_e3_c128_s1_se0.25-rb_k3_c128_s1"]}
 """The search's start at each target (by its anchor's width): the most accurate member of the CIFAR ResNets'
 front there (``python -m benchmarks.search.cifar10_fronts --step report``: at 0.235 ms ResNet-20 at half
-width, 69.8%; at 0.326 ms ResNet-14, 76.1% over three seeds) and the most accurate network an earlier search
-found within the target: at both, f48756ad2893 (77.7% over three seeds; 0.83x the 0.235 ms anchor, 0.58x the
-0.326 ms one), the winner of the ``mobile_cifar_res`` study with a latency floor, more accurate than either
-target's own earlier winner (7f2ce65cf905, 75.4% at 0.79x; bad3ca6572c2, 76.4% at 0.77x); all members of
-``cifar``. A change to the start or to :data:`SEARCH` makes the search step search again;
+width, 69.8%; at 0.326 ms ResNet-14, 76.1% over three seeds; at 0.689 ms ResNet-20, 78.1% on seed 0, above
+ResNet-8 x2, -14, -26 and -32) and the most accurate network an earlier search found within the target: at the
+first two, f48756ad2893 (77.7% over three seeds; 0.83x the 0.235 ms anchor, 0.58x the 0.326 ms one), the
+winner of the ``mobile_cifar_res`` study with a latency floor, more accurate than either target's own earlier
+winner (7f2ce65cf905, 75.4% at 0.79x; bad3ca6572c2, 76.4% at 0.77x); at 0.689 ms 1a19d4c01584, the winner of
+the 0.326 ms study with a costlier first rung (77.8% over three seeds); all members of ``cifar``. A change
+to the start or to :data:`SEARCH` makes the search step search again;
 rename the recorded search first to keep it as a study (``search-0.326ms-start1.json``: the first start).
 Searches of another space (``--quick``'s) start from random members."""
 

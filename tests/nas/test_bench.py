@@ -749,9 +749,16 @@ def test_the_third_target_is_added_on_the_scale_of_the_targets_already_measured(
     assert cifar10_deploy._add_targets(added, _onnxruntime_measure(), again.append) == added
     assert again == ["  widths.json has every target"]
     with pytest.raises(SystemExit) as err:
-        cifar10_deploy._start(cifar10_deploy.SEARCH, 0.75)
-    assert "the target of MobileNetV2 x0.75 has no start yet: train its front first" in str(err.value)
-    assert cifar10_deploy._start(cifar10_deploy.QUICK_SEARCH, 0.75) == []  # another space: no start
+        cifar10_deploy._start(cifar10_deploy.SEARCH, 1.0)
+    assert "the target of MobileNetV2 x1 has no start yet: train its front first" in str(err.value)
+    assert cifar10_deploy._start(cifar10_deploy.QUICK_SEARCH, 1.0) == []  # another space: no start
+    assert cifar10_deploy._start(cifar10_deploy.SEARCH, 0.75) == cifar10_deploy.START[0.75]
+    from search_spaces.references import member
+
+    space = load_space(cifar10_deploy.SEARCH["space"])
+    for start in cifar10_deploy.START.values():  # each start is a member of the space it starts
+        for name in start:
+            assert space.contains(member(name) if "-" not in name else Arch.decode(name)), name
 
 
 def test_the_fronts_time_a_new_targets_anchor_and_keep_the_members_figures(tmp_path: Path) -> None:
