@@ -753,12 +753,12 @@ def test_the_third_target_is_added_on_the_scale_of_the_targets_already_measured(
     assert "the target of MobileNetV2 x1 has no start yet: train its front first" in str(err.value)
     assert cifar10_deploy._start(cifar10_deploy.QUICK_SEARCH, 1.0) == []  # another space: no start
     assert cifar10_deploy._start(cifar10_deploy.SEARCH, 0.75) == cifar10_deploy.START[0.75]
-    from search_spaces.references import member
+    from search_spaces.references import resolve_arch
 
     space = load_space(cifar10_deploy.SEARCH["space"])
     for start in cifar10_deploy.START.values():  # each start is a member of the space it starts
         for name in start:
-            assert space.contains(member(name) if "-" not in name else Arch.decode(name)), name
+            assert space.contains(resolve_arch(name, 32)), name
 
 
 def test_the_fronts_time_a_new_targets_anchor_and_keep_the_members_figures(tmp_path: Path) -> None:
