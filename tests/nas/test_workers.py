@@ -78,7 +78,7 @@ def task(i):
         while len([f for f in os.listdir(".") if f.startswith("started-")]) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         return i
-    print(f"worker {os.getpid()}", flush=True)
+    os.write(1, f"worker {os.getpid()}\\n".encode())  # one write: two workers' lines never interleave
     open(f"started-{i}", "w").close()
     time.sleep(120)
 
@@ -97,7 +97,7 @@ import os, sys
 from nas.runtime.workers import in_workers
 
 def task(i):
-    print(os.getpid(), flush=True)
+    os.write(1, f"{os.getpid()}\\n".encode())  # one write: two workers' lines never interleave
     while True:
         sum(range(1000))
 
