@@ -157,6 +157,30 @@ INT8_CALIBRATION = 512
 quantisation, as ``latency.precision=int8`` scores a candidate and ``nas.optimize`` quantises a winner."""
 
 
+def _int8_figures(net: torch.nn.Module, data: Any, seed: int) -> dict[str, Any]:
+    """A trained network's INT8 accuracy (ONNX Runtime's static QDQ, :data:`INT8_CALIBRATION` images)."""
+    from nas.accuracy.precision import int8_accuracy
+
+    net.eval()
+    return {"int8_accuracy": int8_accuracy(net, data, INT8_CALIBRATION, seed, 1, "onnxruntime"),
+            "int8": {"runtime": "onnxruntime", "quantisation": "static QDQ", "calibration_images": INT8_CALIBRATION}}
+
+
+def _int8_from_weights(job: tuple[str, int, str, dict[str, int], str, bool]) -> dict[str, Any]:
+    """A saved training's INT8 accuracy from its saved weights: the network is rebuilt, not trained again."""
+    arch_text, seed, archive, budget, state_dir, _ = job
+    torch.set_num_threads(1)
+    arch = Arch.decode(arch_text)
+    data = load_dataset(data_config(Path(archive))).take_train(budget["train_images"], 0)
+    key = training_key(arch, seed, budget)
+    folder = Path(state_dir)
+    net = build(arch, num_classes=10)
+    net.load_state_dict(torch.load(folder / f"{key}.pt", map_location="cpu", weights_only=True))
+    out = {**json.loads((folder / f"{key}.json").read_text()), **_int8_figures(net, data, seed)}
+    (folder / f"{key}.json").write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
 def _train(job: tuple[str, int, str, dict[str, int], str, bool]) -> dict[str, Any]:
     arch_text, seed, archive, budget, state_dir, int8 = job
     torch.set_num_threads(1)
@@ -177,14 +201,12 @@ def _train(job: tuple[str, int, str, dict[str, int], str, bool]) -> dict[str, An
         "classes": list(data.classes), "load_average_after": list(os.getloadavg()),
     }
     if int8:
-        from nas.accuracy.precision import int8_accuracy
-
-        net.eval()
-        out["int8_accuracy"] = int8_accuracy(net, data, INT8_CALIBRATION, seed, 1, "onnxruntime")
-        out["int8"] = {"runtime": "onnxruntime", "quantisation": "static QDQ", "calibration_images": INT8_CALIBRATION}
+        out.update(_int8_figures(net, data, seed))
     key = training_key(arch, seed, budget)
     folder = Path(state_dir)
     folder.mkdir(parents=True, exist_ok=True)
+    net.eval()
+    torch.save(net.state_dict(), folder / f"{key}.pt")  # every seed's weights: a later INT8 score needs no training
     if seed == 0:
         net.eval()
         (folder / f"{key}.onnx").write_bytes(export_onnx(fuse_conv_bn(net), SHAPE))
@@ -195,31 +217,42 @@ def _train(job: tuple[str, int, str, dict[str, int], str, bool]) -> dict[str, An
 def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers: int, state_dir: Path,
               log: Callable[[str], None], int8: bool = False) -> dict[tuple[str, int], dict[str, Any]]:
     """Every (architecture, seed) at ``budget``: saved ones read back, the others trained ``workers`` at a time.
-    With ``int8``, each training also records its network's INT8 accuracy (:data:`INT8_CALIBRATION`), and one
-    saved without it is trained again (the same seed and data: the same float figures)."""
+    Every training saves its weights (``<key>.pt``). With ``int8``, each training also records its network's INT8
+    accuracy (:data:`INT8_CALIBRATION`); one saved without it is scored in INT8 from its saved weights, or, saved
+    before weights were kept, trained again (the same seed and data: the same float figures)."""
     done: dict[tuple[str, int], dict[str, Any]] = {}
-    todo = []
+    todo: list[tuple[str, int, str, dict[str, int], str, bool]] = []
+    rescore: list[tuple[str, int, str, dict[str, int], str, bool]] = []
     again = 0
     for arch in dict.fromkeys(archs):
         for seed in range(budget["seeds"]):
-            path = state_dir / f"{training_key(arch, seed, budget)}.json"
+            key = training_key(arch, seed, budget)
+            path = state_dir / f"{key}.json"
             saved = json.loads(path.read_text()) if path.exists() else None
+            job = (arch.encode(), seed, str(archive), budget, str(state_dir), int8)
             if saved is not None and (not int8 or "int8_accuracy" in saved):
                 done[(arch.encode(), seed)] = saved
+            elif saved is not None and (state_dir / f"{key}.pt").exists():
+                rescore.append(job)
             else:
                 again += saved is not None
-                todo.append((arch.encode(), seed, str(archive), budget, str(state_dir), int8))
+                todo.append(job)
     log(f"  trainings at {budget['train_images']} images x {budget['epochs']} epochs: {len(done)} saved, "
-        f"{len(todo)} to train" + (f" ({again} of them saved without an INT8 accuracy)" if again else "")
+        + (f"{len(rescore)} to score in INT8 from their saved weights, " if rescore else "")
+        + f"{len(todo)} to train" + (f" ({again} of them saved without an INT8 accuracy or weights)" if again else "")
         + f", {workers} at a time")
-    if todo:
+    if todo or rescore:
         # Decoded here first: the decoding's own process pool cannot start inside a pool worker, and each worker
         # then reads the decoded images from the cache instead of decoding them again.
         load_dataset(data_config(archive))
-        for i, r in enumerate(in_workers(_train, todo, workers, ordered=False), 1):
-            done[(r["arch"], r["seed"])] = r
-            log(f"    [{i}/{len(todo)}] {r['arch_id']} seed {r['seed']}: accuracy {r['accuracy']:.4f}"
-                + (f", INT8 {r['int8_accuracy']:.4f}" if "int8_accuracy" in r else "") + f" in {r['seconds']:.0f} s")
+    for i, r in enumerate(in_workers(_int8_from_weights, rescore, workers, ordered=False) if rescore else [], 1):
+        done[(r["arch"], r["seed"])] = r
+        log(f"    [{i}/{len(rescore)}] {r['arch_id']} seed {r['seed']}: INT8 {r['int8_accuracy']:.4f} (float "
+            f"{r['accuracy']:.4f}, saved)")
+    for i, r in enumerate(in_workers(_train, todo, workers, ordered=False) if todo else [], 1):
+        done[(r["arch"], r["seed"])] = r
+        log(f"    [{i}/{len(todo)}] {r['arch_id']} seed {r['seed']}: accuracy {r['accuracy']:.4f}"
+            + (f", INT8 {r['int8_accuracy']:.4f}" if "int8_accuracy" in r else "") + f" in {r['seconds']:.0f} s")
     return done
 
 

@@ -1061,10 +1061,11 @@ def _tiny_archive(tmp_path: Path) -> Path:
     return archive
 
 
-def test_a_training_saved_without_its_int8_accuracy_is_trained_again_to_the_same_float_figures(
+def test_a_training_saved_without_its_int8_accuracy_is_scored_from_its_weights_or_trained_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The INT8 comparison shares the FP32 comparison's trainings: one saved before INT8 was recorded is run
-    again (the same seed and data), and the float accuracy it records is the one saved before."""
+    """The INT8 comparison shares the FP32 comparison's trainings. One saved with its weights is scored in INT8
+    from them, without training, to the INT8 accuracy a training would have recorded; one saved before weights
+    were kept is run again (the same seed and data), to the float figures saved before."""
     from benchmarks.search import cifar10_deploy
 
     monkeypatch.setenv("LATNAS_CACHE_DIR", str(tmp_path / "cache"))
@@ -1072,19 +1073,33 @@ def test_a_training_saved_without_its_int8_accuracy_is_trained_again_to_the_same
     arch = Arch.decode("act_relu-stem_c8_s1-rb_k3_c8_s1-rb_k3_c16_s2")
     budget = {"train_images": 40, "epochs": 1, "seeds": 1}
     state = tmp_path / "state"
+    key = cifar10_deploy.training_key(arch, 0, budget)
     said: list[str] = []
     first = cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append)
     (run,) = first.values()
-    assert "int8_accuracy" not in run
-    again = cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append, int8=True)
-    (int8_run,) = again.values()
-    assert "1 to train (1 of them saved without an INT8 accuracy)" in said[-2]
-    assert int8_run["accuracy"] == run["accuracy"] and int8_run["per_epoch_accuracy"] == run["per_epoch_accuracy"]
-    assert 0.0 <= int8_run["int8_accuracy"] <= 1.0
+    assert "int8_accuracy" not in run and (state / f"{key}.pt").is_file()
+
+    rescored = cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append, int8=True)
+    (int8_run,) = rescored.values()
+    assert "1 to score in INT8 from their saved weights, 0 to train" in said[-2]
+    assert {k: int8_run[k] for k in run} == run  # the float figures, time included: nothing was trained again
     assert int8_run["int8"] == {"runtime": "onnxruntime", "quantisation": "static QDQ",
                                 "calibration_images": cifar10_deploy.INT8_CALIBRATION}
-    saved = json.loads((state / f"{cifar10_deploy.training_key(arch, 0, budget)}.json").read_text())
+    trained_in_int8 = cifar10_deploy.train_all([arch], archive, budget, 1, tmp_path / "other", said.append,
+                                               int8=True)
+    (direct,) = trained_in_int8.values()
+    assert 0.0 <= direct["int8_accuracy"] <= 1.0 and int8_run["int8_accuracy"] == direct["int8_accuracy"]
+    saved = json.loads((state / f"{key}.json").read_text())
     assert saved["int8_accuracy"] == int8_run["int8_accuracy"]
+
+    (state / f"{key}.pt").unlink()  # a training saved before weights were kept
+    (state / f"{key}.json").write_text(json.dumps(run))
+    said.clear()
+    again = cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append, int8=True)
+    (retrained,) = again.values()
+    assert "1 to train (1 of them saved without an INT8 accuracy or weights)" in said[0]
+    assert retrained["accuracy"] == run["accuracy"] and retrained["per_epoch_accuracy"] == run["per_epoch_accuracy"]
+    assert retrained["int8_accuracy"] == direct["int8_accuracy"]
     said.clear()
     cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append, int8=True)
     assert said == ["  trainings at 40 images x 1 epochs: 1 saved, 0 to train, 1 at a time"]
