@@ -23,6 +23,7 @@ searched network at each target: the record ``cifar10_fronts.json`` and its row 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -222,6 +223,35 @@ def _seeded_search(state_dir: Path, target: float, size: dict[str, Any] = SEARCH
             "top_rung": found["top_rung"], "accuracy": {**spread(accs), "values": accs} if accs else None}
 
 
+MACS_BANDS = (0.0, 10.0, 20.0, 40.0, 80.0, MAX_MMACS)
+"""The report's ceiling table: the networks trained at the deployment budget, by M MACs in these bands."""
+
+
+def ceiling(state_dir: Path, timing: dict[str, Any]) -> list[dict[str, Any]]:
+    """The most accurate network (by median) of each :data:`MACS_BANDS` band among every network trained at the
+    deployment budget under ``state_dir`` (references, searched networks and studies alike): how far accuracy at
+    that budget rises with capacity. Each band has its count of networks; an empty band is left out."""
+    names = {Arch.decode(m["arch"]).arch_id: m["member"] for m in timing["members"]}
+    trained: dict[str, list[float]] = {}
+    archs: dict[str, str] = {}
+    suffix = f"-{BUDGET['train_images']}x{BUDGET['epochs']}.json"
+    for path in sorted(state_dir.glob(f"*-seed*{suffix}")):
+        run = json.loads(path.read_text())
+        if run.get("seed", BUDGET["seeds"]) < BUDGET["seeds"]:
+            trained.setdefault(run["arch_id"], []).append(run["accuracy"])
+            archs[run["arch_id"]] = run["arch"]
+    bands = []
+    for low, high in itertools.pairwise(MACS_BANDS):
+        inside = [(k, _macs(Arch.decode(archs[k])), v) for k, v in trained.items()
+                  if low < _macs(Arch.decode(archs[k])) <= high]
+        if not inside:
+            continue
+        k, macs, accs = max(inside, key=lambda e: spread(e[2])["median"])
+        bands.append({"mmacs": [low, high], "networks": len(inside), "best": {
+            "arch_id": k, "member": names.get(k), "mmacs": macs, "accuracy": {**spread(accs), "values": accs}}})
+    return bands
+
+
 def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
     """Each target's fronts with their trained seeds, and the comparison's searched network (from its record,
     ``benchmarks/search/records/cifar10_deploy.json``) against them."""
@@ -271,7 +301,7 @@ def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
     return {"targets": targets, "budget": BUDGET, "within": WITHIN, "rounds": timing["rounds"],
             "timed": {"measured": timing["measured"], "seconds": timing["seconds"], "machine": timing["machine"]},
             "members_timed": sum(m["x_first_anchor"] is not None for m in timing["members"]),
-            "members": len(timing["members"]), "goal_points": GOAL_POINTS}
+            "members": len(timing["members"]), "goal_points": GOAL_POINTS, "ceiling": ceiling(state_dir, timing)}
 
 
 def _label(member: str) -> str:
@@ -483,6 +513,16 @@ def render(rec: dict[str, Any]) -> str:
         out += ["", "Committed (seed 0, `model.onnx` + `arch.json`; `--step export`): "
                 + (", ".join(f"`{e['folder']}` ({e['network']}, {e['arch_id']})" for e in exports)
                    if exports else "nothing yet.")]
+    bands = f.get("ceiling") or []
+    if bands:
+        rows = [[f"{band['mmacs'][0]:g}-{band['mmacs'][1]:g}", str(band["networks"]),
+                 band["best"]["member"] or f"{band['best']['arch_id']} (searched)", _f(band["best"]["mmacs"], 1),
+                 f"{100 * band['best']['accuracy']['median']:.1f}% ({band['best']['accuracy']['n']} seed"
+                 + ("s)" if band["best"]["accuracy"]["n"] > 1 else ")")] for band in bands]
+        out += ["", "**The ceiling of the deployment budget.** Every network trained at "
+                    f"{b['train_images']:,} x {b['epochs']} (references, searched networks and studies), by M MACs: "
+                    "the most accurate of each band (median of its seeds).", "",
+                table(["M MACs", "networks", "the most accurate", "its M MACs", "accuracy"], rows)]
     return "\n".join(out) + "\n"
 
 

@@ -1009,6 +1009,40 @@ def test_the_fronts_section_shows_the_longer_search_and_whether_its_winner_diffe
     assert "A longer search" not in cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [without]}})
 
 
+def test_the_fronts_ceiling_is_the_most_accurate_network_trained_at_the_budget_in_each_band_of_macs(
+        tmp_path: Path) -> None:
+    """Every network trained at the deployment budget counts, named where it is a reference; seeds past the
+    budget's and trainings at another budget do not; an empty band is left out."""
+    from benchmarks.search import cifar10_deploy, cifar10_fronts
+
+    budget = cifar10_fronts.BUDGET
+    small, wide, wider = (Arch.decode(a) for a in (
+        "act_relu-stem_c8_s1-rb_k3_c8_s1-rb_k3_c16_s2-rb_k3_c32_s2",  # resnet8@0.5, 3.2 M MACs
+        "act_relu-stem_c16_s1-rb_k3_c16_s1-rb_k3_c32_s2-rb_k3_c64_s2",  # resnet8, 12.5 M MACs
+        "act_relu-stem_c24_s1-rb_k3_c24_s1-rb_k3_c48_s2-rb_k3_c96_s2"))  # not in the timing here, 27.8 M MACs
+
+    def saved(arch: Arch, seed: int, acc: float, b: dict[str, int] = budget) -> None:
+        (tmp_path / f"{cifar10_deploy.training_key(arch, seed, b)}.json").write_text(json.dumps(
+            {"arch": arch.encode(), "arch_id": arch.arch_id, "seed": seed, "accuracy": acc}))
+
+    for seed, acc in enumerate([0.60, 0.62, 0.61, 0.99]):  # seed 3 is past the budget's seeds
+        saved(small, seed, acc)
+    saved(wide, 0, 0.70)
+    saved(wider, 0, 0.72)
+    saved(wider, 1, 0.74)
+    saved(wide, 0, 0.99, {**budget, "epochs": 1})  # another budget
+    timing = {"members": [{"member": "resnet8@0.5", "arch": small.encode()},
+                          {"member": "resnet8", "arch": wide.encode()}]}
+    bands = cifar10_fronts.ceiling(tmp_path, timing)
+    assert [(b["mmacs"], b["networks"], b["best"]["member"], b["best"]["accuracy"]["values"]) for b in bands] == [
+        ([0.0, 10.0], 1, "resnet8@0.5", [0.60, 0.62, 0.61]), ([10.0, 20.0], 1, "resnet8", [0.70]),
+        ([20.0, 40.0], 1, None, [0.72, 0.74])]
+    rec = json.loads((common.ROOT / "benchmarks/search/records/cifar10_fronts.json").read_text())
+    out = cifar10_fronts.render({**rec, "figures": {**rec["figures"], "ceiling": bands}})
+    assert "| 0-10 | 1 | resnet8@0.5 | 3.2 | 61.0% (3 seeds) |" in out
+    assert f"| 20-40 | 1 | {wider.arch_id} (searched) | 27.8 | 73.0% (2 seeds) |" in out
+
+
 def test_the_fronts_commit_the_searched_network_each_familys_best_member_meeting_the_target_and_randoms() -> None:
     from benchmarks.search import cifar10_fronts
 
