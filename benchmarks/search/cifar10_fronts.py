@@ -240,10 +240,10 @@ def ceiling(state_dir: Path, timing: dict[str, Any]) -> list[dict[str, Any]]:
         if run.get("seed", BUDGET["seeds"]) < BUDGET["seeds"]:
             trained.setdefault(run["arch_id"], []).append(run["accuracy"])
             archs[run["arch_id"]] = run["arch"]
+    mmacs = {k: _macs(Arch.decode(a)) for k, a in archs.items()}  # built once, not once per band
     bands = []
     for low, high in itertools.pairwise(MACS_BANDS):
-        inside = [(k, _macs(Arch.decode(archs[k])), v) for k, v in trained.items()
-                  if low < _macs(Arch.decode(archs[k])) <= high]
+        inside = [(k, mmacs[k], v) for k, v in trained.items() if low < mmacs[k] <= high]
         if not inside:
             continue
         k, macs, accs = max(inside, key=lambda e: spread(e[2])["median"])
