@@ -3,12 +3,15 @@
 Usage::
 
     python -m benchmarks.latency.runtimes [--n 100] [--space mobile_cifar] [--input-shape 1x3x32x32]
-        [--threads 1] [--seed 0] [--out benchmarks/latency/records/runtimes.json]
+        [--threads 1] [--seed 0] [--passes 2] [--out benchmarks/latency/records/runtimes.json]
 
 ``--n`` distinct members of the space (seeded draws) are timed on each runtime with LatNAS's protocol
 (warm-up, timed runs, the p50), in one process: network by network, the three runtimes one after another in
 an order that rotates from network to network, so that load drifting on a shared host falls on all three
-alike. Each runtime gets ``--threads`` threads, fp32: ONNX Runtime's CPU provider, OpenVINO's CPU plugin
+alike. ``--passes`` whole sweeps are made (default 2); a network's latency is the lowest of its passes' p50s
+(a shared host's slow spells only add time), and the record says how far the second timing of each network
+landed from the first.
+Each runtime gets ``--threads`` threads, fp32: ONNX Runtime's CPU provider, OpenVINO's CPU plugin
 (latency hint, one stream, f32) and the LiteRT interpreter with XNNPACK (converted by litert-torch). The
 record holds every p50, each runtime's ranking of the networks, the Kendall tau between every pair of runtimes
 (how often two runtimes order two networks the same way), and the load average before and after.
@@ -51,35 +54,67 @@ def networks(space_name: str, n: int, seed: int) -> list[str]:
     return list(out)
 
 
-def run(archs: list[str], input_shape: tuple[int, ...], threads: int, log: Any = print) -> dict[str, Any]:
-    """Every network of ``archs`` on every runtime, the runtimes' order rotating network by network."""
+def run(archs: list[str], input_shape: tuple[int, ...], threads: int, passes: int = 1,
+        log: Any = print) -> dict[str, Any]:
+    """Every network of ``archs`` on every runtime, ``passes`` sweeps over all of them, the runtimes' order rotating
+    network by network (and shifted from one pass to the next); the figures are :func:`rank`'s."""
     ests = {r: make_estimator(r, input_shape=input_shape, num_classes=10, intra_op_threads=threads,
                               measure=dict(MEASURE), slot=False) for r in RUNTIMES}
     load_before = machine_and_load()["load_average"]
     t0 = time.perf_counter()
-    rows: list[dict[str, Any]] = []
-    for i, text in enumerate(archs):
-        arch = Arch.decode(text)
-        torch.manual_seed(0)
-        net = build_eval_net(arch, num_classes=10, in_chans=input_shape[1])
-        order = RUNTIMES[i % 3:] + RUNTIMES[:i % 3]
-        p50 = {r: float(ests[r].measure(arch, net=net).stats.p50) for r in order}
-        rows.append({"arch": text, "arch_id": arch.arch_id, "p50_ms": p50, "order": list(order)})
-        if (i + 1) % 10 == 0 or i + 1 == len(archs):
-            log(f"  [{i + 1}/{len(archs)}] {time.perf_counter() - t0:.0f} s; last: "
-                + ", ".join(f"{r} {p50[r]:.3f} ms" for r in RUNTIMES))
+    decoded = [Arch.decode(text) for text in archs]
+    timed: list[dict[str, list[float]]] = [{r: [] for r in RUNTIMES} for _ in archs]
+    orders: list[list[list[str]]] = [[] for _ in archs]
+    for k in range(passes):  # whole sweeps, so that a second timing of a network is minutes after its first
+        for i, arch in enumerate(decoded):
+            torch.manual_seed(0)
+            net = build_eval_net(arch, num_classes=10, in_chans=input_shape[1])
+            shift = (i + k) % 3
+            order = RUNTIMES[shift:] + RUNTIMES[:shift]
+            for r in order:
+                timed[i][r].append(float(ests[r].measure(arch, net=net).stats.p50))
+            orders[i].append(list(order))
+            if (i + 1) % 10 == 0 or i + 1 == len(archs):
+                log(f"  pass {k + 1}/{passes} [{i + 1}/{len(archs)}] {time.perf_counter() - t0:.0f} s; last: "
+                    + ", ".join(f"{r} {timed[i][r][-1]:.3f} ms" for r in RUNTIMES))
     load_after = machine_and_load()["load_average"]
-    taus = {}
-    for a, b in itertools.combinations(RUNTIMES, 2):
-        tau = kendalltau([r["p50_ms"][a] for r in rows], [r["p50_ms"][b] for r in rows])
-        taus[f"{a}-{b}"] = {"tau": float(tau.statistic), "p_value": float(tau.pvalue)}
-    ranks = {r: [int(x) for x in np.argsort(np.argsort([row["p50_ms"][r] for row in rows])) + 1] for r in RUNTIMES}
-    for k, row in enumerate(rows):
-        row["rank"] = {r: ranks[r][k] for r in RUNTIMES}
+    rows = [{"arch": text, "arch_id": decoded[i].arch_id, "p50_ms_passes": timed[i], "order": orders[i][0],
+             "orders": orders[i]} for i, text in enumerate(archs)]
     return {"runtimes": list(RUNTIMES), "input_shape": list(input_shape), "threads": threads, "measure": MEASURE,
-            "networks": rows, "kendall_tau": taus, "seconds": time.perf_counter() - t0,
+            "passes": passes, **rank(rows), "seconds": time.perf_counter() - t0,
             "load_average_before": load_before, "load_average_after": load_after,
             "settings": {r: ests[r].environment() for r in RUNTIMES}}
+
+
+def rank(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """From each network's passes (``p50_ms_passes``): its latency on each runtime, the lowest of its passes' p50s
+    (``p50_ms``; a shared host's slow spells only add time, and the lowest pass is the one they missed), each
+    runtime's ranking of the networks, the Kendall tau between every pair of runtimes and, with two passes or more,
+    the passes' :func:`repeatability`."""
+    runtimes = list(rows[0]["p50_ms_passes"])
+    for row in rows:
+        row["p50_ms"] = {r: float(min(row["p50_ms_passes"][r])) for r in runtimes}
+    taus = {}
+    for a, b in itertools.combinations(runtimes, 2):
+        tau = kendalltau([r["p50_ms"][a] for r in rows], [r["p50_ms"][b] for r in rows])
+        taus[f"{a}-{b}"] = {"tau": float(tau.statistic), "p_value": float(tau.pvalue)}
+    ranks = {r: [int(x) for x in np.argsort(np.argsort([row["p50_ms"][r] for row in rows])) + 1] for r in runtimes}
+    for k, row in enumerate(rows):
+        row["rank"] = {r: ranks[r][k] for r in runtimes}
+    passes = len(rows[0]["p50_ms_passes"][runtimes[0]])
+    return {"networks": rows, "kendall_tau": taus, "repeatability": repeatability(rows) if passes > 1 else None}
+
+
+def repeatability(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per runtime, how the second pass's p50 of each network compares with the first's: the median and 90th
+    percentile of ``|second / first - 1|``, and the share of networks within +-5% and +-10% of their first timing.
+    A predictor is judged against one timing, so the share within +-10% here bounds what any predictor scores."""
+    out = {}
+    for r in rows[0]["p50_ms_passes"]:
+        dev = np.array([abs(row["p50_ms_passes"][r][1] / row["p50_ms_passes"][r][0] - 1) for row in rows])
+        out[r] = {"median_rel": float(np.median(dev)), "p90_rel": float(np.quantile(dev, 0.9)),
+                  "within_5": float(np.mean(dev <= 0.05)), "within_10": float(np.mean(dev <= 0.10))}
+    return out
 
 
 def render(rec: dict[str, Any]) -> str:
@@ -95,6 +130,13 @@ def render(rec: dict[str, Any]) -> str:
     lines += [f"| {pair} | {v['tau']:.3f} | {v['p_value']:.1e} |" for pair, v in f["kendall_tau"].items()]
     med = {r: float(np.median([row["p50_ms"][r] for row in rows])) for r in rts}
     lines += ["", "Median p50 over the networks: " + ", ".join(f"{r} {med[r]:.3f} ms" for r in rts) + "."]
+    if f.get("repeatability"):
+        lines += ["", f"Each network was timed in {f['passes']} whole passes, minutes apart; its p50 above is the "
+                  "lowest of its passes'. How far the second pass landed from the first, network by network:", "",
+                  "| runtime | median distance, 2nd from 1st | 90th percentile | within +-5% | within +-10% |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r} | {100 * v['median_rel']:.1f}% | {100 * v['p90_rel']:.1f}% | {100 * v['within_5']:.0f}% | "
+                  f"{100 * v['within_10']:.0f}% |" for r, v in f["repeatability"].items()]
     lines += ["", "Each runtime's five fastest networks, with their rank on the others:", "",
               "| runtime | arch_id | " + " | ".join(f"{r} ms (rank)" for r in rts) + " |",
               "|---|---|" + "---|" * len(rts)]
@@ -119,16 +161,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--input-shape", default="1x3x32x32")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--passes", type=int, default=2,
+                   help="whole sweeps over the networks; each network's p50 is the lowest of its passes'")
     p.add_argument("--out", type=Path, default=Path("benchmarks/latency/records/runtimes.json"))
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
     if args.n < 3:
         p.error(f"--n {args.n}: at least 3 networks to rank")
+    if args.passes < 1:
+        p.error(f"--passes {args.passes}: at least 1")
     mode = "quick" if "quick" in args.out.parts else "full"
     record = header("runtimes", mode, ["python", "-m", "benchmarks.latency.runtimes", *argv],
                     extra_versions=("openvino", "ai-edge-litert", "litert-torch"))
     record["space"] = args.space
-    record["figures"] = run(networks(args.space, args.n, args.seed), parse_shape(args.input_shape), args.threads)
+    record["figures"] = run(networks(args.space, args.n, args.seed), parse_shape(args.input_shape), args.threads,
+                              args.passes)
     print(f"wrote {write_record(args.out, record)}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -937,6 +938,37 @@ def test_a_runtime_that_is_a_scaled_copy_is_predicted_from_10_measurements(tmp_p
     assert pair["by_n"]["10"]["adapted_informative"]["within_10"] >= 0.8
     assert rec["settings"]["n_full"] == 30
     assert "runtime pairs" in transfer_runtimes.headline(rec).figure
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("openvino", "ai_edge_litert", "litert_torch")),
+                    reason="the runtimes benchmark needs OpenVINO and LiteRT (pip install 'latnas[openvino,litert]')")
+def test_the_runtimes_benchmark_times_every_network_in_each_pass_and_says_how_far_the_second_landed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two passes over three networks on the three real runtimes: each network's p50 is the lower of its two
+    timings, the record says how often the second timing was within +-10% of the first, and the rendered section
+    shows it."""
+    from benchmarks.latency import runtimes
+
+    out = tmp_path / "quick" / "runtimes.json"
+    runtimes.main(["--n", "3", "--passes", "2", "--out", str(out)])
+    rec = json.loads(out.read_text())
+    f = rec["figures"]
+    assert f["passes"] == 2 and len(f["networks"]) == 3
+    for row in f["networks"]:
+        for r in runtimes.RUNTIMES:
+            two = row["p50_ms_passes"][r]
+            assert len(two) == 2 and all(t > 0 for t in two)
+            assert row["p50_ms"][r] == min(two)  # the lower pass: a slow spell of the host only adds time
+        assert row["orders"][0] != row["orders"][1]  # the runtimes' order shifts from one pass to the next
+    for r in runtimes.RUNTIMES:
+        v = f["repeatability"][r]
+        dev = [abs(row["p50_ms_passes"][r][1] / row["p50_ms_passes"][r][0] - 1) for row in f["networks"]]
+        assert v["within_10"] == pytest.approx(sum(d <= 0.10 for d in dev) / 3)
+        assert v["median_rel"] == pytest.approx(float(np.median(dev)))
+    assert "timed in 2 whole passes" in runtimes.render(rec)
+    with pytest.raises(SystemExit):
+        runtimes.main(["--passes", "0", "--out", str(out)])
+    assert "--passes 0: at least 1" in capsys.readouterr().err
 
 
 def test_the_runtime_transfer_refuses_a_missing_record_and_too_few_networks_to_adapt_from(
