@@ -54,7 +54,7 @@ def networks(space_name: str, n: int, seed: int) -> list[str]:
     return list(out)
 
 
-def run(archs: list[str], input_shape: tuple[int, ...], threads: int, passes: int = 1,
+def run(archs: list[str], input_shape: tuple[int, ...], threads: int, passes: int = 2,
         log: Any = print) -> dict[str, Any]:
     """Every network of ``archs`` on every runtime, ``passes`` sweeps over all of them, the runtimes' order rotating
     network by network (and shifted from one pass to the next); the figures are :func:`rank`'s."""
@@ -78,8 +78,8 @@ def run(archs: list[str], input_shape: tuple[int, ...], threads: int, passes: in
                 log(f"  pass {k + 1}/{passes} [{i + 1}/{len(archs)}] {time.perf_counter() - t0:.0f} s; last: "
                     + ", ".join(f"{r} {timed[i][r][-1]:.3f} ms" for r in RUNTIMES))
     load_after = machine_and_load()["load_average"]
-    rows = [{"arch": text, "arch_id": decoded[i].arch_id, "p50_ms_passes": timed[i], "order": orders[i][0],
-             "orders": orders[i]} for i, text in enumerate(archs)]
+    rows = [{"arch": text, "arch_id": decoded[i].arch_id, "p50_ms_passes": timed[i], "orders": orders[i]}
+            for i, text in enumerate(archs)]
     return {"runtimes": list(RUNTIMES), "input_shape": list(input_shape), "threads": threads, "measure": MEASURE,
             "passes": passes, **rank(rows), "seconds": time.perf_counter() - t0,
             "load_average_before": load_before, "load_average_after": load_after,
@@ -107,8 +107,8 @@ def rank(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def repeatability(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per runtime, how the second pass's p50 of each network compares with the first's: the median and 90th
-    percentile of ``|second / first - 1|``, and the share of networks within +-5% and +-10% of their first timing.
-    A predictor is judged against one timing, so the share within +-10% here bounds what any predictor scores."""
+    percentile of ``|second / first - 1|``, and the share of networks within +-5% and +-10% of their first timing:
+    how much of a runtime's spread between networks one timing's noise can explain."""
     out = {}
     for r in rows[0]["p50_ms_passes"]:
         dev = np.array([abs(row["p50_ms_passes"][r][1] / row["p50_ms_passes"][r][0] - 1) for row in rows])
