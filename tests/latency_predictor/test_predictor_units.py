@@ -70,6 +70,23 @@ def test_unaligned_channels_are_counted_separately() -> None:
     assert odd["pw_project.macs_u16"] == odd["pw_project.macs"] and "pw_project.macs_u8" not in odd
 
 
+def test_macs_on_the_zero_padding_are_left_out_of_the_valid_macs() -> None:
+    # A 7x7 residual block on a 4x4 map: every output row sees the 4 input rows, so 16 of 49 taps are valid.
+    small = block_features(Block("residual", 7, 1, 16, 1), 16, 4, 4)
+    assert small["conv_k7.macs"] == pytest.approx(2 * 16 * 16 * 49 * 16 * 1e-6)
+    assert small["conv_k7.macs_valid"] == pytest.approx(small["conv_k7.macs"] * 16 / 49)
+    # Strided: a 3x3 kernel, stride 2, on an 8x8 map: output rows 0-3 cover input rows -1..1, 1..3, 3..5, 5..7,
+    # 2 + 3 + 3 + 3 = 11 of 12 taps per axis; the stride-1 second convolution on 4x4: 2 + 3 + 3 + 2 = 10 of 12.
+    strided = block_features(Block("residual", 3, 1, 8, 2), 8, 8, 8)
+    per_tap = 8 * 8 * 1e-6
+    assert strided["conv_k3.macs_valid"] == pytest.approx(per_tap * (11 * 11 + 10 * 10))
+    # A 1x1 convolution never reads padding (its MACs are all valid and not repeated), and at 112x112 a 3x3
+    # depthwise one rarely does.
+    big = block_features(Block("mbconv", 3, 6, 24, 1), 24, 112, 112)
+    assert "pw_expand.macs_valid" not in big and "pw_project.macs_valid" not in big
+    assert 0.96 < big["dw_k3.macs_valid"] / big["dw_k3.macs"] < 1
+
+
 # ---------------------------------------------------------------------- metrics
 
 def test_accuracy_metrics_on_known_errors() -> None:
