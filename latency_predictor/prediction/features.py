@@ -44,8 +44,8 @@ the MACs and traffic of the convolutions whose channel counts are not multiples 
 its zero padding (``macs_valid``).
 
 A 7x7 kernel on a 4x4 map reads padding at two thirds of its taps, a 3x3 kernel on a 112x112 map at
-under 2%: at small resolutions the counted MACs overstate the work a runtime that skips the padded
-taps does. ONNX Runtime's CPU convolutions are such a runtime; on ``mobile_cifar`` at 32x32 a
+under 2%: at small resolutions the counted MACs overstate the work of a runtime whose cost follows the
+valid taps. ONNX Runtime's CPU build prices convolutions that way; on ``mobile_cifar`` at 32x32 a
 predictor fitted on 70 of its networks priced 77% of the held-out ones within +-10% without this
 quantity and 95% with it (``benchmarks/prediction/transfer_runtimes.md``).
 
