@@ -207,6 +207,13 @@ def render(rec: dict[str, Any]) -> str:
            f"thread, 1x3x32x32, static QDQ). Every network trained in float at {b['train_images']:,} images x "
            f"{b['epochs']} epochs, then quantised (calibrated on {INT8_CALIBRATION} training images) and scored in "
            "INT8 on the validation split carved from the training images.", ""]
+    timed = f.get("timed")
+    if timed:
+        load = timed["machine"].get("load_average")
+        out += [f"Timed (`--step time`, {ROUNDS} paired rounds per member) {timed['measured']} in "
+                f"{timed['seconds']:.0f} s" + (f", load average {'/'.join(f'{x:g}' for x in load)} at the end"
+                                               if load else "") + ". A front member with no accuracy has no "
+                "training saved with an INT8 accuracy yet (`--step train`).", ""]
     rows = [[m["family"], m["member"], _f(m["x_anchor"], 2), _acc(m["fp32_accuracy"]), _acc(m["accuracy"])]
             for m in f["members"]]
     q = f["fp32_winner"]
