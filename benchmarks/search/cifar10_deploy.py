@@ -20,7 +20,8 @@ the references' not yet trained, so a run from nothing may skip ``references``) 
 ``report`` (a paired latency pass of every network, the goal at each target, the committed networks
 under :data:`EXPORT_DIR` and the record; a quiet machine). ``train`` trains given members of the
 search's space (``--arch``, repeated) at the same budget and keeps them beside the others: the figures
-that show what the space holds near a target, whichever network a search picks. ``search --latency-floor F``
+that show what the space holds near a target, whichever network a search picks; with ``--probe``, networks
+outside the space too (a choice the space lacks, tried before the space gains it). ``search --latency-floor F``
 is a study beside the comparison: the same search with ``search.latency_floor=F`` (proposals under ``F``
 times the target are not trained), its record and winner's trainings kept apart from the comparison's
 search; so is ``search --trials N`` (the same search with N candidates), alone or with a floor, and
@@ -789,6 +790,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="train step: a member of the search's space (its canonical string); may repeat")
     parser.add_argument("--seeds", type=int, default=None,
                         help="train step: train seeds 0 to N-1 (default: the budget's, 3)")
+    parser.add_argument("--probe", action="store_true",
+                        help="train step: the networks of --arch may lie outside the search's space (a probe of a "
+                             "choice the space lacks, before the space gains it); kept beside the others")
     args = parser.parse_args(argv)
     if args.control and args.step != "search":
         parser.error("--control: random search's control is a search: use it with --step search")
@@ -813,9 +817,11 @@ def main(argv: list[str] | None = None) -> int:
         archs = []
         for text in args.arch:
             try:
-                archs.append(space.decode(text))
+                archs.append(Arch.decode(text) if args.probe else space.decode(text))
             except SearchSpaceError as e:
-                parser.error(f"--arch {text}: {e}")
+                parser.error(f"--arch {text}: {e}" + ("" if args.probe else " (a network outside the space: --probe)"))
+    elif args.probe:
+        parser.error("--probe: trains networks outside the search's space, for --step train")
     if not args.cifar10.is_file():
         parser.error(f"--cifar10 {args.cifar10}: no such file")
     # Every training here is on the CPU, as a search's trials train there: channels-last, with oneDNN held

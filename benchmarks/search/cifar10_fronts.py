@@ -55,7 +55,7 @@ from nas.accuracy.training import trial_environment
 from nas.core.config import TrainConfig
 from nas.data import load_dataset
 from nas.driver.screen import MAX_REFUSED
-from search_spaces import Arch, build, count_macs
+from search_spaces import Arch, build, count_macs, load_space
 from search_spaces.references import FAMILIES, member, parse_member
 
 ROUNDS = 3
@@ -241,6 +241,7 @@ def ceiling(state_dir: Path, timing: dict[str, Any]) -> list[dict[str, Any]]:
             trained.setdefault(run["arch_id"], []).append(run["accuracy"])
             archs[run["arch_id"]] = run["arch"]
     mmacs = {k: _macs(Arch.decode(a)) for k, a in archs.items()}  # built once, not once per band
+    space = load_space(SEARCH["space"])
     bands = []
     for low, high in itertools.pairwise(MACS_BANDS):
         inside = [(k, mmacs[k], v) for k, v in trained.items() if low < mmacs[k] <= high]
@@ -248,7 +249,8 @@ def ceiling(state_dir: Path, timing: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         k, macs, accs = max(inside, key=lambda e: spread(e[2])["median"])
         bands.append({"mmacs": [low, high], "networks": len(inside), "best": {
-            "arch_id": k, "member": names.get(k), "mmacs": macs, "accuracy": {**spread(accs), "values": accs}}})
+            "arch_id": k, "member": names.get(k), "mmacs": macs, "accuracy": {**spread(accs), "values": accs},
+            "in_space": space.contains(Arch.decode(archs[k]))}})
     return bands
 
 
@@ -516,11 +518,14 @@ def render(rec: dict[str, Any]) -> str:
     bands = f.get("ceiling") or []
     if bands:
         rows = [[f"{band['mmacs'][0]:g}-{band['mmacs'][1]:g}", str(band["networks"]),
-                 band["best"]["member"] or f"{band['best']['arch_id']} (searched)", _f(band["best"]["mmacs"], 1),
+                 band["best"]["member"] or f"{band['best']['arch_id']} "
+                 + ("(searched)" if band["best"].get("in_space", True) else "(a probe outside the space)"),
+                 _f(band["best"]["mmacs"], 1),
                  f"{100 * band['best']['accuracy']['median']:.1f}% ({band['best']['accuracy']['n']} seed"
                  + ("s)" if band["best"]["accuracy"]["n"] > 1 else ")")] for band in bands]
         out += ["", "**The ceiling of the deployment budget.** Every network trained at "
-                    f"{b['train_images']:,} x {b['epochs']} (references, searched networks and studies), by M MACs: "
+                    f"{b['train_images']:,} x {b['epochs']} (references, searched networks, studies and probes), by "
+                    "M MACs: "
                     "the most accurate of each band (median of its seeds).", "",
                 table(["M MACs", "networks", "the most accurate", "its M MACs", "accuracy"], rows)]
     return "\n".join(out) + "\n"

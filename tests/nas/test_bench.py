@@ -720,6 +720,28 @@ def test_the_deployment_comparisons_longer_search_refuses_what_it_cannot_run(
     assert f"--trials {argv[-1]}: at least 2 candidates (the start and one more), for --step search" in said
 
 
+PROBE = "act_relu-stem_c16_s1-mb_k3_e3_c24_s2-mb_k5_e3_c64_s2_se0.25-rb_k5_c128_s2-mb_k3_e3_c128_s1_se0.25"
+"""f48756ad2893 halving in its first block instead of its stem: a network ``cifar`` does not hold."""
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--step", "train", "--arch", PROBE],
+     "stage 0 block 0: stride 2, expected 1 (a network outside the space: --probe)"),
+    (["--step", "train", "--arch", PROBE, "--probe"], "--cifar10 {archive}: no such file"),  # the network passed
+    (["--step", "train", "--arch", "act_relu-stem_c16_s3", "--probe"], "bad architecture token"),
+    (["--step", "report", "--probe"], "--probe: trains networks outside the search's space, for --step train"),
+])
+def test_a_probe_outside_the_comparisons_space_is_trained_only_when_asked_for(
+        argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.search import cifar10_deploy
+
+    archive = tmp_path / "none.tar.gz"
+    with pytest.raises(SystemExit) as err:
+        cifar10_deploy.main(["--cifar10", str(archive), *argv])
+    assert err.value.code == 2
+    assert says.format(archive=archive) in capsys.readouterr().err
+
+
 def _onnxruntime_measure() -> Any:
     from latency_predictor.measurement.backends import make_estimator
     from latency_predictor.measurement.timing import MeasureConfig
@@ -1043,8 +1065,9 @@ def test_the_fronts_section_shows_the_longer_search_and_whether_its_winner_diffe
 
 def test_the_fronts_ceiling_is_the_most_accurate_network_trained_at_the_budget_in_each_band_of_macs(
         tmp_path: Path) -> None:
-    """Every network trained at the deployment budget counts, named where it is a reference; seeds past the
-    budget's and trainings at another budget do not; an empty band is left out."""
+    """Every network trained at the deployment budget counts, named where it is a reference and marked where it is
+    a probe outside the space; seeds past the budget's and trainings at another budget do not; an empty band is
+    left out."""
     from benchmarks.search import cifar10_deploy, cifar10_fronts
 
     budget = cifar10_fronts.BUDGET
@@ -1063,16 +1086,19 @@ def test_the_fronts_ceiling_is_the_most_accurate_network_trained_at_the_budget_i
     saved(wider, 0, 0.72)
     saved(wider, 1, 0.74)
     saved(wide, 0, 0.99, {**budget, "epochs": 1})  # another budget
+    probe = Arch.decode(PROBE)  # 14.1 M MACs, outside the comparison's space
+    saved(probe, 0, 0.75)
     timing = {"members": [{"member": "resnet8@0.5", "arch": small.encode()},
                           {"member": "resnet8", "arch": wide.encode()}]}
     bands = cifar10_fronts.ceiling(tmp_path, timing)
     assert [(b["mmacs"], b["networks"], b["best"]["member"], b["best"]["accuracy"]["values"]) for b in bands] == [
-        ([0.0, 10.0], 1, "resnet8@0.5", [0.60, 0.62, 0.61]), ([10.0, 20.0], 1, "resnet8", [0.70]),
+        ([0.0, 10.0], 1, "resnet8@0.5", [0.60, 0.62, 0.61]), ([10.0, 20.0], 2, None, [0.75]),
         ([20.0, 40.0], 1, None, [0.72, 0.74])]
     rec = json.loads((common.ROOT / "benchmarks/search/records/cifar10_fronts.json").read_text())
     out = cifar10_fronts.render({**rec, "figures": {**rec["figures"], "ceiling": bands}})
     assert "| 0-10 | 1 | resnet8@0.5 | 3.2 | 61.0% (3 seeds) |" in out
     assert f"| 20-40 | 1 | {wider.arch_id} (searched) | 27.8 | 73.0% (2 seeds) |" in out
+    assert f"| 10-20 | 2 | {probe.arch_id} (a probe outside the space) | 14.1 | 75.0% (1 seed) |" in out
 
 
 def test_the_fronts_commit_the_searched_network_each_familys_best_member_meeting_the_target_and_randoms() -> None:
