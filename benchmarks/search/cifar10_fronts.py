@@ -424,7 +424,7 @@ def _verdict(name: str, s: dict[str, Any], g: dict[str, Any]) -> str:
     word = "not met" if not g["met"] else "met" if not pending else "met on the seeds trained so far"
     return (f"{name} {s['arch_id']} (space `{s['space']}`): {100 * a['median']:.1f}% (median of {a['n']} seeds, "
             f"{100 * a['min']:.1f}-{100 * a['max']:.1f}%) at {s['x_anchor']:.2f}x. Against the {len(g['against'])} "
-            f"trained members no faster: **{word}**"
+            f"trained member{'' if len(g['against']) == 1 else 's'} no faster: **{word}**"
             + (": " + "; ".join(f"{r['member']} {r['points']:+.1f} points" + ("" if r["apart"] else ", ranges overlap")
                                 for r in behind) if behind else "") + "."
             + (f" Not yet trained with {BUDGET['seeds']} seeds: {', '.join(pending)}." if pending else ""))

@@ -169,7 +169,7 @@ def step_report(state_dir: Path, timing: dict[str, Any], budget: dict[str, int])
 
 def _acc(a: dict[str, Any] | None) -> str:
     if a is None:
-        return "not trained"
+        return "no INT8 training yet"
     return ", ".join(f"{100 * v:.1f}%" for v in a["values"])
 
 
