@@ -81,7 +81,7 @@ def test_render_the_committed_records_keeps_their_figures() -> None:
 
 
 HEADLINES = ("latency", "openvino_parity", "predictor", "transfer", "transfer_runtimes", "cifar10_deploy",
-             "cifar10_fronts", "fidelity_deploy", "deployment", "reliability", "scale")
+             "cifar10_fronts", "cifar10_int8", "fidelity_deploy", "deployment", "reliability", "scale")
 """The benchmarks whose headline rows the results table must show (each declares its ``headline``)."""
 
 
