@@ -382,6 +382,10 @@ def _train_parser() -> argparse.ArgumentParser:
                      help="held-out measurements of the new device (default: those of --data after the first N)")
     few.add_argument("--full", metavar="PREDICTOR",
                      help="a predictor trained on many measurements of the new device, to compare against")
+    few.add_argument("--padding", action="store_true",
+                     help="also fit how the new device pays for the kernel taps that fall on the zero padding (for "
+                          "another runtime: LiteRT computes them, ONNX Runtime's CPU kernels skip them); three "
+                          "variants of the source adapted and mixed by leave-one-out error, three times the fitting")
     return p
 
 
@@ -393,7 +397,7 @@ def _adapt(args: argparse.Namespace) -> tuple[PredictorEstimator, TransferReport
     test = Dataset.open(args.test_data) if args.test_data else None
     full = read_predictor(args.full) if args.full else None
     return adapt_predictor(source, Dataset.open(args.data), args.shots, test, full, args.members, args.seed,
-                           args.include_disturbed, args.statistic, others)
+                           args.include_disturbed, args.statistic, others, args.padding)
 
 
 def train_main(argv: Sequence[str] | None = None) -> int:
@@ -403,8 +407,8 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.adapt_from:
             predictor, report = _adapt(args)
-        elif args.shots is not None or args.test_data or args.full:
-            raise ConfigError("--shots, --test-data and --full go with --adapt-from PREDICTOR")
+        elif args.shots is not None or args.test_data or args.full or args.padding:
+            raise ConfigError("--shots, --test-data, --full and --padding go with --adapt-from PREDICTOR")
         else:
             fraction = 0.2 if args.test_fraction is None else args.test_fraction
             predictor, report = train_predictor(Dataset.open(args.data), fraction, args.seed, args.members,

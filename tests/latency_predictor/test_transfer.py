@@ -46,6 +46,7 @@ from latency_predictor.prediction.transfer import (
     informative_order,
     mix_rows,
     mix_weights,
+    padding_variant,
     refine_costs,
     scaled_model,
 )
@@ -416,6 +417,12 @@ def test_train_command_line_adapts_and_reports(source_file: Path, new_device: Pa
     assert "go with --adapt-from" in capsys.readouterr().err
     assert train_main([f"data={new_device}", f"out={out}", f"adapt_from={source_file}", "test_fraction=0.3"]) == 2
     assert "--test-fraction does not apply" in capsys.readouterr().err
+    assert train_main([f"data={new_device}", f"out={out}", f"adapt_from={source_file}", "shots=8", "--padding"]) == 0
+    text = capsys.readouterr().out
+    assert "padding: the mix of the source's variants moved " in text and "held-out architectures: 6" in text
+    assert -1.0 <= read_predictor(out).training["report"]["scales"]["padding_share"] <= 1.0
+    assert train_main([f"data={new_device}", f"out={out}", "--padding"]) == 2
+    assert "go with --adapt-from" in capsys.readouterr().err
 
 
 def _one_operator_moves_alone(source: AdditiveModel, archs: list[Arch], factor: float = 3.0,
@@ -469,6 +476,39 @@ def test_when_one_operator_moves_alone_the_mean_beats_the_families_alone(source:
                               groupings=(COARSE,))
     a, b = accuracy_metrics(y[test], mean.predict(held)), accuracy_metrics(y[test], families.predict(held))
     assert a.mape < 0.8 * b.mape, (moved, a, b)
+
+
+def test_padding_fits_a_device_that_skips_the_taps_on_the_padding(source: AdditiveModel) -> None:
+    """The new device prices a convolution by the kernel taps inside the input, where the source (as these
+    synthetic devices are drawn) prices every tap: the group scales cannot move a cost from one quantity to the
+    other, the mix of the padding variants can."""
+    extractor = FeatureExtractor(TARGET_SHAPE)
+    archs = _archs("mobile", 120, 21)
+    skipping = padding_variant(source, extractor, -1.0)
+    y = _new_device(skipping, archs, noise=0.01, seed=21)
+    fit, test = list(range(15)), list(range(15, 120))
+    plain, plain_fit = adapt_model(source, extractor, [archs[i] for i in fit], y[fit], members=0)
+    padded, padded_fit = adapt_model(source, extractor, [archs[i] for i in fit], y[fit], members=2, padding=True)
+    held = [archs[i] for i in test]
+    p, q = (accuracy_metrics(y[test], m.predict(held)) for m in (plain, padded))
+    assert q.mape < 0.7 * p.mape and q.within_10 > p.within_10, (p, q)
+    assert plain_fit.padding_share is None and padded_fit.padding_share is not None
+    assert padded_fit.padding_share < -0.5 and padded_fit.to_dict()["padding_share"] == padded_fit.padding_share
+    assert padded.ensemble_coef.shape == (2, len(FEATURE_NAMES)) and len(padded.oof_abs_rel_error) == 15
+    # on the device the source's structure fits as it is, the mix stays near the unmoved variant
+    same = _new_device(source, archs, noise=0.01, seed=21)
+    near, _ = adapt_model(source, extractor, [archs[i] for i in fit], same[fit], members=0, padding=True)
+    alone, _ = adapt_model(source, extractor, [archs[i] for i in fit], same[fit], members=0)
+    n, a = (accuracy_metrics(same[test], m.predict(held)) for m in (near, alone))
+    assert n.mape < 1.2 * a.mape + 0.005, (n, a)
+    # the variants move cost between the two quantities and keep the rest
+    unmoved = padding_variant(source, extractor, 0.0)
+    np.testing.assert_array_equal(unmoved.coef, source.coef)
+    every = padding_variant(source, extractor, 1.0)
+    assert every.coef[[n.endswith(".macs_valid") for n in FEATURE_NAMES]].max() == 0.0
+    assert every.coef.sum() == pytest.approx(source.coef.sum())
+    with pytest.raises(ConfigError, match=r"padding share must lie in \[-1, 1\], got 1.5"):
+        padding_variant(source, extractor, 1.5)
 
 
 def _wrong_source() -> AdditiveModel:

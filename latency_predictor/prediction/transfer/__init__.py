@@ -18,7 +18,9 @@ strength leave-one-out chooses, then each feature's cost refined. What is where:
 * :func:`refine_costs`: each feature's cost moved by a penalised delta (strengths :data:`REFINE_MUS`);
 * :func:`adapt_model`: the adapted predictor, the mean of the per-operator fits pulled towards the
   global scale and towards the family fit; :func:`adapt_model_from_many` and :func:`mix_weights`:
-  several sources mixed by leave-one-out error;
+  several sources mixed by leave-one-out error; :func:`padding_variant` and :data:`PADDING_SHARES`: the source
+  with its compute cost moved between the kernel taps inside the input and all taps, which ``adapt_model(...,
+  padding=True)`` mixes to fit how the new device pays for the taps on the zero padding;
 * :func:`informative_order`: which architectures to measure, most informative first.
 
 The parts live in ``groups`` (the groupings), ``scales`` (the ridge fit), ``refine`` (the
@@ -29,10 +31,12 @@ per-feature refinement), ``adapt`` (the adapted and mixed predictors), ``order``
 from __future__ import annotations
 
 from latency_predictor.prediction.transfer.adapt import (
+    PADDING_SHARES,
     Mix,
     adapt_model,
     adapt_model_from_many,
     mix_weights,
+    padding_variant,
     scaled_model,
     unadapted,
 )
@@ -55,8 +59,9 @@ from latency_predictor.prediction.transfer.report import TransferReport, adapt_p
 from latency_predictor.prediction.transfer.scales import LAMBDAS, Scales, fit_scales
 
 __all__ = [
-    "COARSE", "GROUPINGS", "GROUPS", "LAMBDAS", "OVERHEADS", "PARAMETERS", "PER_OPERATOR", "PER_OPERATOR_IN_FAMILIES",
+    "COARSE", "GROUPINGS", "GROUPS", "LAMBDAS", "OVERHEADS", "PADDING_SHARES", "PARAMETERS", "PER_OPERATOR",
+    "PER_OPERATOR_IN_FAMILIES",
     "REFINE_MUS", "Grouping", "Mix", "Scales", "TransferReport", "adapt_model", "adapt_model_from_many",
     "adapt_predictor", "design_matrix", "feature_group", "fit_scales", "group_contributions", "informative_order",
-    "mix_rows", "mix_weights", "operator_group", "refine_costs", "scaled_model", "unadapted",
+    "mix_rows", "mix_weights", "operator_group", "padding_variant", "refine_costs", "scaled_model", "unadapted",
 ]

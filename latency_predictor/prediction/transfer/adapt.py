@@ -41,6 +41,41 @@ def scaled_model(source: AdditiveModel, extractor: FeatureExtractor, params: np.
 
 
 
+PADDING_SHARES: tuple[float, ...] = (-1.0, 0.0, 1.0)
+"""The shares of the source's compute cost moved between a convolution's kernel taps inside the input and all its
+taps (:func:`padding_variant`) when ``adapt_model(..., padding=True)`` fits how the new device pays for the taps that
+fall on the zero padding: all of its cost per valid tap moved onto every tap (1), none (0), and the reverse (-1). The
+mix of the three (weighted by leave-one-out error) can sit anywhere between."""
+
+_PADDED = np.array([(FEATURE_NAMES.index(n), FEATURE_NAMES.index(n.replace(".macs_valid", ".macs")))
+                    for n in FEATURE_NAMES if n.endswith(".macs_valid")])
+
+
+def padding_variant(source: AdditiveModel, extractor: FeatureExtractor, share: float) -> AdditiveModel:
+    """``source`` with ``share`` of each operator kind's cost per MAC inside the input (``<kind>.macs_valid``)
+    moved onto all its MACs (``<kind>.macs``), padded taps included; a negative share moves the cost per MAC the
+    other way. A runtime that skips the taps on the padding (ONNX Runtime's CPU kernels, by the fit) and one that
+    computes them (LiteRT's XNNPACK) price the same network differently wherever kernels are large against the
+    map, and the group scales cannot move a cost from one quantity to the other.
+
+    Raises:
+        ConfigError: ``share`` outside [-1, 1].
+    """
+    if not -1.0 <= share <= 1.0:
+        raise ConfigError(f"a padding share must lie in [-1, 1], got {share!r}")
+    coef = source.coef.copy()
+    valid, every = _PADDED[:, 0], _PADDED[:, 1]
+    if share >= 0:
+        moved = share * coef[valid]
+        coef[valid] -= moved
+        coef[every] += moved
+    else:
+        moved = -share * coef[every]
+        coef[every] -= moved
+        coef[valid] += moved
+    return _with_costs(source, extractor, np.r_[coef, source.intercept])
+
+
 def unadapted(source: AdditiveModel, extractor: FeatureExtractor, scale: float = 1.0) -> AdditiveModel:
     """The source model at the new input shape, every cost times ``scale`` (1: as it is)."""
     return scaled_model(source, extractor, np.r_[np.full(len(GROUPS), scale), scale * source.intercept, 0.0])
@@ -66,7 +101,7 @@ def _fit_grouping(source: AdditiveModel, x: np.ndarray | None, d: _Design, y: np
 def adapt_model(
     source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch], latency_ms: np.ndarray,
     members: int = 16, seed: int = 0, lam: float | None = None, refine: bool = True,
-    groupings: Sequence[Grouping] = GROUPINGS,
+    groupings: Sequence[Grouping] = GROUPINGS, padding: bool = False,
 ) -> tuple[AdditiveModel, Scales]:
     """The source model adapted to the device ``latency_ms`` was measured on.
 
@@ -90,6 +125,10 @@ def adapt_model(
         refine: then refine each feature's cost (:func:`refine_costs`, its strength chosen by
             leave-one-out, which may choose none); False: the scales alone.
         groupings: the groupings whose fits are averaged (default :data:`GROUPINGS`).
+        padding: also fit how the new device pays for the kernel taps on the zero padding: the source is adapted
+            as each of its :data:`PADDING_SHARES` variants (:func:`padding_variant`), and the adapted model is
+            their mix (:func:`adapt_model_from_many`); the fit returned is the unmoved variant's, with the
+            mix's leave-one-out error and its share (the weighted mean of the shares) in ``padding_share``.
 
     Returns:
         The adapted model (its ``oof_abs_rel_error`` is the mean model's leave-one-out error) and
@@ -98,6 +137,12 @@ def adapt_model(
     Raises:
         ConfigError: fewer than 3 networks, invalid latencies, or no grouping.
     """
+    if padding:
+        model, mix = adapt_model_from_many([padding_variant(source, source.extractor, v) for v in PADDING_SHARES],
+                                           extractor, archs, latency_ms, members, seed, lam, refine, groupings)
+        unmoved = PADDING_SHARES.index(0.0)
+        return model, replace(mix.scales[unmoved], loo_abs_rel_error=mix.loo_abs_rel_error,
+                              padding_share=float(mix.weights @ np.array(PADDING_SHARES)))
     fit = _adapt(source, extractor, archs, latency_ms, members, seed, lam, refine, groupings)
     return _with_members(source, extractor, fit.costs, fit.members, fit.scales), fit.scales
 

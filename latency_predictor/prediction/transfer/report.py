@@ -98,6 +98,10 @@ class TransferReport:
             if "within" in other:
                 lines += _fit_lines(f"  its scales pulled towards the {other['within']['grouping']} fit",
                                     other["within"])
+        if s.get("padding_share") is not None:
+            lines.append(f"padding: the mix of the source's variants moved {s['padding_share']:+.2f} of its cost per "
+                         "kernel tap inside the input onto every tap (+1: the device pays for the taps on the "
+                         "padding, -1: the reverse)")
         if self.others:
             mixed = [(self.source_weight, self.source["device"], self.source_loo_mape),
                      *((o["weight"], o["device"], o["loo_mape"]) for o in self.others)]
@@ -157,6 +161,7 @@ def adapt_predictor(
     include_disturbed: bool = False,
     statistic: str | None = None,
     others: Sequence[PredictorEstimator] = (),
+    padding: bool = False,
 ) -> tuple[PredictorEstimator, TransferReport]:
     """Adapt ``source`` (another device's predictor) with measurements of the device of ``dataset``.
 
@@ -175,6 +180,8 @@ def adapt_predictor(
             too few timed runs for it are not used.
         others: predictors of further devices: each is adapted with the same measurements, and the
             adapted predictor is their mix with ``source``'s (:func:`adapt_model_from_many`).
+        padding: also fit how the new device pays for the kernel taps on the zero padding
+            (``adapt_model(..., padding=True)``); with one source only.
 
     Returns:
         The adapted predictor, valid for the dataset's setting, and the comparison on held-out
@@ -184,9 +191,13 @@ def adapt_predictor(
         DatasetError: fewer usable architectures than ``shots`` (or than 3).
         PredictorMismatchError: ``test`` or ``full`` is for another setting than ``dataset``, or
             one of ``others`` predicts another statistic than ``source``.
-        ConfigError: ``full`` was trained on held-out architectures, or a source is given twice.
+        ConfigError: ``full`` was trained on held-out architectures, a source is given twice, or ``padding``
+            with ``others``.
     """
     _check_sources(source, others)
+    if padding and others:
+        raise ConfigError("--padding adapts one source predictor; it does not go with several --adapt-from "
+                          "predictors")
     stat = check_stat(source.statistic if statistic is None else statistic)
     table = dataset.table(include_disturbed=include_disturbed, statistic=stat)
     n = len(table) if shots is None else shots
@@ -219,7 +230,8 @@ def adapt_predictor(
                          for o, w, f in zip(others, mix.weights[1:], mix.scales[1:], strict=True)]
         first = mix.alone[0]
     else:
-        model, scales = adapt_model(source.model, extractor, fit_archs, fit_rows.latency_ms, members, seed)
+        model, scales = adapt_model(source.model, extractor, fit_archs, fit_rows.latency_ms, members, seed,
+                                    padding=padding)
     report.scales = scales.to_dict()
     if len(held) >= 2:
         _compare(report, source, model, scales, extractor, fit_archs, fit_rows.latency_ms, held, dataset.target,

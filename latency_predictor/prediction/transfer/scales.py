@@ -45,6 +45,8 @@ class Scales:
             (:func:`adapt_model`); ``loo_abs_rel_error`` is then the mean model's.
         within: for a nested grouping (:attr:`Grouping.within`), the coarse grouping's fit on the
             same measurements, which the scales are pulled towards.
+        padding_share: with ``adapt_model(..., padding=True)``, the share of the source's cost per valid kernel
+            tap the mix moved onto every tap (negative: the other way); None: not fitted.
     """
 
     params: np.ndarray
@@ -57,6 +59,7 @@ class Scales:
     grouping: str = "families"
     averaged_with: tuple[Scales, ...] = ()
     within: Scales | None = None
+    padding_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain numbers, by name (``refine_mu`` None: not refined)."""
@@ -71,6 +74,8 @@ class Scales:
             out["averaged_with"] = [o.to_dict() for o in self.averaged_with]
         if self.within is not None:
             out["within"] = self.within.to_dict()
+        if self.padding_share is not None:
+            out["padding_share"] = self.padding_share
         return out
 
 
