@@ -220,7 +220,8 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
     """Every (architecture, seed) at ``budget``: saved ones read back, the others trained ``workers`` at a time.
     Every training saves its weights (``<key>.pt``). With ``int8``, each training also records its network's INT8
     accuracy (:data:`INT8_CALIBRATION`); one saved without it is scored in INT8 from its saved weights, or, saved
-    before weights were kept, trained again (the same seed and data: the same float figures)."""
+    before weights were kept, trained again with the same seed and data (its new float figures replace the saved
+    ones; most repeat them exactly, not all: ``cifar10_int8.md``)."""
     done: dict[tuple[str, int], dict[str, Any]] = {}
     todo: list[tuple[str, int, str, dict[str, int], str, bool]] = []
     rescore: list[tuple[str, int, str, dict[str, int], str, bool]] = []
