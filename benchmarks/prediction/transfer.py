@@ -207,12 +207,16 @@ def evaluate_tables(src_table: LatencyTable, tgt_table: LatencyTable, sx: Featur
     out: dict[str, Any] = {"full": _mean(scores["full"]), "source_as_is": _mean(scores["source_as_is"]), "by_n": {}}
     for n in shots:
         out["by_n"][str(n)] = {k.split(".", 1)[1]: _mean(v) for k, v in scores.items() if k.startswith(f"{n}.")}
-    for key, name in (("goal_met", "adapted_informative"), ("goal_met_padding", "adapted_padding_informative")):
-        at = out["by_n"].get(str(goal["n"]), {}).get(name)
-        if name == "adapted_informative" or at is not None:
-            out[key] = None if at is None else bool(at["spearman"] >= goal["spearman"] and
-                                                    at["within_10"] >= goal["within_10"])
+    at_goal = out["by_n"].get(str(goal["n"]), {})
+    out["goal_met"] = _met(at_goal.get("adapted_informative"), goal)
+    if padding:
+        out["goal_met_padding"] = _met(at_goal.get("adapted_padding_informative"), goal)
     return out
+
+
+def _met(at: dict[str, float] | None, goal: dict[str, float]) -> bool | None:
+    """``goal``'s verdict on one predictor's figures at the goal's n (None: not measured at that n)."""
+    return None if at is None else bool(at["spearman"] >= goal["spearman"] and at["within_10"] >= goal["within_10"])
 
 
 def pair_line(source: str, target: str, fig: dict[str, Any]) -> str:
