@@ -36,11 +36,17 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import Headline, header, write_record
-from benchmarks.prediction.transfer import evaluate_tables, pair_line, pairs_table, transfer_headline
+from benchmarks.prediction.transfer import (
+    GOAL,
+    evaluate_tables,
+    padding_section,
+    pair_line,
+    pairs_table,
+    transfer_headline,
+)
 from latency_predictor.prediction.dataset import LatencyTable
 from latency_predictor.prediction.features import FeatureExtractor
 
-GOAL = {"n": 10, "spearman": 0.95, "within_10": 0.90}
 LABELS = {"onnxruntime": "ONNX Runtime (CPU provider)", "openvino": "OpenVINO (CPU plugin, latency hint)",
           "litert": "LiteRT (XNNPACK)"}
 
@@ -102,38 +108,7 @@ predictor unchanged.
 
 Goal at n = {gn} (adapted): +-10% >= {_pct(goal['within_10'])} and Spearman >= {goal['spearman']}: met by {met} of
 {len(rec['pairs'])} pairs. The worst split of any pair: {worst['source']} -> {worst['target']},
-{_pct(w['within_10_min'])} within +-10%, Spearman {_f(w['spearman_min'], 3)}.{_padding_section(rec)}"""
-
-
-def _padding_section(rec: dict[str, Any]) -> str:
-    """The chosen n adapted with ``--padding`` beside the default, where the record has them."""
-    from benchmarks.render import _pct
-    if not all("goal_met_padding" in p for p in rec["pairs"]):
-        return ""
-    shots = [str(n) for n in rec["settings"]["shots"]]
-
-    def cell(v: dict[str, float]) -> str:
-        return f"{_pct(v['within_10'])} / {v['spearman']:.3f}"
-
-    head = " | ".join(f"adapted, n={n} | with --padding, n={n}" for n in shots)
-    rows = [f"| {p['source']} -> {p['target']} | "
-            + " | ".join(f"{cell(p['by_n'][n]['adapted_informative'])} | "
-                         f"{cell(p['by_n'][n]['adapted_padding_informative'])}" for n in shots) + " |"
-            for p in rec["pairs"]]
-    met = sum(bool(p["goal_met_padding"]) for p in rec["pairs"])
-    rows_text = "\n".join(rows)
-    return f"""
-
-With `--padding` (`python -m latency_predictor.train --adapt-from SOURCE --padding`), the adaptation also fits how
-the target runtime pays for the kernel taps that fall on the zero padding: the source is adapted as three
-variants (its cost per tap inside the input moved onto every tap, unmoved, and the reverse) and the three are
-mixed by leave-one-out error. The same chosen n:
-
-| source -> target | {head} |
-|---|{"---|" * (2 * len(shots))}
-{rows_text}
-
-Goal at n = {rec['goal']['n']} with `--padding`: met by {met} of {len(rec['pairs'])} pairs."""
+{_pct(w['within_10_min'])} within +-10%, Spearman {_f(w['spearman_min'], 3)}.{padding_section(rec, "runtime")}"""
 
 
 def main(argv: list[str] | None = None) -> int:
