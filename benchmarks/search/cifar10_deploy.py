@@ -55,7 +55,7 @@ from nas.accuracy.training import channels_last_on, train_briefly, trial_environ
 from nas.core.config import DataConfig, TrainConfig
 from nas.data import load_dataset
 from nas.deploy.fuse import fuse_conv_bn
-from nas.runtime.workers import in_workers
+from nas.runtime.workers import die_with_parent, in_workers
 from search_spaces import REFERENCES, Arch, SearchSpaceError, anchor_network, build, load_space
 
 SHAPE = (1, 3, 32, 32)
@@ -215,13 +215,24 @@ def _train(job: tuple[str, int, str, dict[str, int], str, bool]) -> dict[str, An
     return out
 
 
+def _training_worker(env: dict[str, str]) -> None:
+    """A training worker's first step, before any kernel runs: ``env`` (the oneDNN cap, which oneDNN reads once per
+    process), then :func:`die_with_parent`."""
+    os.environ.update(env)
+    die_with_parent()
+
+
 def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers: int, state_dir: Path,
               log: Callable[[str], None], int8: bool = False) -> dict[tuple[str, int], dict[str, Any]]:
     """Every (architecture, seed) at ``budget``: saved ones read back, the others trained ``workers`` at a time.
     Every training saves its weights (``<key>.pt``). With ``int8``, each training also records its network's INT8
     accuracy (:data:`INT8_CALIBRATION`); one saved without it is scored in INT8 from its saved weights, or, saved
     before weights were kept, trained again with the same seed and data (its new float figures replace the saved
-    ones; most repeat them exactly, not all: ``cifar10_int8.md``)."""
+    ones, and repeat them exactly where the memory format is the same: ``cifar10_int8.md``).
+
+    The workers train as a search's trials do on this CPU, whoever calls: channels-last, with oneDNN held at
+    AVX2 (:func:`nas.accuracy.training.trial_environment`; the user's own cap holds). Each record says which
+    format trained it (``channels_last``, ``onednn_max_cpu_isa``)."""
     done: dict[tuple[str, int], dict[str, Any]] = {}
     todo: list[tuple[str, int, str, dict[str, int], str, bool]] = []
     rescore: list[tuple[str, int, str, dict[str, int], str, bool]] = []
@@ -247,11 +258,14 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
         # Decoded here first: the decoding's own process pool cannot start inside a pool worker, and each worker
         # then reads the decoded images from the cache instead of decoding them again.
         load_dataset(data_config(archive))
-    for i, r in enumerate(in_workers(_int8_from_weights, rescore, workers, ordered=False) if rescore else [], 1):
+    env = (trial_environment(TrainConfig(device="cpu"), False),)
+    for i, r in enumerate(in_workers(_int8_from_weights, rescore, workers, ordered=False, initializer=_training_worker,
+                                     initargs=env) if rescore else [], 1):
         done[(r["arch"], r["seed"])] = r
         log(f"    [{i}/{len(rescore)}] {r['arch_id']} seed {r['seed']}: INT8 {r['int8_accuracy']:.4f} (float "
             f"{r['accuracy']:.4f}, saved)")
-    for i, r in enumerate(in_workers(_train, todo, workers, ordered=False) if todo else [], 1):
+    for i, r in enumerate(in_workers(_train, todo, workers, ordered=False, initializer=_training_worker,
+                                     initargs=env) if todo else [], 1):
         done[(r["arch"], r["seed"])] = r
         log(f"    [{i}/{len(todo)}] {r['arch_id']} seed {r['seed']}: accuracy {r['accuracy']:.4f}"
             + (f", INT8 {r['int8_accuracy']:.4f}" if "int8_accuracy" in r else "") + f" in {r['seconds']:.0f} s")

@@ -161,6 +161,23 @@ def test_a_search_holds_its_cpu_trials_at_avx2_unless_the_user_or_the_latency_ba
     assert trial_environment(TrainConfig(), False) == {}
 
 
+def test_the_comparisons_training_workers_hold_the_cap_though_their_caller_never_set_it(
+    no_isa_cap: pytest.MonkeyPatch,
+) -> None:
+    """``benchmarks.search.cifar10_deploy.train_all`` may be called from any script: its workers set the cap
+    themselves before any kernel runs, so every training there is channels-last, as its record says."""
+    import os
+
+    from benchmarks.search.cifar10_deploy import _training_worker
+    from nas.runtime.workers import in_workers
+
+    env = trial_environment(TrainConfig(device="cpu"), False)
+    assert "ONEDNN_MAX_CPU_ISA" not in os.environ
+    seen = list(in_workers(os.getenv, ["ONEDNN_MAX_CPU_ISA"], 1, initializer=_training_worker, initargs=(env,)))
+    assert seen == (["AVX2"] if X86 else [None])
+    assert "ONEDNN_MAX_CPU_ISA" not in os.environ  # the caller's own environment is left as it was
+
+
 @pytest.fixture
 def no_running_ray() -> Iterator[None]:
     """No Ray in this process, so that the search starts its own local cluster (and its workers'
