@@ -16,8 +16,8 @@ Steps (``--step``), each resumable (trainings are kept beside the FP32 compariso
   of each depth within ``cifar10_fronts.WITHIN`` times the anchor, as in the FP32 fronts;
 - ``train``: each family's INT8 front and the FP32 winner, every seed, with their INT8 accuracy (a training saved
   without one is scored from its saved weights; one saved before weights were kept is run again with the same
-  seed and data, and its new float figures replace the saved ones: most repeat them exactly, not all, as
-  ``cifar10_int8.md`` records);
+  seed and data, and its new float figures replace the saved ones: they repeat them exactly where the memory
+  format is the same, as ``cifar10_int8.md`` records);
 - ``search``: the FP32 comparison's search (``cifar10_deploy.SEARCH``, the same start) with
   ``latency.precision=int8``: each candidate is quantised after training, timed and scored in INT8, its FP32
   accuracy logged beside; then its winner's trainings;
