@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_record
-from benchmarks.prediction.transfer import GOAL, _fit, _mean, _score, open_devices, record, split_options
+from benchmarks.prediction.transfer import GOAL, _fit, _mean, _met, _score, open_devices, record, split_options
 from latency_predictor.prediction.dataset import Dataset
 from latency_predictor.prediction.features import FeatureExtractor
 from latency_predictor.prediction.models import AdditiveModel
@@ -93,8 +93,7 @@ def evaluate(datasets: dict[str, Dataset], shots: list[int], n_full: int, n_test
         by_n = {str(n): {"first": _mean(cell[f"{n}.first"]), "mix": _mean(cell[f"{n}.mix"]),
                          "weights": dict(zip(others, np.mean(weights[first, t][n], axis=0).tolist(), strict=True))}
                 for n in shots}
-        at = by_n.get(str(GOAL["n"]), {}).get("mix")
-        met = None if at is None else bool(at["spearman"] >= GOAL["spearman"] and at["within_10"] >= GOAL["within_10"])
+        met = _met(by_n.get(str(GOAL["n"]), {}).get("mix"), GOAL)
         pairs.append({"first": first, "target": t, "sources": others, "by_n": by_n, "goal_met": met})
         cells = "; ".join(f"n={n}: first {v['first']['within_10']:.0%}, mix {v['mix']['within_10']:.0%}"
                           for n, v in by_n.items())
