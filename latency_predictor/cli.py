@@ -29,7 +29,7 @@ from latency_predictor.measurement.export import DEFAULT_INPUT_SHAPE, parse_shap
 from latency_predictor.measurement.protocol import LatencyEstimator, LatencyResult
 from latency_predictor.measurement.statistic import TARGET_STATS, protocol_for
 from latency_predictor.measurement.timing import MeasureConfig
-from latency_predictor.prediction.collection import DEFAULT_ANCHOR_EVERY, collect, default_out
+from latency_predictor.prediction.collection import collect, default_out
 from latency_predictor.prediction.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.prediction.predictor import PredictorEstimator, read_predictor
 from latency_predictor.prediction.target import PredictorTarget
@@ -270,10 +270,6 @@ def _collect_parser() -> argparse.ArgumentParser:
                    help="with --adapt-from: candidates the architectures are chosen from (default 2000)")
     p.add_argument("--retries", type=int, default=2, help="re-measurements of a disturbed architecture (default 2)")
     p.add_argument("--repeats", type=int, help="architectures measured twice for the noise estimate (default n/10)")
-    p.add_argument("--anchor-every", type=int, default=DEFAULT_ANCHOR_EVERY,
-                   help="time a fixed anchor network after every N measurements (and at the start and end), so "
-                        f"the machine's drift during the collection is corrected; 0: never (default "
-                        f"{DEFAULT_ANCHOR_EVERY})")
     p.add_argument("--min-cpu-share", type=float, default=DEFAULT_MIN_CPU_SHARE,
                    help="CPU share per runtime thread under which a measurement is disturbed (default 0.9)")
     shape = "x".join(map(str, DEFAULT_INPUT_SHAPE))
@@ -342,16 +338,12 @@ def collect_main(argv: Sequence[str] | None = None) -> int:
         source = read_predictor(args.adapt_from) if args.adapt_from else None
         s = collect(space, estimator, out, args.n, seed=args.seed, retries=args.retries, repeats=args.repeats,
                     min_cpu_share=args.min_cpu_share, progress=not args.no_progress, adapt_from=source,
-                    pool=args.pool, statistic=args.statistic, anchor_every=args.anchor_every)
-        drift = Dataset.open(out).drift(args.statistic)
+                    pool=args.pool, statistic=args.statistic)
     except (LatencyError, SearchSpaceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{s.path}: measured {s.measured} ({s.new_archs} new, {s.retried} retries, {s.repeated} repeats); "
           f"{s.total_archs} architectures in the dataset, {s.still_disturbed} with only disturbed measurements")
-    if drift["anchors"] > 1:
-        print(f"drift: the anchor, timed {drift['anchors']} times, ran {drift['drift_min']:+.1%} to "
-              f"{drift['drift_max']:+.1%} of its median; every latency is priced at its median speed")
     return 0
 
 

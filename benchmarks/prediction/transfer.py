@@ -109,9 +109,6 @@ def _parser() -> argparse.ArgumentParser:
                         "benchmarks.prediction.predictor)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/prediction/records/transfer.json"),
                    help="JSON record to write")
-    p.add_argument("--no-drift-correction", action="store_true",
-                   help="use the latencies as measured, not priced at the drift anchor's median speed "
-                        "(for comparison; collection still times the anchor)")
     return p
 
 
@@ -129,16 +126,11 @@ def dataset_for(key: str, n: int, root: Path, retries: int) -> tuple[Dataset, di
         collect(space, est, path, n - have, retries=retries, repeats=0)
         have = len(Dataset.open(path).table())
     ds = Dataset.open(path)
-    drift = {k: v for k, v in ds.drift().items() if k != "anchor"}
-    info: dict[str, Any] = {
-        "label": d.label, "backend": d.backend, "input_shape": list(d.input_shape), "options": d.options,
-        "usable_archs": len(ds.table()), "records": len(ds.records),
-        "collect_seconds_this_run": time.perf_counter() - t0, "fingerprint": ds.target.fingerprint.digest,
-        "drift": drift}
-    moved = (f"; the anchor, timed {drift['anchors']} times, ran {drift['drift_min']:+.1%} to "
-             f"{drift['drift_max']:+.1%} of its median" if drift["anchors"] > 1 else "; no drift anchor")
+    info = {"label": d.label, "backend": d.backend, "input_shape": list(d.input_shape), "options": d.options,
+            "usable_archs": len(ds.table()), "records": len(ds.records),
+            "collect_seconds_this_run": time.perf_counter() - t0, "fingerprint": ds.target.fingerprint.digest}
     print(f"{key}: {d.label}: {info['usable_archs']} usable architectures ({info['records']} measurements; "
-          f"{info['collect_seconds_this_run']:.0f} s measuring in this run{moved})", flush=True)
+          f"{info['collect_seconds_this_run']:.0f} s measuring in this run)", flush=True)
     return ds, info
 
 
@@ -160,10 +152,10 @@ def _mean(scores: list[tuple[float, float]]) -> dict[str, float]:
 
 
 def evaluate_pair(source: Dataset, target: Dataset, shots: list[int], n_full: int, n_test: int, splits: int,
-                  reps: int, padding: bool = False, correct_drift: bool = True) -> dict[str, Any]:
+                  reps: int, padding: bool = False) -> dict[str, Any]:
     """The figures of one source -> target pair (module docstring, step 2; ``padding``: as
-    :func:`evaluate_tables`; ``correct_drift``: as :meth:`Dataset.table`)."""
-    return evaluate_tables(source.table(correct_drift=correct_drift), target.table(correct_drift=correct_drift),
+    :func:`evaluate_tables`)."""
+    return evaluate_tables(source.table(), target.table(),
                            FeatureExtractor(source.target.input_shape, source.target.num_classes),
                            FeatureExtractor(target.target.input_shape, target.target.num_classes),
                            shots, n_full, n_test, splits, reps, padding=padding)
@@ -410,12 +402,11 @@ def main() -> int:
     pairs = []
     for s, t in itertools.permutations(datasets, 2):
         fig = evaluate_pair(datasets[s], datasets[t], shots, args.n_full, args.n_test, args.splits, args.reps,
-                            padding=True, correct_drift=not args.no_drift_correction)
+                            padding=True)
         pairs.append({"source": s, "target": t, **fig})
         print(pair_line(s, t, fig), flush=True)
     settings = {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots,
-                "splits": args.splits, "reps": args.reps, "drift_correction": not args.no_drift_correction,
-                "measure": {
+                "splits": args.splits, "reps": args.reps, "measure": {
                     k: getattr(MEASURE, k)
                     for k in ("warmup_runs", "warmup_s", "min_runs", "min_time_s", "max_time_s")}}
     write_record(args.out, record("benchmarks.prediction.transfer", settings, load_before, t0, collect_s, devices,

@@ -22,12 +22,6 @@ measures none twice. A measurement disturbed by other work on the machine (see
 run, up to ``retries`` times. ``repeats`` architectures are measured a second time in a new
 session, so the training report can estimate the session-to-session noise.
 
-Drift (``anchor_every``, ``--anchor-every``; default every 10 measurements): one fixed network of the
-space (:func:`anchor_arch`, every decision at its middle option) is timed at the start of a run, after
-every ``anchor_every`` measurements and at its end, and the dataset prices every record at the
-anchor's median speed (:mod:`latency_predictor.prediction.dataset`). It costs about one measurement in
-``anchor_every + 1``. The progress bar shows how far the anchor has moved from its first timing.
-
 For a predictor of the tail (``train --statistic p99``), ``--statistic p99`` times each network
 with the runs a p99 needs (:func:`~latency_predictor.measurement.statistic.protocol_for`: ``min_runs``
 raised to 1,000, the per-attempt time cap lifted), and :func:`collect` refuses, before it is
@@ -49,7 +43,7 @@ from tqdm import tqdm
 from latency_predictor.errors import ConfigError
 from latency_predictor.measurement.protocol import LatencyEstimator
 from latency_predictor.measurement.statistic import check_runs, check_stat
-from latency_predictor.prediction.dataset import ANCHOR, DEFAULT_MIN_CPU_SHARE, Dataset
+from latency_predictor.prediction.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.prediction.features import FeatureExtractor
 from latency_predictor.prediction.predictor import PredictorEstimator
 from latency_predictor.prediction.target import PredictorTarget
@@ -58,17 +52,6 @@ from search_spaces import Arch, SearchSpace
 
 AXES: tuple[str, ...] = ("depth", "out_chs", "kernel_size", "exp_ratio", "se_ratio", "block_type")
 _MAX_DUPLICATES = 10_000
-DEFAULT_ANCHOR_EVERY = 10
-
-
-def anchor_arch(space: SearchSpace) -> Arch:
-    """The space's drift anchor: every numeric decision at its middle option, every other at its first."""
-    d: dict[str, Any] = {}
-    for dec in space.choices():
-        opts = list(dec.options)
-        numeric = all(isinstance(o, int | float) and not isinstance(o, bool) for o in opts)
-        d[dec.name] = sorted(opts)[len(opts) // 2] if numeric else opts[0]
-    return space.from_decisions(d)
 
 
 def _random_decisions(space: SearchSpace, rng: np.random.Generator) -> dict[str, Any]:
@@ -119,7 +102,6 @@ class CollectSummary:
         repeated: second measurements for the noise estimate.
         still_disturbed: architectures whose every measurement so far was disturbed.
         total_archs: architectures in the dataset now.
-        anchors: timings of the drift anchor in this run (not counted in ``measured``).
     """
 
     path: Path
@@ -129,7 +111,6 @@ class CollectSummary:
     repeated: int
     still_disturbed: int
     total_archs: int
-    anchors: int = 0
 
 
 def collect(
@@ -146,7 +127,6 @@ def collect(
     adapt_from: PredictorEstimator | None = None,
     pool: int = 2000,
     statistic: str = "p50",
-    anchor_every: int = DEFAULT_ANCHOR_EVERY,
 ) -> CollectSummary:
     """Measure ``n`` architectures of ``space`` not yet in the dataset at ``out`` and append them.
 
@@ -167,8 +147,6 @@ def collect(
         statistic: the statistic the dataset is for: every measurement must have the timed runs
             it needs (:data:`~latency_predictor.measurement.statistic.MIN_RUNS`; make ``estimator`` with
             :func:`~latency_predictor.measurement.statistic.protocol_for`).
-        anchor_every: time the drift anchor (:func:`anchor_arch`) after every this many measurements, and
-            at the start and end of the run; 0: never (module docstring).
 
     Raises:
         ConfigError: negative counts, an unknown ``statistic``.
@@ -177,8 +155,7 @@ def collect(
         LatencyError: a measurement failed (the records made before it are kept).
     """
     check_stat(statistic)
-    for name, value in (("n", n), ("retries", retries), ("repeats", repeats if repeats is not None else 0),
-                        ("anchor_every", anchor_every)):
+    for name, value in (("n", n), ("retries", retries), ("repeats", repeats if repeats is not None else 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
     repeats = n // 10 if repeats is None else repeats
@@ -192,39 +169,14 @@ def collect(
     bar = tqdm(total=len(plan) + repeats, desc=f"collect {space.name}", unit="arch", disable=not progress,
                file=sys.stderr)
 
-    anchor = anchor_arch(space) if anchor_every else None
-    anchors: list[float] = []
-    since_anchor = -1  # -1: the run's first anchor is still to be timed
-
-    def time_anchor() -> None:
-        nonlocal since_anchor
-        assert anchor is not None
-        result = estimator.measure(anchor)
-        check_runs(result, statistic)
-        rec = dataset.add(result, ANCHOR, extractor(anchor), min_cpu_share)
-        if rec.disturbed is None:
-            anchors.append(result.latency_ms)
-        since_anchor = 0
-
     def measure(arch: Arch, origin: str) -> bool:
-        nonlocal since_anchor
-        if anchor is not None and since_anchor < 0:
-            time_anchor()
         result = estimator.measure(arch)
         check_runs(result, statistic)
         rec = dataset.add(result, origin, extractor(arch), min_cpu_share)
         bar.update(1)
-        post: dict[str, Any] = {"disturbed": sum(r.disturbed is not None for r in dataset.records)}
-        if anchor is not None:
-            since_anchor += 1
-            if since_anchor >= anchor_every:
-                time_anchor()
-            if len(anchors) > 1:
-                post["drift"] = f"{anchors[-1] / anchors[0] - 1:+.1%}"
-        bar.set_postfix(post, refresh=False)
+        bar.set_postfix(disturbed=sum(r.disturbed is not None for r in dataset.records), refresh=False)
         return rec.disturbed is None
 
-    n_anchor_records = sum(r.origin == ANCHOR for r in dataset.records)
     with bar:
         for arch, origin in plan:
             measure(arch, origin)
@@ -247,13 +199,10 @@ def collect(
         bar.total -= repeats - len(chosen)
         for key in chosen:
             measure(Arch.decode(key), "repeat")
-        if anchor is not None and since_anchor > 0:
-            time_anchor()
     return CollectSummary(
         path=dataset.path, measured=len(plan) + retried + len(chosen), new_archs=len(plan), retried=retried,
         repeated=len(chosen), still_disturbed=len(dataset.measured_archs() - dataset.undisturbed_archs()),
         total_archs=len(dataset.measured_archs()),
-        anchors=sum(r.origin == ANCHOR for r in dataset.records) - n_anchor_records,
     )
 
 

@@ -8,8 +8,7 @@ Layout::
 A record holds the architecture string, its feature vector, the full measured
 :class:`~latency_predictor.LatencyResult` (``to_dict()``), the device fingerprint's digest,
 where the architecture came from (``origin``: ``extreme``, ``axis``, ``uniform``,
-``mutation``, ``retry``, ``repeat``, ``confirm``, ``informative``, ``anchor``) and whether the measurement was
-disturbed.
+``mutation``, ``retry``, ``repeat``, ``confirm``, ``informative``) and whether the measurement was disturbed.
 
 Disturbed measurements: on a shared machine another process can take the CPU in the middle of
 a measurement. The backends record ``cpu_per_wall`` (CPU seconds of the measuring process per
@@ -25,17 +24,6 @@ Another statistic: a predictor of the tail (``statistic="p99"``, see
 whose p99 rests on fewer timed runs than :data:`~latency_predictor.measurement.statistic.MIN_RUNS` asks for
 is no p99 and is not used for it (``collect --statistic p99`` times enough runs); the table
 counts the architectures left out that way. Such a dataset still serves a p50 predictor.
-
-Drift: a machine's speed can move by a few percent over the minutes or hours of a collection (its
-clock, the neighbours on a shared host), which no single measurement's stability check sees. The
-collector therefore times one fixed network, the *anchor*, at the start, after every few
-measurements and at the end (records with ``origin="anchor"``). :meth:`Dataset.table` scales each
-record by the anchor's median over the collection divided by its level at that record (its timings
-smoothed by a running median of three and interpolated linearly in measurement order; records before
-the first anchor or after the last take the nearest one's level), so every architecture is priced at
-the same machine speed. The records on disk stay as measured; the anchor's records serve only this
-correction and are not one of the dataset's architectures. A dataset without anchors is read as
-measured. :meth:`Dataset.drift` says how far the speed moved.
 
 The files are plain JSON: reading them never executes code.
 """
@@ -68,10 +56,7 @@ DATASET_FORMAT = "latnas.latency_dataset"
 DATASET_VERSION = 1
 HEADER_FILE = "dataset.json"
 RECORDS_FILE = "measurements.jsonl"
-ORIGINS: tuple[str, ...] = ("extreme", "axis", "uniform", "mutation", "retry", "repeat", "confirm", "informative",
-                             "anchor")
-ANCHOR = "anchor"
-"""The origin of the drift anchor's records (module docstring)."""
+ORIGINS: tuple[str, ...] = ("extreme", "axis", "uniform", "mutation", "retry", "repeat", "confirm", "informative")
 DEFAULT_MIN_CPU_SHARE = 0.9
 
 
@@ -283,68 +268,26 @@ class Dataset:
 
     # ------------------------------------------------------------------ reading
     def measured_archs(self) -> set[str]:
-        """Architecture strings with at least one record (the drift anchor's records aside)."""
-        return {r.arch for r in self.records if r.origin != ANCHOR}
+        """Architecture strings with at least one record."""
+        return {r.arch for r in self.records}
 
     def undisturbed_archs(self) -> set[str]:
-        """Architecture strings with at least one undisturbed record (the drift anchor's records aside)."""
-        return {r.arch for r in self.records if r.disturbed is None and r.origin != ANCHOR}
+        """Architecture strings with at least one undisturbed record."""
+        return {r.arch for r in self.records if r.disturbed is None}
 
-    def _anchor_levels(self, statistic: str) -> tuple[np.ndarray, np.ndarray]:
-        """The usable anchor records' positions in the record list and their smoothed ``statistic``."""
-        need = MIN_RUNS[statistic]
-        pos = [i for i, r in enumerate(self.records)
-               if r.origin == ANCHOR and r.disturbed is None and r.result.stats.n >= need]
-        raw = np.array([stat_value(self.records[i].result, statistic) for i in pos])
-        smooth = raw.copy()
-        for k in range(1, len(raw) - 1):
-            smooth[k] = float(np.median(raw[k - 1:k + 2]))
-        return np.array(pos, dtype=np.float64), smooth
-
-    def drift_factors(self, statistic: str = "p50") -> np.ndarray:
-        """Per record, the factor that brings its ``statistic`` to the anchor's median speed (module docstring).
-
-        All ones where the dataset has no usable anchor record.
-        """
-        pos, level = self._anchor_levels(check_stat(statistic))
-        if not len(pos):
-            return np.ones(len(self.records))
-        local = np.interp(np.arange(len(self.records), dtype=np.float64), pos, level)
-        return float(np.median(level)) / local
-
-    def drift(self, statistic: str = "p50") -> dict[str, Any]:
-        """How far the machine's speed moved during the collection, from the anchor's records.
-
-        Returns:
-            ``anchors`` (usable anchor records), ``anchor`` (its architecture string, or None) and
-            ``drift_min`` / ``drift_max``: the anchor's lowest and highest smoothed latency relative to
-            its median (``+0.03``: 3% slower than its median), 0.0 with fewer than two anchors.
-        """
-        pos, level = self._anchor_levels(check_stat(statistic))
-        anchor = next((r.arch for r in self.records if r.origin == ANCHOR), None)
-        if len(pos) < 2:
-            return {"anchors": len(pos), "anchor": anchor, "drift_min": 0.0, "drift_max": 0.0}
-        rel = level / float(np.median(level)) - 1.0
-        return {"anchors": len(pos), "anchor": anchor, "drift_min": float(rel.min()), "drift_max": float(rel.max())}
-
-    def table(self, include_disturbed: bool = False, statistic: str = "p50",
-              correct_drift: bool = True) -> LatencyTable:
+    def table(self, include_disturbed: bool = False, statistic: str = "p50") -> LatencyTable:
         """Per-architecture latencies at ``statistic`` (see :class:`LatencyTable`), in first-measured order.
 
         Records with fewer timed runs than ``statistic`` needs are not used; an architecture
-        with no other record is left out and counted in ``too_few_runs``. Each record is first
-        brought to the anchor's median speed (module docstring) unless ``correct_drift`` is False.
+        with no other record is left out and counted in ``too_few_runs``.
 
         Raises:
             ConfigError: ``statistic`` is not one of :data:`~latency_predictor.measurement.statistic.TARGET_STATS`.
         """
         need = MIN_RUNS[check_stat(statistic)]
-        factor = self.drift_factors(statistic) if correct_drift else np.ones(len(self.records))
-        value = {id(r): stat_value(r.result, statistic) * float(f) for r, f in zip(self.records, factor, strict=True)}
         groups: dict[str, list[Record]] = {}
         for r in self.records:
-            if r.origin != ANCHOR:
-                groups.setdefault(r.arch, []).append(r)
+            groups.setdefault(r.arch, []).append(r)
         archs, lat, se, n, dist = [], [], [], [], []
         too_few = 0
         for arch, recs in groups.items():
@@ -357,7 +300,7 @@ class Dataset:
                 continue
             use = good or enough
             archs.append(arch)
-            lat.append(float(np.median([value[id(r)] for r in use])))
+            lat.append(float(np.median([stat_value(r.result, statistic) for r in use])))
             per = [within_rel_se(r.result, statistic) for r in use]
             se.append(float(np.sqrt(np.mean(np.square(per))) / math.sqrt(len(use))))
             n.append(len(use))
@@ -370,15 +313,13 @@ class Dataset:
 
         Each pair is two independent measurements (separate sessions) of one network: their
         spread is the measurement noise that a single record's run-to-run spread cannot show.
-        Records with too few timed runs for ``statistic`` are not used; each is first brought to the
-        anchor's median speed, as in :meth:`table`.
+        Records with too few timed runs for ``statistic`` are not used.
         """
         need = MIN_RUNS[check_stat(statistic)]
-        factor = self.drift_factors(statistic)
         groups: dict[str, list[float]] = {}
-        for r, f in zip(self.records, factor, strict=True):
-            if r.disturbed is None and r.result.stats.n >= need and r.origin != ANCHOR:
-                groups.setdefault(r.arch, []).append(stat_value(r.result, statistic) * float(f))
+        for r in self.records:
+            if r.disturbed is None and r.result.stats.n >= need:
+                groups.setdefault(r.arch, []).append(stat_value(r.result, statistic))
         out = [math.log(a / b) for v in groups.values() for a, b in itertools.pairwise(v)]
         return np.array(out)
 
@@ -396,7 +337,6 @@ class Dataset:
             "records": len(self.records), "archs": len(self.measured_archs()),
             "undisturbed_archs": len(self.undisturbed_archs()),
             "disturbed_records": sum(r.disturbed is not None for r in self.records),
-            **{k: v for k, v in self.drift().items() if k != "anchor"},
         }
 
 

@@ -153,10 +153,6 @@ class TrainReport:
         gap = n["ceiling_10"] - self.models["additive"].within_10
         lines.append(f"gap to the +-10% ceiling: {gap:+.1%}; noise: {n['basis']}")
         lines.append(f"lookup-table coverage of held-out blocks: {self.lut_coverage:.1%}")
-        if self.dataset.get("anchors", 0) > 1:
-            lines.append(f"drift: the anchor, timed {self.dataset['anchors']} times, ran "
-                         f"{self.dataset['drift_min']:+.1%} to {self.dataset['drift_max']:+.1%} of its median; "
-                         "latencies are priced at its median speed")
         if self.warning:
             lines.append(f"warning: {self.warning}")
         return "\n".join(lines)

@@ -150,7 +150,7 @@ def test_collect_through_the_agent_records_the_devices_fingerprint(agent: Agent,
     summary = collect(space, _estimator(agent.url), tmp_path / "data", 3, repeats=0, min_cpu_share=0.0,
                       progress=False)
     ds = Dataset.open(summary.path)
-    assert summary.new_archs == 3 and summary.anchors == 2 and len(ds.records) == 5
+    assert summary.new_archs == 3 and len(ds.records) == 3
     assert ds.target.fingerprint == DeviceFingerprint.of_result(ds.records[0].result)
     assert all(r.result.extra["agent"] == agent.url for r in ds.records)
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +26,7 @@ from latency_predictor.estimators import make_latency_estimator
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.fingerprint import DeviceFingerprint
 from latency_predictor.measurement.statistic import MIN_RUNS, protocol_for, stat_value
-from latency_predictor.prediction.collection import anchor_arch, collect, coverage_plan
+from latency_predictor.prediction.collection import collect, coverage_plan
 from latency_predictor.prediction.dataset import RECORDS_FILE, Dataset, dataset_tracking_record
 from latency_predictor.prediction.hybrid import (
     POINTER_FILE,
@@ -74,8 +72,7 @@ def estimator(tmp_path_factory: pytest.TempPathFactory) -> LatencyEstimator:
 def data_dir(space: SearchSpace, estimator: LatencyEstimator, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("data") / "tiny"
     s = collect(space, estimator, out, N, repeats=3, min_cpu_share=0.0, progress=False)
-    # the drift anchor: at the start, after every 10 measurements of the 27, and at the end
-    assert (s.new_archs, s.repeated, s.total_archs, s.anchors) == (N, 3, N, 4)
+    assert (s.new_archs, s.repeated, s.total_archs) == (N, 3, N)
     return out
 
 
@@ -115,16 +112,15 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def test_dataset_holds_full_records(data_dir: Path, estimator: LatencyEstimator, space: SearchSpace) -> None:
     ds = Dataset.open(data_dir, expected=PredictorTarget.create(space, estimator))
-    assert len(ds.records) == N + 3 + 4
-    assert [i for i, r in enumerate(ds.records) if r.origin == "anchor"] == [0, 11, 22, 30]
-    rec = ds.records[1]
+    assert len(ds.records) == N + 3
+    rec = ds.records[0]
     assert rec.origin == "extreme" and rec.result.source == "measured"
     assert rec.result.input_shape == SHAPE and len(rec.features) > 0
-    line = json.loads((data_dir / RECORDS_FILE).read_text().splitlines()[1])
+    line = json.loads((data_dir / RECORDS_FILE).read_text().splitlines()[0])
     assert line["fingerprint"] == DeviceFingerprint.of_result(rec.result).digest
     assert line["result"]["stats"]["p50"] == rec.result.latency_ms
     origins = {r.origin for r in ds.records}
-    assert {"extreme", "axis", "uniform", "mutation", "repeat", "anchor"} <= origins
+    assert {"extreme", "axis", "uniform", "mutation", "repeat"} <= origins
     files, params = dataset_tracking_record(data_dir)
     assert [f.name for f in files] == ["dataset.json", RECORDS_FILE] and params["archs"] == N
 
@@ -140,9 +136,9 @@ def test_collect_resumes_without_measuring_twice(
     before = Dataset.open(copy)
     s = collect(space, estimator, copy, 2, repeats=0, min_cpu_share=0.0, progress=False)
     after = Dataset.open(copy)
-    assert s.new_archs == 2 and s.anchors == 2 and len(after.records) == len(before.records) + 4
+    assert s.new_archs == 2 and len(after.records) == len(before.records) + 2
     assert after.measured_archs() > before.measured_archs()
-    first = [r.arch for r in after.records if r.origin not in ("repeat", "retry", "anchor")]
+    first = [r.arch for r in after.records if r.origin not in ("repeat", "retry")]
     assert len(first) == len(set(first))  # every architecture measured once, repeats aside
 
 
@@ -153,57 +149,11 @@ def test_disturbed_measurements_are_retried_and_left_out(
     s = collect(space, estimator, tmp_path / "d", 2, retries=1, repeats=1, min_cpu_share=2.0, progress=False)
     assert (s.new_archs, s.retried, s.repeated, s.still_disturbed) == (2, 2, 0, 2)
     ds = Dataset.open(tmp_path / "d")
-    assert [r.origin for r in ds.records] == ["anchor", "extreme", "extreme", "retry", "retry", "anchor"]
+    assert [r.origin for r in ds.records] == ["extreme", "extreme", "retry", "retry"]
     assert all(r.disturbed and "other work took the CPU" in r.disturbed for r in ds.records)
     assert len(ds.table()) == 0 and len(ds.table(include_disturbed=True)) == 2
     with pytest.raises(DatasetError, match="0 usable architectures"):
         train_predictor(ds)
-
-
-def _rescale(path: Path, factor: Callable[[int, dict[str, Any]], float]) -> None:
-    """Rewrite record ``i`` (``d``, its JSON line) as if measured ``factor(i, d)`` times slower."""
-    lines = (path / RECORDS_FILE).read_text().splitlines()
-    for i, line in enumerate(lines):
-        d = json.loads(line)
-        f, st = factor(i, d), d["result"]["stats"]
-        for k in ("min", "mean", "std", "p50", "p90", "p95", "p99"):
-            st[k] *= f
-        st["ci95"] = {k: [v * f for v in b] for k, b in st["ci95"].items()}
-        lines[i] = json.dumps(d)
-    (path / RECORDS_FILE).write_text("\n".join(lines) + "\n")
-
-
-def test_a_machine_that_slows_down_during_a_collection_leaves_its_latencies_as_they_were(
-    space: SearchSpace, estimator: LatencyEstimator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    data = tmp_path / "d"
-    s = collect(space, estimator, data, 6, repeats=0, min_cpu_share=0.0, progress=False, anchor_every=3)
-    ds = Dataset.open(data)
-    assert s.anchors == 3 and [i for i, r in enumerate(ds.records) if r.origin == "anchor"] == [0, 4, 8]
-    anchor = anchor_arch(space).encode()
-    assert {r.arch for r in ds.records if r.origin == "anchor"} == {anchor}
-    # the anchor's records are not one of the dataset's networks (here it is also one of the space's corners)
-    assert len(ds.table()) == 6 and ds.table().records.tolist() == [1] * 6
-    # as if the machine had held still: the anchor's three timings made equal
-    first = ds.records[0].result.stats.p50
-    _rescale(data, lambda i, d: first / d["result"]["stats"]["p50"] if d["origin"] == "anchor" else 1.0)
-    still = Dataset.open(data)
-    np.testing.assert_allclose(still.table().latency_ms, still.table(correct_drift=False).latency_ms)
-    assert still.drift() == {"anchors": 3, "anchor": anchor, "drift_min": 0.0, "drift_max": 0.0}
-    # then 5% slower with every measurement: 40% slower by the last
-    _rescale(data, lambda i, d: 1 + 0.05 * i)
-    drifted = Dataset.open(data)
-    raw = drifted.table(correct_drift=False).latency_ms / still.table().latency_ms
-    assert raw.min() == pytest.approx(1.05) and raw.max() == pytest.approx(1.35)
-    # every latency is priced at the anchor's median speed, the middle one's (1.2x): the networks' ratios hold
-    np.testing.assert_allclose(drifted.table().latency_ms / still.table().latency_ms, 1.2)
-    d = drifted.drift()
-    assert d["drift_min"] == pytest.approx(1 / 1.2 - 1) and d["drift_max"] == pytest.approx(1.4 / 1.2 - 1)
-    assert drifted.summary()["anchors"] == 3
-    # the command line says how far the machine moved
-    assert collect_main(["--space", "tiny", "--out", str(data), "--n", "0", "--input-shape", "1x3x64x64",
-                         "--no-progress"]) == 0
-    assert "drift: the anchor, timed 3 times, ran -16.7% to +16.7% of its median" in capsys.readouterr().out
 
 
 def test_collect_refuses_another_setting_before_measuring(space: SearchSpace, data_dir: Path, tmp_path: Path) -> None:
@@ -329,7 +279,6 @@ def test_train_command_line(data_dir: Path, tmp_path: Path, capsys: pytest.Captu
     assert train_main([f"data={data_dir}", f"out={out}", "test_fraction=0.25"]) == 0
     text = capsys.readouterr().out
     assert "noise ceiling" in text and "lookup_table" in text and out.exists()
-    assert "drift: the anchor, timed 4 times, ran " in text
     # 24 architectures is far below the recommended size: the user is told, with how many more to collect
     assert f"warning: only {N} usable architectures" in text and f"collect at least {100 - N} more" in text
     assert train_main(["--data", str(data_dir), "--out", str(out), "--json"]) == 0

@@ -356,10 +356,7 @@ def new_device(space: SearchSpace, source_file: Path, tmp_path_factory: pytest.T
 def test_collect_measures_the_informative_architectures_first(
     space: SearchSpace, source_file: Path, new_device: Path
 ) -> None:
-    every = Dataset.open(new_device).records
-    # the drift anchor opens each run and follows every 10th measurement; the rest are in the order chosen
-    assert [r.origin for r in every].count("anchor") == 4
-    records = [r for r in every if r.origin != "anchor"]
+    records = Dataset.open(new_device).records
     assert [r.origin for r in records[:8]] == ["informative"] * 8
     assert all(r.origin != "informative" for r in records[8:])
     source = read_predictor(source_file)
