@@ -48,7 +48,7 @@ from benchmarks.common import Headline, header, write_record
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
 from latency_predictor.prediction.collection import collect, default_out
-from latency_predictor.prediction.dataset import Dataset, LatencyTable
+from latency_predictor.prediction.dataset import COMBINE, Dataset, LatencyTable
 from latency_predictor.prediction.features import FeatureExtractor
 from latency_predictor.prediction.metrics import accuracy_metrics
 from latency_predictor.prediction.models import AdditiveModel
@@ -109,6 +109,10 @@ def _parser() -> argparse.ArgumentParser:
                         "benchmarks.prediction.predictor)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/prediction/records/transfer.json"),
                    help="JSON record to write")
+    p.add_argument("--combine", choices=COMBINE, default="median",
+                   help="an architecture's latency from its records: their median, or the fastest session's "
+                        "(min; for datasets that measured every architecture in two or more sessions) "
+                        "(default median)")
     return p
 
 
@@ -152,10 +156,10 @@ def _mean(scores: list[tuple[float, float]]) -> dict[str, float]:
 
 
 def evaluate_pair(source: Dataset, target: Dataset, shots: list[int], n_full: int, n_test: int, splits: int,
-                  reps: int, padding: bool = False) -> dict[str, Any]:
+                  reps: int, padding: bool = False, combine: str = "median") -> dict[str, Any]:
     """The figures of one source -> target pair (module docstring, step 2; ``padding``: as
-    :func:`evaluate_tables`)."""
-    return evaluate_tables(source.table(), target.table(),
+    :func:`evaluate_tables`; ``combine``: as :meth:`Dataset.table`)."""
+    return evaluate_tables(source.table(combine=combine), target.table(combine=combine),
                            FeatureExtractor(source.target.input_shape, source.target.num_classes),
                            FeatureExtractor(target.target.input_shape, target.target.num_classes),
                            shots, n_full, n_test, splits, reps, padding=padding)
@@ -402,11 +406,11 @@ def main() -> int:
     pairs = []
     for s, t in itertools.permutations(datasets, 2):
         fig = evaluate_pair(datasets[s], datasets[t], shots, args.n_full, args.n_test, args.splits, args.reps,
-                            padding=True)
+                            padding=True, combine=args.combine)
         pairs.append({"source": s, "target": t, **fig})
         print(pair_line(s, t, fig), flush=True)
     settings = {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots,
-                "splits": args.splits, "reps": args.reps, "measure": {
+                "splits": args.splits, "reps": args.reps, "combine": args.combine, "measure": {
                     k: getattr(MEASURE, k)
                     for k in ("warmup_runs", "warmup_s", "min_runs", "min_time_s", "max_time_s")}}
     write_record(args.out, record("benchmarks.prediction.transfer", settings, load_before, t0, collect_s, devices,

@@ -19,6 +19,13 @@ the collector measures the architecture again later. An architecture's latency i
 of its undisturbed records' p50; architectures with only disturbed records are left out of
 training and evaluation unless asked for, and the report says how many.
 
+Sessions: on a shared host, other work can slow a whole measurement session without taking the
+measuring process's CPU (its neighbours' use of the caches and memory, or a runtime whose threads
+spin while they wait), so the check above does not see it. Such interference only ever slows a
+session. Where every architecture was measured in two or more sessions (``collect n=0
+repeats=N`` measures N of them again), ``table(combine="min")`` takes the fastest session's figure
+instead of the median, which discards a slowed session.
+
 Another statistic: a predictor of the tail (``statistic="p99"``, see
 :mod:`latency_predictor.measurement.statistic`) learns the median of the records' p99 instead. A record
 whose p99 rests on fewer timed runs than :data:`~latency_predictor.measurement.statistic.MIN_RUNS` asks for
@@ -43,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from latency_predictor.errors import DatasetError, MeasurementError
+from latency_predictor.errors import ConfigError, DatasetError, MeasurementError
 from latency_predictor.measurement.fingerprint import DeviceFingerprint
 from latency_predictor.measurement.protocol import LatencyResult
 from latency_predictor.measurement.statistic import MIN_RUNS, check_stat, stat_value
@@ -58,6 +65,8 @@ HEADER_FILE = "dataset.json"
 RECORDS_FILE = "measurements.jsonl"
 ORIGINS: tuple[str, ...] = ("extreme", "axis", "uniform", "mutation", "retry", "repeat", "confirm", "informative")
 DEFAULT_MIN_CPU_SHARE = 0.9
+COMBINE: tuple[str, ...] = ("median", "min")
+"""How :meth:`Dataset.table` combines an architecture's records (module docstring)."""
 
 
 def measurement_threads(result: LatencyResult) -> int | None:
@@ -145,9 +154,9 @@ class LatencyTable:
 
     Attributes:
         archs: architecture strings.
-        latency_ms: median ``statistic`` (p50 by default) over the architecture's undisturbed
-            records (all its records for an architecture that has no undisturbed one, when those
-            are included).
+        latency_ms: median (or, asked for, lowest) ``statistic`` (p50 by default) over the
+            architecture's undisturbed records (all its records for an architecture that has no
+            undisturbed one, when those are included).
         within_rel_se: relative standard error of that number from the within-run spread
             (:func:`within_rel_se` per record, root mean square, divided by ``sqrt(records)``).
         records: records the number is the median of.
@@ -275,16 +284,23 @@ class Dataset:
         """Architecture strings with at least one undisturbed record."""
         return {r.arch for r in self.records if r.disturbed is None}
 
-    def table(self, include_disturbed: bool = False, statistic: str = "p50") -> LatencyTable:
+    def table(self, include_disturbed: bool = False, statistic: str = "p50",
+              combine: str = "median") -> LatencyTable:
         """Per-architecture latencies at ``statistic`` (see :class:`LatencyTable`), in first-measured order.
 
         Records with fewer timed runs than ``statistic`` needs are not used; an architecture
-        with no other record is left out and counted in ``too_few_runs``.
+        with no other record is left out and counted in ``too_few_runs``. ``combine``: the
+        median of an architecture's records, or the lowest (``"min"``: the fastest session,
+        module docstring).
 
         Raises:
-            ConfigError: ``statistic`` is not one of :data:`~latency_predictor.measurement.statistic.TARGET_STATS`.
+            ConfigError: ``statistic`` is not one of :data:`~latency_predictor.measurement.statistic.TARGET_STATS`,
+                or ``combine`` is not one of :data:`COMBINE`.
         """
         need = MIN_RUNS[check_stat(statistic)]
+        if combine not in COMBINE:
+            raise ConfigError(f"combine must be one of {list(COMBINE)}, got {combine!r}")
+        reduce = np.median if combine == "median" else np.min
         groups: dict[str, list[Record]] = {}
         for r in self.records:
             groups.setdefault(r.arch, []).append(r)
@@ -300,7 +316,7 @@ class Dataset:
                 continue
             use = good or enough
             archs.append(arch)
-            lat.append(float(np.median([stat_value(r.result, statistic) for r in use])))
+            lat.append(float(reduce([stat_value(r.result, statistic) for r in use])))
             per = [within_rel_se(r.result, statistic) for r in use]
             se.append(float(np.sqrt(np.mean(np.square(per))) / math.sqrt(len(use))))
             n.append(len(use))

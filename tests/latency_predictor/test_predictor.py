@@ -156,6 +156,20 @@ def test_disturbed_measurements_are_retried_and_left_out(
         train_predictor(ds)
 
 
+def test_a_dataset_can_take_each_networks_fastest_session(data_dir: Path) -> None:
+    ds = Dataset.open(data_dir)
+    median, fastest = ds.table(), ds.table(combine="min")
+    assert median.archs == fastest.archs
+    twice = [i for i, n in enumerate(median.records) if n == 2]
+    assert len(twice) == 3  # the repeats
+    for i in range(len(median)):
+        p50s = [r.result.latency_ms for r in ds.records if r.arch == median.archs[i]]
+        assert fastest.latency_ms[i] == min(p50s) and median.latency_ms[i] == pytest.approx(np.median(p50s))
+    assert all(fastest.latency_ms[i] < median.latency_ms[i] for i in twice)
+    with pytest.raises(ConfigError, match=r"combine must be one of \['median', 'min'\], got 'mean'"):
+        ds.table(combine="mean")
+
+
 def test_collect_refuses_another_setting_before_measuring(space: SearchSpace, data_dir: Path, tmp_path: Path) -> None:
     other = make_estimator("onnxruntime", input_shape=(1, 3, 32, 32), measure=MEASURE, slot_dir=tmp_path)
     n_before = len(Dataset.open(data_dir).records)
