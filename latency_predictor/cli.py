@@ -30,7 +30,7 @@ from latency_predictor.measurement.protocol import LatencyEstimator, LatencyResu
 from latency_predictor.measurement.statistic import TARGET_STATS, protocol_for
 from latency_predictor.measurement.timing import MeasureConfig
 from latency_predictor.prediction.collection import collect, default_out
-from latency_predictor.prediction.dataset import DEFAULT_MIN_CPU_SHARE, Dataset
+from latency_predictor.prediction.dataset import COMBINE, DEFAULT_MIN_CPU_SHARE, Dataset
 from latency_predictor.prediction.predictor import PredictorEstimator, read_predictor
 from latency_predictor.prediction.target import PredictorTarget
 from latency_predictor.prediction.training import TrainReport, train_predictor
@@ -366,6 +366,10 @@ def _train_parser() -> argparse.ArgumentParser:
                         "with --adapt-from: the other predictor's")
     p.add_argument("--include-disturbed", action="store_true",
                    help="also use architectures whose every measurement was disturbed")
+    p.add_argument("--combine", choices=COMBINE, default="median",
+                   help="an architecture's latency from its records: their median, or min, the fastest session's "
+                        "(for a dataset that measured every architecture twice on a shared host: collect n=0 "
+                        "repeats=N) (default median)")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="write the report as JSON to PATH (or stdout when no PATH is given)")
     few = p.add_argument_group(
@@ -397,7 +401,7 @@ def _adapt(args: argparse.Namespace) -> tuple[PredictorEstimator, TransferReport
     test = Dataset.open(args.test_data) if args.test_data else None
     full = read_predictor(args.full) if args.full else None
     return adapt_predictor(source, Dataset.open(args.data), args.shots, test, full, args.members, args.seed,
-                           args.include_disturbed, args.statistic, others, args.padding)
+                           args.include_disturbed, args.statistic, others, args.padding, args.combine)
 
 
 def train_main(argv: Sequence[str] | None = None) -> int:
@@ -412,7 +416,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
         else:
             fraction = 0.2 if args.test_fraction is None else args.test_fraction
             predictor, report = train_predictor(Dataset.open(args.data), fraction, args.seed, args.members,
-                                                args.include_disturbed, args.statistic or "p50")
+                                                args.include_disturbed, args.statistic or "p50", args.combine)
         path = predictor.save(args.out)
     except LatencyError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -3,7 +3,7 @@
 Usage::
 
     python -m benchmarks.prediction.transfer [--devices ort1,ort2,torch,ort160,ort-b4] [--n-full 300] [--n-test 60]
-                                  [--shots 10,20,30] [--splits 5] [--reps 10]
+                                  [--shots 10,20,30] [--splits 5] [--reps 10] [--combine median|min]
                                   [--out benchmarks/prediction/records/transfer.json]
 
 "Devices" with really different latency profiles stand in for real ones (:data:`DEVICES`): ONNX
@@ -27,6 +27,10 @@ and eager PyTorch on the GPU (``torch-cuda``) where one is present.
    (``adapted_padding_informative``). Every figure is the +-10% share and Spearman on
    the held-out architectures, averaged over the splits (random choices: also over the
    repetitions).
+
+An architecture's latency is the median of its records, or with ``--combine min`` the fastest (for datasets
+that measured every architecture in two or more sessions: ``collect n=0 repeats=N``; see
+:mod:`latency_predictor.prediction.dataset`).
 
 Goal: at n = 10, Spearman >= 0.95 and +-10% >= 90% for the adapted predictor.
 """
@@ -330,6 +334,9 @@ def render(rec: dict[str, Any]) -> str:
 
     met = [p for p in rec["pairs"] if p.get("goal_met")]
     gn = str(goal["n"])
+    sessions = ("\n\nEvery architecture was measured in two sessions, and its latency is the faster one's "
+                "(`--combine min`), for the shots and the held-out networks alike."
+                if st.get("combine") == "min" else "")
     parts = ""
     if all("scales_only_informative" in p["by_n"].get(gn, {}) for p in rec["pairs"]):
         prow = [[f"{p['source']} -> {p['target']}"]
@@ -349,7 +356,7 @@ predictor fitted from scratch on the same n and the full predictor fitted on {st
 of the target.
 "Devices" with different latency profiles stand in for real ones:
 
-{dev}
+{dev}{sessions}
 
 Each cell is the share of {st['n_test']} held-out `{st['space']}` architectures predicted within +-10%, then the
 Spearman rank correlation, averaged over {st['splits']} random held-out splits. "adapted, n" measures the n

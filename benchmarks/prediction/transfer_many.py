@@ -3,7 +3,8 @@
 Usage::
 
     python -m benchmarks.prediction.transfer_many [--devices ort1,ort2,torch,ort160,ort-b4] [--shots 10,20,30]
-                                       [--splits 5] [--out benchmarks/prediction/records/transfer_many.json]
+                                       [--splits 5] [--combine median|min]
+                                       [--out benchmarks/prediction/records/transfer_many.json]
 
 The datasets, held-out splits and source predictors are those of :mod:`benchmarks.prediction.transfer` (run it
 first: its datasets are read, not measured again). For every ordered pair ``first -> target`` and
@@ -34,7 +35,7 @@ import numpy as np
 
 from benchmarks.common import write_record
 from benchmarks.prediction.transfer import GOAL, _fit, _mean, _met, _score, open_devices, record, split_options
-from latency_predictor.prediction.dataset import Dataset
+from latency_predictor.prediction.dataset import COMBINE, Dataset
 from latency_predictor.prediction.features import FeatureExtractor
 from latency_predictor.prediction.models import AdditiveModel
 from latency_predictor.prediction.transfer import adapt_model_from_many, informative_order
@@ -48,14 +49,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="where the datasets are (default .latnas/datasets, those of benchmarks.prediction.transfer)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/prediction/records/transfer_many.json"),
                    help="JSON record to write")
+    p.add_argument("--combine", choices=COMBINE, default="median",
+                   help="an architecture's latency from its records, as benchmarks.prediction.transfer's --combine "
+                        "(default median)")
     return p
 
 
 def evaluate(datasets: dict[str, Dataset], shots: list[int], n_full: int, n_test: int,
-             splits: int) -> list[dict[str, Any]]:
-    """The figures of every ``first -> target`` pair (module docstring)."""
+             splits: int, combine: str = "median") -> list[dict[str, Any]]:
+    """The figures of every ``first -> target`` pair (module docstring; ``combine``: as :meth:`Dataset.table`)."""
     keys = list(datasets)
-    tables = {k: d.table() for k, d in datasets.items()}
+    tables = {k: d.table(combine=combine) for k, d in datasets.items()}
     extractors = {k: FeatureExtractor(d.target.input_shape, d.target.num_classes) for k, d in datasets.items()}
     scores: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
     weights: dict[tuple[str, str], dict[int, list[np.ndarray]]] = {}
@@ -129,12 +133,14 @@ def render(rec: dict[str, Any]) -> str:
         b = [p["by_n"][str(n)]["mix"]["within_10"] for p in rec["pairs"]]
         means.append(f"n = {n}: {_pct(sum(a) / len(a))} alone, {_pct(sum(b) / len(b))} mixed")
     met = [p for p in rec["pairs"] if p.get("goal_met")]
+    sessions = (" As above, each architecture's latency is the faster of its two sessions (`--combine min`)."
+                if st.get("combine") == "min" else "")
     return f"""The same devices, splits and held-out architectures as the section above, with every other device's
 predictor as a source: `python -m latency_predictor.train --adapt-from FIRST OTHER ...` adapts each with the
 same n measurements of the target (those `collect --adapt-from FIRST` chooses) and mixes them, weighted so
 that the mix's leave-one-out error is least. "first alone" is FIRST adapted by itself with the same n (the
 section above's "adapted"). Each cell: +-10% share / Spearman on {st['n_test']} held-out architectures, averaged
-over {st['splits']} splits; the weights are averaged over the splits.
+over {st['splits']} splits; the weights are averaged over the splits.{sessions}
 
 {table(header, rows)}
 
@@ -150,8 +156,9 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     datasets, devices, collect_s = open_devices(args.devices, 3, args.n_full + args.n_test, args.data_root, 3)
-    pairs = evaluate(datasets, shots, args.n_full, args.n_test, args.splits)
-    settings = {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots, "splits": args.splits}
+    pairs = evaluate(datasets, shots, args.n_full, args.n_test, args.splits, args.combine)
+    settings = {"space": "mobile", "n_full": args.n_full, "n_test": args.n_test, "shots": shots, "splits": args.splits,
+                "combine": args.combine}
     write_record(args.out, record("benchmarks.prediction.transfer_many", settings, load_before, t0, collect_s, devices,
                                   pairs))
     print(f"wrote {args.out}")

@@ -105,6 +105,9 @@ class TrainReport:
         predictions: held-out predictions per model (ms), aligned with ``test_archs``.
         measured_ms: held-out measured latencies, aligned with ``test_archs``.
         warning: set when the dataset is smaller than :data:`RECOMMENDED_ARCHS` (see :func:`size_warning`).
+        statistic: the statistic the predictor learns.
+        excluded_few_runs: architectures left out with too few timed runs for ``statistic``.
+        combine: how an architecture's records were combined (:meth:`Dataset.table`).
     """
 
     dataset: dict[str, Any]
@@ -120,12 +123,13 @@ class TrainReport:
     warning: str | None = None
     statistic: str = "p50"
     excluded_few_runs: int = 0
+    combine: str = "median"
 
     def to_dict(self, with_archs: bool = True) -> dict[str, Any]:
         """A JSON-serialisable record (``with_archs=False`` leaves out the per-architecture lists)."""
         d: dict[str, Any] = {
             "dataset": self.dataset, "n_train": len(self.train_archs), "n_test": len(self.test_archs),
-            "excluded_disturbed": self.excluded_disturbed, "statistic": self.statistic,
+            "excluded_disturbed": self.excluded_disturbed, "statistic": self.statistic, "combine": self.combine,
             "excluded_few_runs": self.excluded_few_runs,
             "models": {k: m.to_dict() for k, m in self.models.items()},
             "noise": self.noise, "gap_to_ceiling_10": self.noise["ceiling_10"] - self.models["additive"].within_10,
@@ -140,7 +144,8 @@ class TrainReport:
         few = (f"; {self.excluded_few_runs} left out: fewer than {MIN_RUNS[self.statistic]} timed runs"
                if self.excluded_few_runs else "")
         lines = [
-            f"statistic: {self.statistic} (each architecture's median {self.statistic} over its records)",
+            f"statistic: {self.statistic} (each architecture's "
+            f"{'median' if self.combine == 'median' else 'lowest'} {self.statistic} over its records)",
             f"held-out architectures: {len(self.test_archs)} (trained on {len(self.train_archs)}; "
             f"{self.excluded_disturbed} left out: every measurement disturbed{few})",
             f"{'model':<14}{'RMSE ms':>9}{'MAPE':>8}{'+-5%':>8}{'+-10%':>8}{'Spearman':>10}{'Kendall':>9}",
@@ -211,13 +216,14 @@ def fit_additive(dataset: Dataset, table: LatencyTable, members: int = 16, seed:
 
 
 def usable_table(dataset: Dataset, include_disturbed: bool = False,
-                 statistic: str = "p50") -> tuple[LatencyTable, int]:
+                 statistic: str = "p50", combine: str = "median") -> tuple[LatencyTable, int]:
     """The per-architecture table at ``statistic`` and how many architectures were left out as disturbed.
 
-    Those left out for too few timed runs are counted in the table's ``too_few_runs``.
+    Those left out for too few timed runs are counted in the table's ``too_few_runs``; ``combine``: as
+    :meth:`Dataset.table`.
     """
-    full = dataset.table(include_disturbed=True, statistic=statistic)
-    table = full if include_disturbed else dataset.table(statistic=statistic)
+    full = dataset.table(include_disturbed=True, statistic=statistic, combine=combine)
+    table = full if include_disturbed else dataset.table(statistic=statistic, combine=combine)
     return table, len(full) - len(table)
 
 
@@ -239,19 +245,20 @@ def _too_few(dataset: Dataset, table: LatencyTable, excluded: int) -> DatasetErr
 
 def train_predictor(
     dataset: Dataset, test_fraction: float = 0.2, seed: int = 0, members: int = 16, include_disturbed: bool = False,
-    statistic: str = "p50",
+    statistic: str = "p50", combine: str = "median",
 ) -> tuple[PredictorEstimator, TrainReport]:
     """Split, fit the predictor and the baselines on the training part, evaluate on the rest.
 
-    The predictor learns ``statistic`` (each architecture's median over its records; records with
-    too few timed runs for it are not used, see :meth:`Dataset.table`).
+    The predictor learns ``statistic`` (each architecture's median over its records, or with
+    ``combine="min"`` its fastest session's; records with too few timed runs for it are not used,
+    see :meth:`Dataset.table`).
 
     Raises:
         DatasetError: fewer than :data:`MIN_ARCHS` usable architectures (the message says how
             many were left out as disturbed and for too few timed runs).
-        ConfigError: an invalid ``test_fraction`` or an unknown ``statistic``.
+        ConfigError: an invalid ``test_fraction``, an unknown ``statistic`` or ``combine``.
     """
-    table, excluded = usable_table(dataset, include_disturbed, check_stat(statistic))
+    table, excluded = usable_table(dataset, include_disturbed, check_stat(statistic), combine)
     if len(table) < MIN_ARCHS:
         raise _too_few(dataset, table, excluded)
     tr, te = split(len(table), test_fraction, seed)
@@ -273,10 +280,11 @@ def train_predictor(
         noise=noise_estimate(dataset, test), lut_coverage=lut.coverage, fit_s=fit_s,
         predictions={k: p.tolist() for k, p in preds.items()}, measured_ms=test.latency_ms.tolist(),
         warning=size_warning(len(table)), statistic=statistic, excluded_few_runs=table.too_few_runs,
+        combine=combine,
     )
     training = {
-        "dataset": dataset.summary(), "statistic": statistic, "test_fraction": test_fraction, "seed": seed,
-        "train_arch_ids": [arch_id_of(a) for a in train.archs],
+        "dataset": dataset.summary(), "statistic": statistic, "combine": combine, "test_fraction": test_fraction,
+        "seed": seed, "train_arch_ids": [arch_id_of(a) for a in train.archs],
         "test_arch_ids": [arch_id_of(a) for a in test.archs],
         "report": report.to_dict(with_archs=False),
     }

@@ -170,6 +170,24 @@ def test_a_dataset_can_take_each_networks_fastest_session(data_dir: Path) -> Non
         ds.table(combine="mean")
 
 
+def test_the_train_command_can_learn_each_networks_fastest_session(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "p.json"
+    assert train_main([f"data={data_dir}", f"out={out}", "combine=min", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["combine"] == "min"
+    fastest = dict(zip(Dataset.open(data_dir).table(combine="min").archs,
+                       Dataset.open(data_dir).table(combine="min").latency_ms, strict=True))
+    assert rep["measured_ms"] == [fastest[a] for a in rep["test_archs"]]
+    assert read_predictor(out).training["combine"] == "min"
+    assert train_main([f"data={data_dir}", f"out={out}", "combine=min"]) == 0
+    assert "statistic: p50 (each architecture's lowest p50 over its records)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        train_main([f"data={data_dir}", f"out={out}", "combine=mean"])
+    assert "invalid choice: 'mean'" in capsys.readouterr().err
+
+
 def test_collect_refuses_another_setting_before_measuring(space: SearchSpace, data_dir: Path, tmp_path: Path) -> None:
     other = make_estimator("onnxruntime", input_shape=(1, 3, 32, 32), measure=MEASURE, slot_dir=tmp_path)
     n_before = len(Dataset.open(data_dir).records)

@@ -162,6 +162,7 @@ def adapt_predictor(
     statistic: str | None = None,
     others: Sequence[PredictorEstimator] = (),
     padding: bool = False,
+    combine: str = "median",
 ) -> tuple[PredictorEstimator, TransferReport]:
     """Adapt ``source`` (another device's predictor) with measurements of the device of ``dataset``.
 
@@ -182,6 +183,8 @@ def adapt_predictor(
             adapted predictor is their mix with ``source``'s (:func:`adapt_model_from_many`).
         padding: also fit how the new device pays for the kernel taps on the zero padding
             (``adapt_model(..., padding=True)``); with one source only.
+        combine: an architecture's latency from its records, in ``dataset`` and ``test``: as
+            :meth:`~latency_predictor.prediction.dataset.Dataset.table`.
 
     Returns:
         The adapted predictor, valid for the dataset's setting, and the comparison on held-out
@@ -199,7 +202,7 @@ def adapt_predictor(
         raise ConfigError("--padding adapts one source predictor; it does not go with several --adapt-from "
                           "predictors")
     stat = check_stat(source.statistic if statistic is None else statistic)
-    table = dataset.table(include_disturbed=include_disturbed, statistic=stat)
+    table = dataset.table(include_disturbed=include_disturbed, statistic=stat, combine=combine)
     n = len(table) if shots is None else shots
     if n < 3 or n > len(table):
         raise DatasetError(
@@ -211,7 +214,7 @@ def adapt_predictor(
     fit_rows = table.subset(np.arange(n))
     if test is not None:
         test.target.check(dataset.target, what="test dataset")
-        held = test.table(include_disturbed=include_disturbed, statistic=stat)
+        held = test.table(include_disturbed=include_disturbed, statistic=stat, combine=combine)
         held = held.subset([i for i, a in enumerate(held.archs) if a not in set(fit_rows.archs)])
     else:
         held = table.subset(np.arange(n, len(table)))
@@ -237,7 +240,8 @@ def adapt_predictor(
         _compare(report, source, model, scales, extractor, fit_archs, fit_rows.latency_ms, held, dataset.target,
                  full, seed, first)
     training = {
-        "dataset": dataset.summary(), "statistic": stat, "seed": seed, "adapted_from": report.source,
+        "dataset": dataset.summary(), "statistic": stat, "combine": combine, "seed": seed,
+        "adapted_from": report.source,
         **({"also_adapted_from": report.others, "source_weight": report.source_weight} if others else {}),
         "train_arch_ids": [arch_id_of(a) for a in fit_rows.archs],
         "test_arch_ids": [arch_id_of(a) for a in held.archs],
