@@ -306,9 +306,11 @@ def transfer_headline(rec: dict[str, Any], claim: str, kind: str, full: str) -> 
     predictor meets the goal; ``full``: what the predictor fitted on many measurements was fitted on."""
     goal, pairs = rec["goal"], rec["pairs"]
     n, adapted, scratch, met = goal_figures(rec)
+    twice = (" (each network timed in two sessions, the faster kept)"
+             if rec["settings"].get("combine") == "min" else "")
     return Headline(
         claim,
-        f"adapted from {n} measurements: +-10% on {min(adapted):.0%}-{max(adapted):.0%} of held-out networks; "
+        f"adapted from {n} measurements{twice}: +-10% on {min(adapted):.0%}-{max(adapted):.0%} of held-out networks; "
         f"goal met on {met} of {len(pairs)} {kind} pairs",
         f"a predictor fitted from scratch on the same {n} ({min(scratch):.0%}-{max(scratch):.0%}), and one fitted "
         f"on {full}",
