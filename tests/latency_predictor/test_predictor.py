@@ -170,6 +170,20 @@ def test_a_dataset_can_take_each_networks_fastest_session(data_dir: Path) -> Non
         ds.table(combine="mean")
 
 
+def test_a_second_session_for_every_network_is_one_more_collect_run(
+    space: SearchSpace, estimator: LatencyEstimator, tmp_path: Path
+) -> None:
+    # the recipe docs/predictor.md gives for a shared host: collect, then collect n=0 repeats=N
+    data = tmp_path / "d"
+    collect(space, estimator, data, 4, repeats=0, min_cpu_share=0.0, progress=False)
+    s = collect(space, estimator, data, 0, repeats=4, min_cpu_share=0.0, progress=False)
+    assert (s.new_archs, s.repeated) == (0, 4)
+    ds = Dataset.open(data)
+    assert ds.table().records.tolist() == [2] * 4
+    for arch, ms in zip(ds.table(combine="min").archs, ds.table(combine="min").latency_ms, strict=True):
+        assert ms == min(r.result.latency_ms for r in ds.records if r.arch == arch)
+
+
 def test_the_train_command_can_learn_each_networks_fastest_session(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
