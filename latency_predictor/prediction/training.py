@@ -86,6 +86,24 @@ def size_warning(n_usable: int) -> str | None:
             f"... n={more} out=<the same folder>) and train again")
 
 
+NOISY_SESSIONS = 0.05
+"""A between-session sigma above which the training report suggests a second session per architecture."""
+
+
+def session_warning(noise: dict[str, Any], table: LatencyTable, combine: str) -> str | None:
+    """The warning for a dataset whose sessions of the same network differ by more than :data:`NOISY_SESSIONS`
+    (``noise``: :func:`noise_estimate`), unless every architecture of ``table`` already keeps its fastest of two
+    or more sessions."""
+    sigma = noise["sigma_between"]
+    once = int(np.sum(table.records < 2))
+    if not sigma > NOISY_SESSIONS or (combine == "min" and once == 0):
+        return None
+    return (f"two sessions of the same network differ by {sigma:.1%} here (between-session sigma, from "
+            f"{noise['repeat_pairs']} repeat pairs): other work on this host slows whole sessions; measure every "
+            f"architecture again (latency_predictor.collect ... n=0 repeats={max(once, 1)} out=<the same folder>) and "
+            "train with combine=min, which keeps each one's fastest session")
+
+
 @dataclass
 class TrainReport:
     """What :func:`train_predictor` measured on the held-out architectures.
@@ -104,7 +122,8 @@ class TrainReport:
         fit_s: seconds the predictor's fit took.
         predictions: held-out predictions per model (ms), aligned with ``test_archs``.
         measured_ms: held-out measured latencies, aligned with ``test_archs``.
-        warning: set when the dataset is smaller than :data:`RECOMMENDED_ARCHS` (see :func:`size_warning`).
+        warning: set when the dataset is smaller than :data:`RECOMMENDED_ARCHS` (see :func:`size_warning`), or
+            when its sessions differ by more than :data:`NOISY_SESSIONS` (see :func:`session_warning`).
         statistic: the statistic the predictor learns.
         excluded_few_runs: architectures left out with too few timed runs for ``statistic``.
         combine: how an architecture's records were combined (:meth:`Dataset.table`).
@@ -274,12 +293,14 @@ def train_predictor(
         b.fit(train_archs, train.latency_ms)
     preds = {"additive": model.predict(test_archs)}
     preds.update({b.name: b.predict(test_archs) for b in baselines})
+    noise = noise_estimate(dataset, test)
+    warnings = [w for w in (size_warning(len(table)), session_warning(noise, table, combine)) if w]
     report = TrainReport(
         dataset=dataset.summary(), train_archs=list(train.archs), test_archs=list(test.archs),
         excluded_disturbed=excluded, models={k: accuracy_metrics(test.latency_ms, p) for k, p in preds.items()},
-        noise=noise_estimate(dataset, test), lut_coverage=lut.coverage, fit_s=fit_s,
+        noise=noise, lut_coverage=lut.coverage, fit_s=fit_s,
         predictions={k: p.tolist() for k, p in preds.items()}, measured_ms=test.latency_ms.tolist(),
-        warning=size_warning(len(table)), statistic=statistic, excluded_few_runs=table.too_few_runs,
+        warning="; ".join(warnings) or None, statistic=statistic, excluded_few_runs=table.too_few_runs,
         combine=combine,
     )
     training = {

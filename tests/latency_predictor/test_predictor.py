@@ -44,7 +44,7 @@ from latency_predictor.prediction.predictor import (
     read_predictor,
 )
 from latency_predictor.prediction.target import PredictorTarget
-from latency_predictor.prediction.training import fit_additive, train_predictor, usable_table
+from latency_predictor.prediction.training import fit_additive, session_warning, train_predictor, usable_table
 from search_spaces import Arch, SearchSpace, arch_id_of, load_space
 
 SHAPE = (1, 3, 64, 64)
@@ -182,6 +182,33 @@ def test_a_second_session_for_every_network_is_one_more_collect_run(
     assert ds.table().records.tolist() == [2] * 4
     for arch, ms in zip(ds.table(combine="min").archs, ds.table(combine="min").latency_ms, strict=True):
         assert ms == min(r.result.latency_ms for r in ds.records if r.arch == arch)
+
+
+def test_a_dataset_whose_sessions_differ_is_told_to_measure_each_network_again(data_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in data_dir.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    # the repeats' sessions as if other work on the host had slowed them by a third
+    lines = (copy / RECORDS_FILE).read_text().splitlines()
+    for i, line in enumerate(lines):
+        d = json.loads(line)
+        if d["origin"] == "repeat":
+            for k in ("min", "mean", "std", "p50", "p90", "p95", "p99"):
+                d["result"]["stats"][k] *= 1.33
+            lines[i] = json.dumps(d)
+    (copy / RECORDS_FILE).write_text("\n".join(lines) + "\n")
+    _, report = train_predictor(Dataset.open(copy), test_fraction=0.25)
+    assert report.noise["sigma_between"] > 0.2
+    assert report.warning is not None and "two sessions of the same network differ by" in report.warning
+    assert f"n=0 repeats={N - 3} out=<the same folder>) and train with combine=min" in report.warning
+    assert report.warning.startswith(f"only {N} usable architectures")  # the size warning stays first
+    # every network with its fastest of two sessions: nothing to add; sessions that agree: nothing to say
+    table = Dataset.open(copy).table(combine="min")
+    twice = table.subset([i for i, n in enumerate(table.records) if n == 2])
+    assert session_warning(report.noise, twice, "min") is None
+    assert session_warning(report.noise, twice, "median") is not None
+    assert session_warning({**report.noise, "sigma_between": 0.03}, table, "median") is None
 
 
 def test_the_train_command_can_learn_each_networks_fastest_session(
