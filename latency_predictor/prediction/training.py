@@ -98,9 +98,10 @@ def session_warning(noise: dict[str, Any], table: LatencyTable, combine: str) ->
     once = int(np.sum(table.records < 2))
     if not sigma > NOISY_SESSIONS or (combine == "min" and once == 0):
         return None
+    again = (f"measure every architecture again (latency_predictor.collect ... n=0 repeats={once} "
+             "out=<the same folder>) and " if once else "")
     return (f"two sessions of the same network differ by {sigma:.1%} here (between-session sigma, from "
-            f"{noise['repeat_pairs']} repeat pairs): other work on this host slows whole sessions; measure every "
-            f"architecture again (latency_predictor.collect ... n=0 repeats={max(once, 1)} out=<the same folder>) and "
+            f"{noise['repeat_pairs']} repeat pairs): other work on this host slows whole sessions; {again}"
             "train with combine=min, which keeps each one's fastest session")
 
 

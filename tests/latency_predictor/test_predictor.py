@@ -209,6 +209,8 @@ def test_a_dataset_whose_sessions_differ_is_told_to_measure_each_network_again(d
     twice = table.subset([i for i, n in enumerate(table.records) if n == 2])
     assert session_warning(report.noise, twice, "min") is None
     assert session_warning(report.noise, twice, "median") is not None
+    # every network already timed twice: only the training is to change
+    assert "slows whole sessions; train with combine=min" in str(session_warning(report.noise, twice, "median"))
     assert session_warning({**report.noise, "sigma_between": 0.03}, table, "median") is None
 
 
