@@ -25,7 +25,9 @@ outside the space too (a choice the space lacks, tried before the space gains it
 is a study beside the comparison: the same search with ``search.latency_floor=F`` (proposals under ``F``
 times the target are not trained), its record and winner's trainings kept apart from the comparison's
 search; so is ``search --trials N`` (the same search with N candidates), alone or with a floor, and
-``search --first-rung IMAGESxEPOCHS`` (the same search with another first rung). A training already saved under
+``search --first-rung IMAGESxEPOCHS`` (the same search with another first rung). ``train --recipe plain`` trains
+with a second recipe (:data:`RECIPES`), saved under its own name, never in place of the comparison's: a check that
+a verdict does not rest on the comparison's recipe. A training already saved under
 :data:`STATE_DIR` is never repeated; a step whose inputs are missing says which step to run first.
 """
 
@@ -148,9 +150,18 @@ def _compared(widths: dict[str, Any]) -> list[dict[str, Any]]:
     return [t for t in widths["targets"] if not t.get("fronts_only")]
 
 
-def training_key(arch: Arch, seed: int, budget: dict[str, int]) -> str:
-    """The file stem a training is saved under."""
-    return f"{arch.arch_id}-seed{seed}-{budget['train_images']}x{budget['epochs']}"
+RECIPES: dict[str, dict[str, Any]] = {
+    "plain": {"batch_size": 128, "lr": 0.1, "weight_decay": 5e-4, "label_smoothing": 0.0, "no_decay_norm_bias": False},
+}
+"""Recipes a network may be trained with beside the comparison's (the ``train`` group's defaults), as changes to
+those defaults: ``plain`` is the textbook CIFAR recipe (SGD at 0.1 on batches of 128, weight decay 5e-4 on every
+weight, no label smoothing), a check that a verdict does not rest on the comparison's own recipe. The epochs,
+images, schedule, warm-up and augmentation stay the budget's and the defaults'."""
+
+
+def training_key(arch: Arch, seed: int, budget: dict[str, int], recipe: str | None = None) -> str:
+    """The file stem a training is saved under (with ``recipe``, one of :data:`RECIPES`, its name last)."""
+    return f"{arch.arch_id}-seed{seed}-{budget['train_images']}x{budget['epochs']}" + (f"-{recipe}" if recipe else "")
 
 
 INT8_CALIBRATION = 512
@@ -167,13 +178,17 @@ def _int8_figures(net: torch.nn.Module, data: Any, seed: int) -> dict[str, Any]:
             "int8": {"runtime": "onnxruntime", "quantisation": "static QDQ", "calibration_images": INT8_CALIBRATION}}
 
 
-def _int8_from_weights(job: tuple[str, int, str, dict[str, int], str, bool]) -> dict[str, Any]:
+Job = tuple[str, int, str, dict[str, int], str, bool, str | None]
+"""One training of :func:`train_all`: architecture, seed, archive, budget, state folder, INT8, recipe."""
+
+
+def _int8_from_weights(job: Job) -> dict[str, Any]:
     """A saved training's INT8 accuracy from its saved weights: the network is rebuilt, not trained again."""
-    arch_text, seed, archive, budget, state_dir, _ = job
+    arch_text, seed, archive, budget, state_dir, _, recipe = job
     torch.set_num_threads(1)
     arch = Arch.decode(arch_text)
     data = load_dataset(data_config(Path(archive))).take_train(budget["train_images"], 0)
-    key = training_key(arch, seed, budget)
+    key = training_key(arch, seed, budget, recipe)
     folder = Path(state_dir)
     net = build(arch, num_classes=10)
     net.load_state_dict(torch.load(folder / f"{key}.pt", map_location="cpu", weights_only=True))
@@ -182,20 +197,21 @@ def _int8_from_weights(job: tuple[str, int, str, dict[str, int], str, bool]) -> 
     return out
 
 
-def _train(job: tuple[str, int, str, dict[str, int], str, bool]) -> dict[str, Any]:
-    arch_text, seed, archive, budget, state_dir, int8 = job
+def _train(job: Job) -> dict[str, Any]:
+    arch_text, seed, archive, budget, state_dir, int8, recipe = job
     torch.set_num_threads(1)
     arch = Arch.decode(arch_text)
     data = load_dataset(data_config(Path(archive))).take_train(budget["train_images"], 0)
     torch.manual_seed(seed)
     net = build(arch, num_classes=10)
-    cfg = TrainConfig(epochs=budget["epochs"], seed=seed, device="cpu")
+    cfg = TrainConfig(epochs=budget["epochs"], seed=seed, device="cpu", **(RECIPES[recipe] if recipe else {}))
     t0 = time.perf_counter()
     history = train_briefly(net, data, cfg, torch.device("cpu"))
     out = {
         "arch": arch_text, "arch_id": arch.arch_id, "seed": seed, **budget,
         "val_images": data.n_val, "accuracy": history[-1].accuracy, "val_loss": history[-1].val_loss,
         "per_epoch_accuracy": [h.accuracy for h in history], "seconds": time.perf_counter() - t0,
+        **({"recipe_name": recipe} if recipe else {}),
         "recipe": dataclasses.asdict(cfg), "channels_last": channels_last_on(cfg, torch.device("cpu")),
         "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "mean": list(data.mean), "std": list(data.std),
@@ -203,7 +219,7 @@ def _train(job: tuple[str, int, str, dict[str, int], str, bool]) -> dict[str, An
     }
     if int8:
         out.update(_int8_figures(net, data, seed))
-    key = training_key(arch, seed, budget)
+    key = training_key(arch, seed, budget, recipe)
     folder = Path(state_dir)
     folder.mkdir(parents=True, exist_ok=True)
     net.eval()
@@ -223,7 +239,8 @@ def _training_worker(env: dict[str, str]) -> None:
 
 
 def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers: int, state_dir: Path,
-              log: Callable[[str], None], int8: bool = False) -> dict[tuple[str, int], dict[str, Any]]:
+              log: Callable[[str], None], int8: bool = False,
+              recipe: str | None = None) -> dict[tuple[str, int], dict[str, Any]]:
     """Every (architecture, seed) at ``budget``: saved ones read back, the others trained ``workers`` at a time.
     Every training saves its weights (``<key>.pt``). With ``int8``, each training also records its network's INT8
     accuracy (:data:`INT8_CALIBRATION`); one saved without it is scored in INT8 from its saved weights, or, saved
@@ -232,17 +249,20 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
 
     The workers train as a search's trials do on this CPU, whoever calls: channels-last, with oneDNN held at
     AVX2 (:func:`nas.accuracy.training.trial_environment`; the user's own cap holds). Each record says which
-    format trained it (``channels_last``, ``onednn_max_cpu_isa``)."""
+    format trained it (``channels_last``, ``onednn_max_cpu_isa``). With ``recipe`` (one of :data:`RECIPES`), each
+    network is trained with that recipe instead and saved under its own name (:func:`training_key`)."""
+    if recipe is not None and recipe not in RECIPES:
+        raise ValueError(f"recipe {recipe!r}: not one of {', '.join(sorted(RECIPES))}")
     done: dict[tuple[str, int], dict[str, Any]] = {}
-    todo: list[tuple[str, int, str, dict[str, int], str, bool]] = []
-    rescore: list[tuple[str, int, str, dict[str, int], str, bool]] = []
+    todo: list[Job] = []
+    rescore: list[Job] = []
     again = 0
     for arch in dict.fromkeys(archs):
         for seed in range(budget["seeds"]):
-            key = training_key(arch, seed, budget)
+            key = training_key(arch, seed, budget, recipe)
             path = state_dir / f"{key}.json"
             saved = json.loads(path.read_text()) if path.exists() else None
-            job = (arch.encode(), seed, str(archive), budget, str(state_dir), int8)
+            job = (arch.encode(), seed, str(archive), budget, str(state_dir), int8, recipe)
             if saved is not None and (not int8 or "int8_accuracy" in saved):
                 done[(arch.encode(), seed)] = saved
             elif saved is not None and (state_dir / f"{key}.pt").exists():
@@ -250,7 +270,8 @@ def train_all(archs: list[Arch], archive: Path, budget: dict[str, int], workers:
             else:
                 again += saved is not None
                 todo.append(job)
-    log(f"  trainings at {budget['train_images']} images x {budget['epochs']} epochs: {len(done)} saved, "
+    log(f"  trainings at {budget['train_images']} images x {budget['epochs']} epochs"
+        + (f", recipe {recipe}" if recipe else "") + f": {len(done)} saved, "
         + (f"{len(rescore)} to score in INT8 from their saved weights, " if rescore else "")
         + f"{len(todo)} to train" + (f" ({again} of them saved without an INT8 accuracy or weights)" if again else "")
         + f", {workers} at a time")
@@ -805,6 +826,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="train step: a member of the search's space (its canonical string); may repeat")
     parser.add_argument("--seeds", type=int, default=None,
                         help="train step: train seeds 0 to N-1 (default: the budget's, 3)")
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default=None,
+                        help="train step: train with this recipe instead of the comparison's (RECIPES), saved under "
+                             "its own name beside the others: a check that a verdict holds under another recipe")
     parser.add_argument("--probe", action="store_true",
                         help="train step: the networks of --arch may lie outside the search's space (a probe of a "
                              "choice the space lacks, before the space gains it); kept beside the others")
@@ -837,6 +861,8 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--arch {text}: {e}" + ("" if args.probe else " (a network outside the space: --probe)"))
     elif args.probe:
         parser.error("--probe: trains networks outside the search's space, for --step train")
+    elif args.recipe is not None:
+        parser.error(f"--recipe {args.recipe}: trains networks with another recipe, for --step train")
     if not args.cifar10.is_file():
         parser.error(f"--cifar10 {args.cifar10}: no such file")
     # Every training here is on the CPU, as a search's trials train there: channels-last, with oneDNN held
@@ -896,7 +922,7 @@ def main(argv: list[str] | None = None) -> int:
         train_all([*refs, *winners], args.cifar10, budget, args.workers, state_dir, log)
     elif args.step == "train":
         seeds = budget["seeds"] if args.seeds is None else args.seeds
-        train_all(archs, args.cifar10, {**budget, "seeds": seeds}, args.workers, state_dir, log)
+        train_all(archs, args.cifar10, {**budget, "seeds": seeds}, args.workers, state_dir, log, recipe=args.recipe)
     elif args.step == "report":
         t0 = time.perf_counter()
         export_dir = EXPORT_DIR if not apart else state_dir / "exports"

@@ -37,6 +37,7 @@ from benchmarks.common import ROOT, Headline, header, machine_and_load, record_p
 from benchmarks.search.cifar10_deploy import (
     BUDGET,
     GOAL_POINTS,
+    RECIPES,
     SEARCH,
     SHAPE,
     STATE_DIR,
@@ -175,11 +176,44 @@ def fronts(timing: dict[str, Any]) -> dict[float, dict[str, list[dict[str, Any]]
     return out
 
 
-def _seeds(state_dir: Path, arch: str) -> list[float]:
-    """The accuracies of ``arch``'s trainings at the deployment budget under ``state_dir``, seed by seed."""
+def _seeds(state_dir: Path, arch: str, recipe: str | None = None) -> list[float]:
+    """The accuracies of ``arch``'s trainings at the deployment budget under ``state_dir``, seed by seed (with
+    ``recipe``, those trained with that recipe of :data:`~benchmarks.search.cifar10_deploy.RECIPES`)."""
     a = Arch.decode(arch)
     return [json.loads(p.read_text())["accuracy"] for s in range(BUDGET["seeds"])
-            if (p := state_dir / f"{training_key(a, s, BUDGET)}.json").exists()]
+            if (p := state_dir / f"{training_key(a, s, BUDGET, recipe)}.json").exists()]
+
+
+CHECK_RECIPE = "plain"
+"""The second recipe the report holds a searched network's verdict to (:data:`RECIPES`)."""
+
+
+def recipe_check(state_dir: Path, searched: dict[str, Any], members: list[dict[str, Any]],
+                 recipe: str = CHECK_RECIPE) -> dict[str, Any] | None:
+    """The goal's test at one target under a second recipe: the searched network and the front members in the
+    goal's range (no faster than it, within the target) that were trained with ``recipe`` as well
+    (``cifar10_deploy --step train --recipe``), each with its seeds under both recipes. ``untried`` names the
+    members in the range not trained with it, which the test leaves out: the check says whether the verdict rests
+    on the comparison's recipe where it was tried, not the verdict of the whole front. None until the searched
+    network has a training with ``recipe``."""
+    own = _seeds(state_dir, searched["arch"], recipe)
+    if not own:
+        return None
+    in_range = [m for m in members if searched["x_anchor"] <= m["x_anchor"] <= 1.0]
+    rows, tried = [], []
+    for m in in_range:
+        accs = _seeds(state_dir, m["arch"], recipe)
+        if accs:
+            tried.append({**m, "accuracy": {**spread(accs), "values": accs}})
+            rows.append({"member": m["member"], "x_anchor": m["x_anchor"],
+                         "own": m["accuracy"] and m["accuracy"]["values"], "recipe": accs})
+    entry = {**searched, "accuracy": {**spread(own), "values": own}}
+    return {"recipe": recipe, "changes": RECIPES[recipe], "searched": {
+                "arch_id": searched["arch_id"], "x_anchor": searched["x_anchor"], "space": searched["space"],
+                "own": searched["accuracy"] and searched["accuracy"]["values"], "recipe": own,
+                "accuracy": entry["accuracy"]},
+            "members": rows, "goal": against_fronts(entry, tried),
+            "untried": [m["member"] for m in in_range if not any(r["member"] == m["member"] for r in rows)]}
 
 
 def against_fronts(searched: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:
@@ -284,6 +318,9 @@ def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
             seeded["reference"] = next((m["member"] for m in members if m["arch_id"] == seeded["arch_id"]), None)
             if seeded["accuracy"] is not None:
                 seeded["goal"] = against_fronts(seeded, members)
+            check = recipe_check(state_dir, seeded, members)
+            if check is not None:
+                entry["recipe_check"] = check
             control = _seeded_search(state_dir, target, random_control(SEARCH))
             if control is not None:
                 entry["random_control"] = control
@@ -430,6 +467,29 @@ def _verdict(name: str, s: dict[str, Any], g: dict[str, Any]) -> str:
             + (f" Not yet trained with {BUDGET['seeds']} seeds: {', '.join(pending)}." if pending else ""))
 
 
+def _render_check(check: dict[str, Any]) -> list[str]:
+    """A target's :func:`recipe_check` in words and a table."""
+    from benchmarks.render import _f, table
+
+    def seeds(values: list[float] | None) -> str:
+        return ", ".join(f"{100 * v:.1f}%" for v in values) if values else "not trained"
+
+    s = check["searched"]
+    changes = ", ".join(f"{k} {v:g}" if not isinstance(v, bool) else f"{k} {str(v).lower()}"
+                        for k, v in check["changes"].items())
+    rows = [[f"{s['arch_id']} (searched)", _f(s["x_anchor"], 2), seeds(s["own"]), seeds(s["recipe"])]]
+    rows += [[r["member"], _f(r["x_anchor"], 2), seeds(r["own"]), seeds(r["recipe"])] for r in check["members"]]
+    out = [f"Under a second recipe, `{check['recipe']}` (the train group's defaults with {changes}; "
+           f"`python -m benchmarks.search.cifar10_deploy --step train --recipe {check['recipe']} --arch A`), the "
+           "searched network and the members trained with it too:", "",
+           table(["network", "x anchor", "the comparison's recipe, seed by seed",
+                  f"`{check['recipe']}`, seed by seed"], rows), "",
+           _verdict(f"Under `{check['recipe']}`, the winner", {**s, "space": s["space"]}, check["goal"])]
+    if check["untried"]:
+        out[-1] += f" Not trained with `{check['recipe']}`, so left out here: {', '.join(check['untried'])}."
+    return out
+
+
 def render(rec: dict[str, Any]) -> str:
     """The record's section on its area's page: each target's fronts, and the searched network against them."""
     from benchmarks.render import _f, meta, table
@@ -468,6 +528,9 @@ def render(rec: dict[str, Any]) -> str:
                             "nothing that meets the target and beats it by its own figures."]
             if "goal" in seeded:
                 out += ["", _verdict("Its winner", seeded, seeded["goal"])]
+        check = t.get("recipe_check")
+        if check is not None:
+            out += ["", *_render_check(check)]
         longer = t.get("longer_search")
         if longer is not None:
             same = (f"Its winner is {longer['arch_id']}, "

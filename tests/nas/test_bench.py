@@ -936,6 +936,84 @@ def test_the_searched_network_is_held_to_every_trained_front_member_no_faster_th
     assert [(r["member"], r["met"]) for r in g["against"]] == [("resnet20@0.5", True), ("resnet14", False)]
 
 
+def test_the_recipe_check_holds_the_searched_network_to_the_members_trained_with_the_second_recipe(
+        tmp_path: Path) -> None:
+    """A training with another recipe is saved under its own name, beside the comparison's; the check sets the
+    searched network against the members in the goal's range trained with that recipe as well, each with both
+    recipes' seeds, and names the members in the range it leaves out."""
+    from benchmarks.search import cifar10_deploy, cifar10_fronts
+
+    budget = cifar10_fronts.BUDGET
+    searched_arch, close_arch, far_arch = (Arch.decode(a) for a in (
+        "act_relu-stem_c16_s1-rb_k3_c16_s1-rb_k3_c32_s2-rb_k3_c64_s2",
+        "act_relu-stem_c24_s1-rb_k3_c24_s1-rb_k3_c48_s2-rb_k3_c96_s2",
+        "act_relu-stem_c8_s1-rb_k3_c8_s1-rb_k3_c16_s2-rb_k3_c32_s2"))
+    plain = cifar10_fronts.CHECK_RECIPE
+    assert cifar10_deploy.training_key(close_arch, 1, budget, plain) == (
+        f"{cifar10_deploy.training_key(close_arch, 1, budget)}-{plain}")
+
+    def saved(arch: Arch, accs: list[float], recipe: str | None = None) -> None:
+        for seed, acc in enumerate(accs):
+            (tmp_path / f"{cifar10_deploy.training_key(arch, seed, budget, recipe)}.json").write_text(json.dumps(
+                {"arch": arch.encode(), "arch_id": arch.arch_id, "seed": seed, "accuracy": acc}))
+
+    def spread_of(accs: list[float]) -> dict[str, Any]:
+        return {**spread(accs), "values": accs}
+
+    searched = {"arch": searched_arch.encode(), "arch_id": searched_arch.arch_id, "space": "cifar",
+                "x_anchor": 0.6, "accuracy": spread_of([0.775, 0.78, 0.777])}
+    members = [{"family": "resnet_cifar", "member": "close", "arch": close_arch.encode(), "x_anchor": 0.9,
+                "accuracy": spread_of([0.757, 0.781, 0.761])},
+               {"family": "resnet_cifar", "member": "far", "arch": far_arch.encode(), "x_anchor": 0.7,
+                "accuracy": spread_of([0.70, 0.71, 0.70])}]
+    saved(searched_arch, [0.775, 0.78, 0.777])
+    saved(close_arch, [0.757, 0.781, 0.761])
+    assert cifar10_fronts.recipe_check(tmp_path, searched, members) is None  # nothing trained with it yet
+    saved(searched_arch, [0.794, 0.793, 0.795], plain)
+    saved(close_arch, [0.779, 0.782], plain)
+    check = cifar10_fronts.recipe_check(tmp_path, searched, members)
+    assert check is not None and check["untried"] == ["far"]
+    assert [(r["member"], r["own"], r["recipe"]) for r in check["members"]] == [
+        ("close", [0.757, 0.781, 0.761], [0.779, 0.782])]
+    g = check["goal"]
+    assert g["met"] and g["pending"] == ["close"] and [r["points"] for r in g["against"]] == [pytest.approx(1.35)]
+    said = "\n".join(cifar10_fronts._render_check(check))
+    assert f"| {searched_arch.arch_id} (searched) | 0.60 | 77.5%, 78.0%, 77.7% | 79.4%, 79.3%, 79.5% |" in said
+    assert "| close | 0.90 | 75.7%, 78.1%, 76.1% | 77.9%, 78.2% |" in said
+    assert "**met on the seeds trained so far**. Not yet trained with 3 seeds: close." in said
+    assert said.endswith(f"Not trained with `{plain}`, so left out here: far.")
+    saved(close_arch, [0.779, 0.782, 0.80], plain)  # a seed above the searched network's worst: the ranges meet
+    g = cifar10_fronts.recipe_check(tmp_path, searched, members)["goal"]
+    assert not g["met"] and g["pending"] == []
+
+
+def test_a_training_with_the_second_recipe_is_trained_with_it_and_kept_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--recipe plain`` trains with the recipe's changes, saves under its own name and never replaces the
+    comparison's training of the same network and seed; an unknown recipe is refused before any training."""
+    from benchmarks.search import cifar10_deploy
+
+    monkeypatch.setenv("LATNAS_CACHE_DIR", str(tmp_path / "cache"))
+    archive = _tiny_archive(tmp_path)
+    arch = Arch.decode("act_relu-stem_c8_s1-rb_k3_c8_s1-rb_k3_c16_s2")
+    budget = {"train_images": 40, "epochs": 1, "seeds": 1}
+    state = tmp_path / "state"
+    said: list[str] = []
+    (own,) = cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append).values()
+    (plain,) = cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append, recipe="plain").values()
+    assert "recipe plain: 0 saved, 1 to train" in said[-2]
+    assert plain["recipe_name"] == "plain" and "recipe_name" not in own
+    assert {k: plain["recipe"][k] for k in cifar10_deploy.RECIPES["plain"]} == cifar10_deploy.RECIPES["plain"]
+    assert own["recipe"]["weight_decay"] != plain["recipe"]["weight_decay"]
+    assert json.loads((state / f"{cifar10_deploy.training_key(arch, 0, budget)}.json").read_text()) == own
+    assert (state / f"{cifar10_deploy.training_key(arch, 0, budget, 'plain')}.onnx").is_file()
+    with pytest.raises(ValueError, match="recipe 'fancy': not one of plain"):
+        cifar10_deploy.train_all([arch], archive, budget, 1, state, said.append, recipe="fancy")
+    with pytest.raises(SystemExit):
+        cifar10_deploy.main(["--cifar10", str(archive), "--step", "report", "--recipe", "plain"])
+    assert "--recipe plain: trains networks with another recipe, for --step train" in capsys.readouterr().err
+
+
 def test_a_runtime_that_is_a_scaled_copy_is_predicted_from_10_measurements(tmp_path: Path) -> None:
     """The runtime transfer benchmark on a record whose second runtime is the first at twice the latency: the
     first runtime's predictor as is misses every network by 2x, adapted from 10 measurements it is back within
