@@ -195,7 +195,7 @@ def recipe_check(state_dir: Path, searched: dict[str, Any], members: list[dict[s
     (``cifar10_deploy --step train --recipe``), each with its seeds under both recipes. ``untried`` names the
     members in the range not trained with it, which the test leaves out: the check says whether the verdict rests
     on the comparison's recipe where it was tried, not the verdict of the whole front. None until the searched
-    network has a training with ``recipe``."""
+    network and at least one member in the range have a training with ``recipe``."""
     own = _seeds(state_dir, searched["arch"], recipe)
     if not own:
         return None
@@ -207,6 +207,8 @@ def recipe_check(state_dir: Path, searched: dict[str, Any], members: list[dict[s
             tried.append({**m, "accuracy": {**spread(accs), "values": accs}})
             rows.append({"member": m["member"], "x_anchor": m["x_anchor"],
                          "own": m["accuracy"] and m["accuracy"]["values"], "recipe": accs})
+    if not rows:
+        return None
     entry = {**searched, "accuracy": {**spread(own), "values": own}}
     return {"recipe": recipe, "changes": RECIPES[recipe], "searched": {
                 "arch_id": searched["arch_id"], "x_anchor": searched["x_anchor"], "space": searched["space"],
@@ -486,7 +488,10 @@ def _render_check(check: dict[str, Any]) -> list[str]:
                   f"`{check['recipe']}`, seed by seed"], rows), "",
            _verdict(f"Under `{check['recipe']}`, the winner", {**s, "space": s["space"]}, check["goal"])]
     if check["untried"]:
-        out[-1] += f" Not trained with `{check['recipe']}`, so left out here: {', '.join(check['untried'])}."
+        n = len(check["untried"])
+        out[-1] += (f" This is not the verdict at the target under `{check['recipe']}`: {n} member"
+                    f"{'' if n == 1 else 's'} in its range {'is' if n == 1 else 'are'} not trained with it and left "
+                    f"out here: {', '.join(check['untried'])}.")
     return out
 
 

@@ -970,6 +970,7 @@ def test_the_recipe_check_holds_the_searched_network_to_the_members_trained_with
     saved(close_arch, [0.757, 0.781, 0.761])
     assert cifar10_fronts.recipe_check(tmp_path, searched, members) is None  # nothing trained with it yet
     saved(searched_arch, [0.794, 0.793, 0.795], plain)
+    assert cifar10_fronts.recipe_check(tmp_path, searched, members) is None  # no member to hold it to
     saved(close_arch, [0.779, 0.782], plain)
     check = cifar10_fronts.recipe_check(tmp_path, searched, members)
     assert check is not None and check["untried"] == ["far"]
@@ -981,7 +982,8 @@ def test_the_recipe_check_holds_the_searched_network_to_the_members_trained_with
     assert f"| {searched_arch.arch_id} (searched) | 0.60 | 77.5%, 78.0%, 77.7% | 79.4%, 79.3%, 79.5% |" in said
     assert "| close | 0.90 | 75.7%, 78.1%, 76.1% | 77.9%, 78.2% |" in said
     assert "**met on the seeds trained so far**. Not yet trained with 3 seeds: close." in said
-    assert said.endswith(f"Not trained with `{plain}`, so left out here: far.")
+    assert said.endswith(f"This is not the verdict at the target under `{plain}`: 1 member in its range is not "
+                         "trained with it and left out here: far.")
     saved(close_arch, [0.779, 0.782, 0.80], plain)  # a seed above the searched network's worst: the ranges meet
     g = cifar10_fronts.recipe_check(tmp_path, searched, members)["goal"]
     assert not g["met"] and g["pending"] == []
