@@ -44,7 +44,13 @@ from latency_predictor.prediction.predictor import (
     read_predictor,
 )
 from latency_predictor.prediction.target import PredictorTarget
-from latency_predictor.prediction.training import fit_additive, session_warning, train_predictor, usable_table
+from latency_predictor.prediction.training import (
+    NOISY_SESSIONS,
+    fit_additive,
+    session_warning,
+    train_predictor,
+    usable_table,
+)
 from search_spaces import Arch, SearchSpace, arch_id_of, load_space
 
 SHAPE = (1, 3, 64, 64)
@@ -200,7 +206,8 @@ def test_a_dataset_whose_sessions_differ_is_told_to_measure_each_network_again(d
             lines[i] = json.dumps(d)
     (copy / RECORDS_FILE).write_text("\n".join(lines) + "\n")
     _, report = train_predictor(Dataset.open(copy), test_fraction=0.25)
-    assert report.noise["sigma_between"] > 0.2
+    # the sessions are timed on this host, so their own noise moves the estimate: well above the threshold, not exact
+    assert report.noise["sigma_between"] > 2 * NOISY_SESSIONS
     assert report.warning is not None and "two sessions of the same network differ by" in report.warning
     assert f"n=0 repeats={N - 3} out=<the same folder>) and train with combine=min" in report.warning
     assert report.warning.startswith(f"only {N} usable architectures")  # the size warning stays first
