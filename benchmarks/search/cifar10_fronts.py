@@ -215,7 +215,7 @@ def recipe_check(state_dir: Path, searched: dict[str, Any], members: list[dict[s
                 "own": searched["accuracy"] and searched["accuracy"]["values"], "recipe": own,
                 "accuracy": entry["accuracy"]},
             "members": rows, "goal": against_fronts(entry, tried),
-            "untried": [m["member"] for m in in_range if not any(r["member"] == m["member"] for r in rows)]}
+            "untried": [m["member"] for m in in_range if m["member"] not in {r["member"] for r in rows}]}
 
 
 def against_fronts(searched: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:
@@ -486,7 +486,7 @@ def _render_check(check: dict[str, Any]) -> list[str]:
            "searched network and the members trained with it too:", "",
            table(["network", "x anchor", "the comparison's recipe, seed by seed",
                   f"`{check['recipe']}`, seed by seed"], rows), "",
-           _verdict(f"Under `{check['recipe']}`, the winner", {**s, "space": s["space"]}, check["goal"])]
+           _verdict(f"Under `{check['recipe']}`, the winner", s, check["goal"])]
     if check["untried"]:
         n = len(check["untried"])
         out[-1] += (f" This is not the verdict at the target under `{check['recipe']}`: {n} member"
