@@ -74,6 +74,7 @@ from nas.driver.progress import Progress, RungPlan, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
 from nas.driver.screen import MAX_REFUSED, LatencyScreen, make_screen
 from nas.oneshot.subnet import check_supernet
+from nas.runtime.signals import sigterm_as_interrupt
 from nas.trial.evaluate import (
     TrialContext,
     fp32_config,
@@ -444,7 +445,8 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                 run = _Run(name, output_dir, params, previous, changed, resume_command(command, name),
                            device_name or "", anchor_ms, screen)
                 begun = True  # from here on the search has records: its folder stays whatever happens
-                return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
+                with sigterm_as_interrupt():  # not ray.init's handler, which aborts: a scheduler's stop is a Ctrl-C
+                    return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
             finally:
                 ray_cluster.disconnect(cluster)
     finally:

@@ -2,6 +2,8 @@
 
 * :mod:`nas.runtime.workers`: process pools whose workers end with their caller, and the watcher
   that ends a local Ray cluster's agents once the driver has died;
+* :mod:`nas.runtime.signals`: a scheduler's SIGTERM taken as a Ctrl-C, so that a stopped search
+  records what ended and says how to resume;
 * :mod:`nas.runtime.plugins`: the user's functions (``accuracy.fn``, ``data.fn``), imported by
   ``module:function``, called with their failures typed, and the code sent to every node.
 

@@ -498,12 +498,18 @@ def test_a_killed_drivers_ray_processes_are_gone_before_its_resume_records_anyth
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path, stop: str) -> None:
+    """Ctrl-C, and a scheduler's SIGTERM to the driver (``kill``, Slurm, Kubernetes) the same way: what
+    ended is recorded, the parent run is KILLED, Ray's processes end and the resume command is printed."""
     args, db = _cli(tmp_path, "interrupted", "search.n_trials=40"), tmp_path / "mlflow.db"
     with _driver(args, tmp_path) as (proc, seen):
         _wait_for_candidates(db, 1, proc, seen, timeout=240)
         seen |= _descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        if stop == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # the terminal signals the whole foreground group
+        else:
+            proc.send_signal(signal.SIGTERM)  # the driver alone, where Ray's own handler would abort it
         assert proc.wait(timeout=120) == 130
         left = _wait_until_gone(seen, timeout=60)  # Ray's processes end as the driver shuts Ray down
         assert not left, f"the search left processes running: {sorted(p.pid for p in left)}"

@@ -203,3 +203,38 @@ def test_ctrl_c_is_the_callers_to_report_and_ends_the_workers(tmp_path: Path) ->
             os.killpg(caller.pid, signal.SIGKILL)
     assert caller.returncode == 130 and err.strip() == "interrupted", err[-2000:]  # no worker's traceback
     assert not any(map(_alive, workers)), "a worker went on after Ctrl-C"
+
+
+# A command started in the background (SIGINT ignored) or with a SIGINT handler of its own (Ray Tune's)
+# stopped by a scheduler's SIGTERM inside sigterm_as_interrupt; it says what stopped it and what SIGTERM's
+# handler is once the block has ended.
+TERMINATED = """
+import os, signal, sys, time
+from nas.runtime.signals import sigterm_as_interrupt
+
+if sys.argv[1] == "ignored":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+else:
+    def tune_like(signum, frame):
+        print("SIGINT's handler ran", flush=True)
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, tune_like)
+try:
+    with sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+    print("not stopped", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+print("default" if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else "not restored", flush=True)
+"""
+
+
+@pytest.mark.parametrize("sigint", ["ignored", "handled"])
+def test_a_schedulers_sigterm_stops_the_block_as_ctrl_c_would(tmp_path: Path, sigint: str) -> None:
+    script = tmp_path / "terminated.py"
+    script.write_text(TERMINATED)
+    done = subprocess.run([sys.executable, str(script), sigint], capture_output=True, text=True, timeout=25,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=tmp_path)
+    expected = (["SIGINT's handler ran"] if sigint == "handled" else []) + ["interrupted", "default"]
+    assert done.returncode == 0 and done.stdout.split("\n")[:-1] == expected, (done.stdout, done.stderr[-2000:])
