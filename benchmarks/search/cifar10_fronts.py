@@ -209,13 +209,14 @@ def recipe_check(state_dir: Path, searched: dict[str, Any], members: list[dict[s
                          "own": m["accuracy"] and m["accuracy"]["values"], "recipe": accs})
     if not rows:
         return None
+    trained = {r["member"] for r in rows}
     entry = {**searched, "accuracy": {**spread(own), "values": own}}
     return {"recipe": recipe, "changes": RECIPES[recipe], "searched": {
                 "arch_id": searched["arch_id"], "x_anchor": searched["x_anchor"], "space": searched["space"],
                 "own": searched["accuracy"] and searched["accuracy"]["values"], "recipe": own,
                 "accuracy": entry["accuracy"]},
             "members": rows, "goal": against_fronts(entry, tried),
-            "untried": [m["member"] for m in in_range if m["member"] not in {r["member"] for r in rows}]}
+            "untried": [m["member"] for m in in_range if m["member"] not in trained]}
 
 
 def against_fronts(searched: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:

@@ -31,8 +31,7 @@ def _as_interrupt(signum: int, frame: FrameType | None) -> None:
 def sigterm_as_interrupt() -> Iterator[None]:
     """While the block runs (in the main thread), SIGTERM stops the process as Ctrl-C would; the
     handler that was there before is put back after (the system's default where it was one Python
-    cannot reinstall, as Ray's is). Elsewhere than the main
-    thread nothing is installed."""
+    cannot reinstall, as Ray's is). Elsewhere than the main thread nothing is installed."""
     try:
         before = signal.signal(signal.SIGTERM, _as_interrupt)
     except ValueError:  # not the main thread: signals are the main thread's to handle
