@@ -176,12 +176,14 @@ def fronts(timing: dict[str, Any]) -> dict[float, dict[str, list[dict[str, Any]]
     return out
 
 
-def _seeds(state_dir: Path, arch: str, recipe: str | None = None) -> list[float]:
+def _seeds(state_dir: Path, arch: str, recipe: str | None = None, field: str = "accuracy") -> list[float]:
     """The accuracies of ``arch``'s trainings at the deployment budget under ``state_dir``, seed by seed (with
-    ``recipe``, those trained with that recipe of :data:`~benchmarks.search.cifar10_deploy.RECIPES`)."""
+    ``recipe``, those trained with that recipe of :data:`~benchmarks.search.cifar10_deploy.RECIPES`; with
+    ``field`` ``int8_accuracy``, the INT8 accuracies of those scored in INT8)."""
     a = Arch.decode(arch)
-    return [json.loads(p.read_text())["accuracy"] for s in range(BUDGET["seeds"])
+    runs = [json.loads(p.read_text()) for s in range(BUDGET["seeds"])
             if (p := state_dir / f"{training_key(a, s, BUDGET, recipe)}.json").exists()]
+    return [r[field] for r in runs if field in r]
 
 
 CHECK_RECIPE = "plain"
@@ -189,20 +191,22 @@ CHECK_RECIPE = "plain"
 
 
 def recipe_check(state_dir: Path, searched: dict[str, Any], members: list[dict[str, Any]],
-                 recipe: str = CHECK_RECIPE) -> dict[str, Any] | None:
+                 recipe: str = CHECK_RECIPE, field: str = "accuracy") -> dict[str, Any] | None:
     """The goal's test at one target under a second recipe: the searched network and the front members in the
     goal's range (no faster than it, within the target) that were trained with ``recipe`` as well
     (``cifar10_deploy --step train --recipe``), each with its seeds under both recipes. ``untried`` names the
     members in the range not trained with it, which the test leaves out: the check says whether the verdict rests
     on the comparison's recipe where it was tried, not the verdict of the whole front. None until the searched
-    network and at least one member in the range have a training with ``recipe``."""
-    own = _seeds(state_dir, searched["arch"], recipe)
+    network and at least one member in the range have a training with ``recipe``. With ``field``
+    ``int8_accuracy`` the check is on INT8 accuracy (``searched``'s and ``members``' own figures are then INT8
+    ones too, as ``cifar10_int8``'s report holds them)."""
+    own = _seeds(state_dir, searched["arch"], recipe, field)
     if not own:
         return None
     in_range = [m for m in members if searched["x_anchor"] <= m["x_anchor"] <= 1.0]
     rows, tried = [], []
     for m in in_range:
-        accs = _seeds(state_dir, m["arch"], recipe)
+        accs = _seeds(state_dir, m["arch"], recipe, field)
         if accs:
             tried.append({**m, "accuracy": {**spread(accs), "values": accs}})
             rows.append({"member": m["member"], "x_anchor": m["x_anchor"],
@@ -211,7 +215,7 @@ def recipe_check(state_dir: Path, searched: dict[str, Any], members: list[dict[s
         return None
     trained = {r["member"] for r in rows}
     entry = {**searched, "accuracy": {**spread(own), "values": own}}
-    return {"recipe": recipe, "changes": RECIPES[recipe], "searched": {
+    return {"recipe": recipe, "changes": RECIPES[recipe], "field": field, "searched": {
                 "arch_id": searched["arch_id"], "x_anchor": searched["x_anchor"], "space": searched["space"],
                 "own": searched["accuracy"] and searched["accuracy"]["values"], "recipe": own,
                 "accuracy": entry["accuracy"]},
@@ -470,8 +474,10 @@ def _verdict(name: str, s: dict[str, Any], g: dict[str, Any]) -> str:
             + (f" Not yet trained with {BUDGET['seeds']} seeds: {', '.join(pending)}." if pending else ""))
 
 
-def _render_check(check: dict[str, Any]) -> list[str]:
-    """A target's :func:`recipe_check` in words and a table."""
+def _render_check(check: dict[str, Any],
+                  train: str = "python -m benchmarks.search.cifar10_deploy --step train") -> list[str]:
+    """A target's :func:`recipe_check` in words and a table; ``train`` is the command that trains a network with
+    the recipe (given ``--recipe``)."""
     from benchmarks.render import _f, table
 
     def seeds(values: list[float] | None) -> str:
@@ -482,12 +488,13 @@ def _render_check(check: dict[str, Any]) -> list[str]:
                         for k, v in check["changes"].items())
     rows = [[f"{s['arch_id']} (searched)", _f(s["x_anchor"], 2), seeds(s["own"]), seeds(s["recipe"])]]
     rows += [[r["member"], _f(r["x_anchor"], 2), seeds(r["own"]), seeds(r["recipe"])] for r in check["members"]]
+    int8 = check.get("field") == "int8_accuracy"
     out = [f"Under a second recipe, `{check['recipe']}` (the train group's defaults with {changes}; "
-           f"`python -m benchmarks.search.cifar10_deploy --step train --recipe {check['recipe']} --arch A`), the "
-           "searched network and the members trained with it too:", "",
-           table(["network", "x anchor", "the comparison's recipe, seed by seed",
-                  f"`{check['recipe']}`, seed by seed"], rows), "",
-           _verdict(f"Under `{check['recipe']}`, the winner", s, check["goal"])]
+           f"`{train} --recipe {check['recipe']}" + ("" if int8 else " --arch A") + "`), the searched network and "
+           "the members trained with it too" + (", each training scored in INT8 as above" if int8 else "") + ":", "",
+           table(["network", "x anchor", "the comparison's recipe, seed by seed" + (" (INT8)" if int8 else ""),
+                  f"`{check['recipe']}`, seed by seed" + (" (INT8)" if int8 else "")], rows), "",
+           _verdict(f"Under `{check['recipe']}`, the winner" + (" in INT8" if int8 else ""), s, check["goal"])]
     if check["untried"]:
         n = len(check["untried"])
         out[-1] += (f" This is not the verdict at the target under `{check['recipe']}`: {n} member"

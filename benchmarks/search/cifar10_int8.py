@@ -17,12 +17,16 @@ Steps (``--step``), each resumable (trainings are kept beside the FP32 compariso
 - ``train``: each family's INT8 front and the FP32 winner, every seed, with their INT8 accuracy (a training saved
   without one is scored from its saved weights; one saved before weights were kept is run again with the same
   seed and data, and its new float figures replace the saved ones: they repeat them exactly where the memory
-  format is the same, as ``cifar10_int8.md`` records);
+  format is the same, as ``cifar10_int8.md`` records). With ``--recipe`` (one of ``cifar10_deploy.RECIPES``),
+  the winners and the front members in the goal's range only, trained with that recipe (or scored in INT8 from
+  the weights of a training with it), for the report's check under a second recipe;
 - ``search``: the FP32 comparison's search (``cifar10_deploy.SEARCH``, the same start) with
   ``latency.precision=int8``: each candidate is quantised after training, timed and scored in INT8, its FP32
   accuracy logged beside; then its winner's trainings;
 - ``report``: the record ``cifar10_int8.json``: the INT8 winner against every front member no faster
-  (``cifar10_fronts.against_fronts``, on INT8 accuracy), and the FP32 winner quantised beside it.
+  (``cifar10_fronts.against_fronts``, on INT8 accuracy), and the FP32 winner quantised beside it; where the
+  winner and members in its range were trained with ``cifar10_fronts.CHECK_RECIPE`` too, the same test under
+  that recipe (``cifar10_fronts.recipe_check``), which is not the verdict.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from benchmarks.search.cifar10_deploy import (
     BUDGET,
     INT8_CALIBRATION,
     QUICK_BUDGET,
+    RECIPES,
     SEARCH,
     SHAPE,
     START,
@@ -50,7 +55,16 @@ from benchmarks.search.cifar10_deploy import (
     train_all,
     training_key,
 )
-from benchmarks.search.cifar10_fronts import MAX_MMACS, ROUNDS, _macs, _verdict, against_fronts, fronts
+from benchmarks.search.cifar10_fronts import (
+    MAX_MMACS,
+    ROUNDS,
+    _macs,
+    _render_check,
+    _verdict,
+    against_fronts,
+    fronts,
+    recipe_check,
+)
 from benchmarks.search.references_cifar10 import paired_ratios
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
@@ -122,6 +136,22 @@ def front_archs(timing: dict[str, Any]) -> list[Arch]:
         Arch.decode(timing["fp32_winner"]["arch"])]
 
 
+def check_archs(timing: dict[str, Any], state_dir: Path) -> list[Arch]:
+    """What ``--step train --recipe`` trains: the INT8 search's winner (once it has run) and the FP32 winner, and
+    the front members in the goal's range, no faster than the faster winner and within the target. The members
+    the goal leaves out are left out here too: the check under a second recipe judges the range only."""
+    (front,) = fronts(timing).values()
+    w = timing["fp32_winner"]
+    winners, lowest = [w["arch"]], w["x_anchor"]
+    path = state_dir / f"{_search_label(ANCHOR_LATENCY_LABEL, SEARCH_INT8)}.json"
+    if path.exists():
+        found = json.loads(path.read_text())
+        winners.insert(0, found["arch"])
+        lowest = min(lowest, found["search_x_anchor"])
+    in_range = [m["arch"] for f in FAMILIES_INT8 for m in front.get(f, []) if lowest <= m["x_anchor"] <= 1.0]
+    return [Arch.decode(a) for a in dict.fromkeys([*winners, *in_range])]
+
+
 def _int8_seeds(state_dir: Path, arch: str, budget: dict[str, int]) -> tuple[list[float], list[float]]:
     """The float and INT8 accuracies of ``arch``'s trainings saved with an INT8 accuracy, seed by seed."""
     a = Arch.decode(arch)
@@ -161,6 +191,9 @@ def step_report(state_dir: Path, timing: dict[str, Any], budget: dict[str, int])
                     "fp32_accuracy": _figures(fp32), "accuracy": _figures(int8)}
         if searched["accuracy"] is not None:
             searched["goal"] = against_fronts(searched, rows)
+            check = recipe_check(state_dir, searched, rows, field="int8_accuracy")
+            if check is not None:
+                searched["recipe_check"] = check
             if quantised["accuracy"] is not None:
                 searched["points_over_fp32_winner"] = 100 * (searched["accuracy"]["median"]
                                                               - quantised["accuracy"]["median"])
@@ -234,6 +267,8 @@ def render(rec: dict[str, Any]) -> str:
             points = s["points_over_fp32_winner"]
             out += ["", f"Against the FP32 search's winner quantised after the fact: {points:+.1f} points in INT8 "
                         "(medians)."]
+        if "recipe_check" in s:
+            out += ["", *_render_check(s["recipe_check"], "python -m benchmarks.search.cifar10_int8 --step train")]
     return "\n".join(out) + "\n"
 
 
@@ -246,9 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, default=None,
                         help="where the steps save and resume (default: the FP32 comparison's records, so its "
                              "trainings are shared; with --quick a scratch folder)")
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default=None,
+                        help="train step: the winners and the front members in the goal's range with this recipe "
+                             "instead (a check that the verdict does not rest on the comparison's recipe)")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny budget and three members (a check of the steps, not a comparison)")
     args = parser.parse_args(argv)
+    if args.recipe is not None and args.step != "train":
+        parser.error(f"--recipe {args.recipe}: only the train step trains with another recipe (the report reads "
+                     "both recipes' trainings)")
     if args.step in ("train", "search") and (args.cifar10 is None or not args.cifar10.is_file()):
         parser.error(f"--cifar10 {args.cifar10}: no such file (the {args.step} step trains)")
     state_dir = (args.state_dir or (QUICK_DIR if args.quick else STATE_DIR)).resolve()
@@ -270,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"cifar10_int8: {timing_path} is missing: run --step time first")
     timing = json.loads(timing_path.read_text())
     if args.step == "train":
-        train_all(front_archs(timing), args.cifar10, budget, args.workers, state_dir, log, int8=True)
+        if args.recipe is None:
+            train_all(front_archs(timing), args.cifar10, budget, args.workers, state_dir, log, int8=True)
+        else:
+            train_all(check_archs(timing, state_dir), args.cifar10, budget, args.workers, state_dir, log, int8=True,
+                      recipe=args.recipe)
     elif args.step == "search":
         if args.quick:
             raise SystemExit("cifar10_int8: --quick has no search (the comparison's space and start are its own)")

@@ -16,6 +16,7 @@ from benchmarks.common import spread
 from nas.core.errors import ConfigError
 from nas.core.evolution import RegularisedEvolution
 from search_spaces import Arch, load_space
+from search_spaces.references import member
 
 MACHINE = {"cpu_model": "Test CPU 9000", "cpus_usable": 2, "python": "3.11.7", "load_average": [1.0, 1.0, 1.0]}
 VERSIONS = {"torch": "2.13.0", "optuna": "5.0.0"}
@@ -1334,6 +1335,63 @@ def test_the_int8_section_judges_the_int8_winner_on_int8_accuracy_and_shows_the_
     without = {**rec, "figures": {k: v for k, v in rec["figures"].items() if k != "searched"}}
     assert cifar10_int8.headline(without).figure == "the INT8 search has not run yet"
     assert "The INT8 search has not run yet (`--step search`)." in cifar10_int8.render(without)
+
+
+def test_the_int8_check_under_the_second_recipe_trains_the_goals_range_and_judges_int8_accuracy(
+        tmp_path: Path) -> None:
+    """``cifar10_int8 --step train --recipe plain`` trains the winners and the front members in the goal's range
+    only; the report's check under that recipe judges the INT8 winner on the INT8 accuracies of the trainings
+    with it (a training with it not yet scored in INT8 is not counted) and says how to train the rest."""
+    from benchmarks.search import cifar10_deploy, cifar10_int8
+
+    budget, plain = cifar10_deploy.BUDGET, "plain"
+    x = {"resnet8@0.5": 0.30, "resnet8": 0.45, "resnet14": 0.74, "mobilenetv2_100@0.5": 1.0, "resnet20": 1.06}
+    members = [{"member": m, "arch": member(m, 32).encode(), "arch_id": member(m, 32).arch_id, "x_first_anchor": v,
+                "latency_ms": 0.31 * v, "mmacs": 10.0} for m, v in x.items()]
+    fp32 = Arch.decode("act_relu-stem_c16_s1-rb_k3_c16_s1-rb_k3_c32_s2-rb_k3_c48_s2")
+    timing = {"targets": [{"target_ms": 0.31, "anchor": "mobilenetv2_100@0.5 (int8)", "anchor_x_first": 1.0}],
+              "members": members, "fp32_winner": {"arch": fp32.encode(), "arch_id": fp32.arch_id, "x_anchor": 0.48},
+              "measured": "2026-12-07T00:00:00Z", "seconds": 1.0, "machine": {"load_average": [0.1, 0.1, 0.1]}}
+    ids = {m: member(m, 32).arch_id for m in x}
+    # ResNet-8 (0.45x) is faster than the winner and ResNet-20 (1.06x) over the target: neither is in the range
+    assert [a.arch_id for a in cifar10_int8.check_archs(timing, tmp_path)] == [
+        fp32.arch_id, ids["mobilenetv2_100@0.5"], ids["resnet14"]]
+    found = Arch.decode("act_relu-stem_c16_s1-rb_k3_c16_s1-rb_k3_c32_s2-rb_k5_c64_s2")
+    (tmp_path / f"{cifar10_deploy._search_label(cifar10_int8.ANCHOR_LATENCY_LABEL, cifar10_int8.SEARCH_INT8)}.json"
+     ).write_text(json.dumps({"arch": found.encode(), "arch_id": found.arch_id, "search_x_anchor": 0.40,
+                              "search_accuracy": 0.8, "candidates": 8, "wall_seconds": 60.0, "top_rung": []}))
+    assert [a.arch_id for a in cifar10_int8.check_archs(timing, tmp_path)] == [
+        found.arch_id, fp32.arch_id, ids["mobilenetv2_100@0.5"], ids["resnet8"], ids["resnet14"]]
+
+    def saved(arch: Arch, pairs: list[tuple[float, float | None]], recipe: str | None = None) -> None:
+        for seed, (acc, int8) in enumerate(pairs):
+            scored = {} if int8 is None else {"int8_accuracy": int8}
+            (tmp_path / f"{cifar10_deploy.training_key(arch, seed, budget, recipe)}.json").write_text(json.dumps(
+                {"arch": arch.encode(), "seed": seed, "accuracy": acc, **scored}))
+
+    r14 = member("resnet14", 32)
+    saved(found, [(0.78, 0.775), (0.78, 0.78), (0.775, 0.776)])
+    saved(r14, [(0.757, 0.756), (0.781, 0.780), (0.761, 0.759)])
+    saved(found, [(0.79, 0.789), (0.794, 0.793), (0.795, 0.794)], plain)
+    saved(r14, [(0.779, 0.778), (0.782, 0.781), (0.785, None)], plain)  # seed 2 not yet scored in INT8
+    rec = {"benchmark": "cifar10_int8", "mode": "full", "command": "python -m benchmarks.search.cifar10_int8",
+           "machine": {"cpu": "test", "cpus": 2, "load_average": [0.1, 0.1, 0.1]}, "measured": "2026-12-07",
+           "versions": {}, "figures": cifar10_int8.step_report(tmp_path, timing, budget)}
+    s = rec["figures"]["searched"]
+    assert not s["goal"]["met"]  # the comparison's recipe: ResNet-14's 78.0% seed inside the winner's range
+    check = s["recipe_check"]
+    assert check["field"] == "int8_accuracy" and check["untried"] == ["mobilenetv2_100@0.5", "resnet8"]
+    assert [(r["member"], r["own"], r["recipe"]) for r in check["members"]] == [
+        ("resnet14", [0.756, 0.780, 0.759], [0.778, 0.781])]
+    assert check["goal"]["met"] and check["goal"]["pending"] == ["resnet14"]
+    out = cifar10_int8.render(rec)
+    assert "`python -m benchmarks.search.cifar10_int8 --step train --recipe plain`), the searched network and the " \
+           "members trained with it too, each training scored in INT8 as above:" in out
+    assert f"| {found.arch_id} (searched) | 0.40 | 77.5%, 78.0%, 77.6% | 78.9%, 79.3%, 79.4% |" in out
+    assert "| resnet14 | 0.74 | 75.6%, 78.0%, 75.9% | 77.8%, 78.1% |" in out
+    assert f"Under `plain`, the winner in INT8 {found.arch_id} (space `cifar`): 79.3% (median of 3 seeds, " \
+           "78.9-79.4%) at 0.40x. Against the 1 trained member no faster: **met on the seeds trained so far**" in out
+    assert cifar10_int8.headline(rec).met is False  # the verdict stays the comparison's recipe's
 
 
 def test_the_int8_search_is_the_comparisons_search_timed_and_scored_in_int8(tmp_path: Path) -> None:
