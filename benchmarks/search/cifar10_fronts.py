@@ -489,11 +489,12 @@ def _render_check(check: dict[str, Any],
     rows = [[f"{s['arch_id']} (searched)", _f(s["x_anchor"], 2), seeds(s["own"]), seeds(s["recipe"])]]
     rows += [[r["member"], _f(r["x_anchor"], 2), seeds(r["own"]), seeds(r["recipe"])] for r in check["members"]]
     int8 = check.get("field") == "int8_accuracy"
+    tag = " (INT8)" if int8 else ""
     out = [f"Under a second recipe, `{check['recipe']}` (the train group's defaults with {changes}; "
            f"`{train} --recipe {check['recipe']}" + ("" if int8 else " --arch A") + "`), the searched network and "
            "the members trained with it too" + (", each training scored in INT8 as above" if int8 else "") + ":", "",
-           table(["network", "x anchor", "the comparison's recipe, seed by seed" + (" (INT8)" if int8 else ""),
-                  f"`{check['recipe']}`, seed by seed" + (" (INT8)" if int8 else "")], rows), "",
+           table(["network", "x anchor", f"the comparison's recipe, seed by seed{tag}",
+                  f"`{check['recipe']}`, seed by seed{tag}"], rows), "",
            _verdict(f"Under `{check['recipe']}`, the winner" + (" in INT8" if int8 else ""), s, check["goal"])]
     if check["untried"]:
         n = len(check["untried"])

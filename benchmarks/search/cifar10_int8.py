@@ -311,11 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"cifar10_int8: {timing_path} is missing: run --step time first")
     timing = json.loads(timing_path.read_text())
     if args.step == "train":
-        if args.recipe is None:
-            train_all(front_archs(timing), args.cifar10, budget, args.workers, state_dir, log, int8=True)
-        else:
-            train_all(check_archs(timing, state_dir), args.cifar10, budget, args.workers, state_dir, log, int8=True,
-                      recipe=args.recipe)
+        archs = front_archs(timing) if args.recipe is None else check_archs(timing, state_dir)
+        train_all(archs, args.cifar10, budget, args.workers, state_dir, log, int8=True, recipe=args.recipe)
     elif args.step == "search":
         if args.quick:
             raise SystemExit("cifar10_int8: --quick has no search (the comparison's space and start are its own)")
