@@ -346,8 +346,8 @@ def search_main(dcfg: DictConfig) -> None:
 
     Exit status: 0 when the search finished, 2 on a user error (bad config, unreachable
     service) or a write the record refused (a full disk; what was recorded is kept and
-    ``resume=true`` continues), 130 when it was interrupted (Ctrl-C, or SIGTERM once the trials have
-    begun; what finished is recorded).
+    ``resume=true`` continues), 130 when it was interrupted (Ctrl-C, or SIGTERM once Ray has
+    started; what finished is recorded).
     """
     cfg = _with_space(dcfg, SearchConfig, "nas.search", " target_ms=50")
     from nas.driver import run_search  # the search's dependencies (torch, Ray, MLflow) load once the config is typed

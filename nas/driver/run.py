@@ -421,34 +421,42 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                           and not str(cfg.latency.options.get("device", "cpu")).lower().startswith("cuda"))
             cluster = ray_cluster.connect(cfg.ray, ship, trial_environment(cfg.train, cpu_timing))
             try:
-                resources = ray_cluster.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
-                if on_cluster:
-                    # Checked where trials run: the driver's machine may lack their device (a CPU-only head node).
-                    device_name = ray_cluster.check_latency_on_trial_node(
-                        cfg.latency, data.num_classes, space, resources)
-                    if user_refs(cfg):  # and their Python: what was sent, what is installed there
-                        ray_cluster.check_user_code_on_trial_node(user_refs(cfg), resources)
-                if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
-                    raise ConfigError("ray.gpus_per_trial",
-                                      f"is 0 but train.device={cfg.train.device}: give trials a GPU")
-                # What the trials will train on: Ray shows a trial only the GPUs it reserved.
-                device = cfg.train.device if cfg.train.device != "auto" else ("cuda" if resources["gpu"] > 0 else "cpu")
-                ctx = TrialContext(
-                    space, data, cfg.train, cfg.accuracy, cfg.latency, _target_ms(cfg, anchor_ms), cfg.search.reward,
-                    threads=max(1, int(resources["cpu"])), trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
-                    preprocessing=preprocessing, rungs=tuple(cfg.search.rungs),
-                    reduction_factor=cfg.search.reduction_factor,
-                    checkpoints=RungCheckpoints(output_dir / "checkpoints") if cfg.search.rungs else None,
-                    workdir=output_dir / "trials",
-                    anchor=cfg.anchor, target_x=cfg.target_x if cfg.target_anchor is not None else None,
-                )
-                run = _Run(name, output_dir, params, previous, changed, resume_command(command, name),
-                           device_name or "", anchor_ms, screen)
-                begun = True  # from here on the search has records: its folder stays whatever happens
-                with sigterm_as_interrupt():  # not ray.init's handler, which aborts: a scheduler's stop is a Ctrl-C
+                # From here a scheduler's SIGTERM is a Ctrl-C, not ray.init's handler (which exits with status 1
+                # and says nothing): also while a cluster's trial node is checked, before the search begins.
+                with sigterm_as_interrupt():
+                    resources = ray_cluster.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
+                    if on_cluster:
+                        # Checked where trials run: the driver's machine may lack their device (a CPU-only head).
+                        device_name = ray_cluster.check_latency_on_trial_node(
+                            cfg.latency, data.num_classes, space, resources)
+                        if user_refs(cfg):  # and their Python: what was sent, what is installed there
+                            ray_cluster.check_user_code_on_trial_node(user_refs(cfg), resources)
+                    if cfg.train.device.startswith("cuda") and resources["gpu"] == 0:
+                        raise ConfigError("ray.gpus_per_trial",
+                                          f"is 0 but train.device={cfg.train.device}: give trials a GPU")
+                    # What the trials will train on: Ray shows a trial only the GPUs it reserved.
+                    gpu = resources["gpu"] > 0
+                    device = cfg.train.device if cfg.train.device != "auto" else ("cuda" if gpu else "cpu")
+                    ctx = TrialContext(
+                        space, data, cfg.train, cfg.accuracy, cfg.latency, _target_ms(cfg, anchor_ms),
+                        cfg.search.reward, threads=max(1, int(resources["cpu"])),
+                        trial_timeout_s=cfg.search.trial_timeout_s, faults=faults,
+                        preprocessing=preprocessing, rungs=tuple(cfg.search.rungs),
+                        reduction_factor=cfg.search.reduction_factor,
+                        checkpoints=RungCheckpoints(output_dir / "checkpoints") if cfg.search.rungs else None,
+                        workdir=output_dir / "trials",
+                        anchor=cfg.anchor, target_x=cfg.target_x if cfg.target_anchor is not None else None,
+                    )
+                    run = _Run(name, output_dir, params, previous, changed, resume_command(command, name),
+                               device_name or "", anchor_ms, screen)
+                    begun = True  # from here on the search has records: its folder stays whatever happens
                     return _search(cfg, space, run, writer, ctx, sampler, resources, cluster, device, t_start)
             finally:
                 ray_cluster.disconnect(cluster)
+    except KeyboardInterrupt:
+        if not begun:
+            status(f"search {name}: interrupted before the search began; nothing was recorded")
+        raise
     finally:
         if created and not begun:  # refused before the search began: leave no folder behind
             shutil.rmtree(output_dir, ignore_errors=True)

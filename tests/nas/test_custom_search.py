@@ -9,7 +9,8 @@ as a user runs them, and the user's module sent to a second node that cannot see
 * a 2-node cluster started with ``ray start`` (head, then a second node with ``--address``), and
   ``python -m nas.search`` started from a folder that alone holds the example's modules: where the
   machine allows it (a private mount namespace), that folder is hidden from the second node, so its
-  trials can only run the copy the search sent.
+  trials can only run the copy the search sent; and on that cluster, a SIGTERM while a trial node is still
+  being checked (before the first trial), which stops the search as Ctrl-C would and records nothing.
 """
 
 from __future__ import annotations
@@ -351,3 +352,47 @@ def test_the_users_module_reaches_a_node_that_cannot_see_its_folder(
     if hidden:
         # The head sees the folder (the search started there); the other node saw only the copy sent.
         assert sorted(copies.values(), key=sorted) == [{0.0}, {1.0}], copies
+
+
+def test_a_sigterm_while_a_trial_node_is_checked_stops_the_search_before_it_begins(
+        tmp_path: Path, user_folder: Path, two_nodes: tuple[str, dict[str, str], bool]) -> None:
+    """A scheduler's SIGTERM after Ray has started but before the first trial (here while a trial node
+    imports the user's module, which takes its time) is a Ctrl-C as it is later: status 130, a line that
+    says nothing was recorded, and no folder or run left behind; not ray.init's own handler's silent exit."""
+    address, env, _hidden = two_nodes
+    marks = tmp_path / "imports"
+    marks.mkdir()
+    (user_folder / "slow_import.py").write_text(
+        "import os\nimport time\n\nfrom shapes import evaluate  # noqa: F401\n\n"
+        f"_MARKS = {str(marks)!r}\n"
+        "if os.listdir(_MARKS):  # the driver imported it first: this is the check on a trial node\n"
+        "    open(os.path.join(_MARKS, 'node'), 'w').close()\n"
+        "    time.sleep(120)\n"
+        "else:\n"
+        "    open(os.path.join(_MARKS, 'driver'), 'w').close()\n"
+    )
+    db, out = tmp_path / "mlflow.db", tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nas.search", f"hydra.searchpath=[file://{user_folder}]", "+space=seg_tiny",
+         "target_ms=1", "latency.input_shape=[1,3,32,32]", "data=custom", "data.fn=shapes:datasets",
+         "+data.options.n_train=32", "+data.options.n_val=16", "accuracy=custom", "accuracy.fn=slow_import:evaluate",
+         "+accuracy.options.batch_size=8", "train.epochs=1", "search.n_trials=2", "ray.cpus_per_trial=1",
+         f"ray.address={address}", "name=stopped-early", f"tracking.uri=sqlite:///{db}", f"output_dir={out}",
+         "progress=false", *QUICK_LATENCY],
+        cwd=user_folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (marks / "node").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output[-3000:]
+    assert "search stopped-early: interrupted before the search began; nothing was recorded" in output
+    assert not out.exists()
+    client = MlflowClient(f"sqlite:///{db}")
+    assert not [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
