@@ -6,6 +6,7 @@ where its runtime is missing.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib.util
 import sys
@@ -305,6 +306,25 @@ def test_litert_output_equals_torch_and_int8_is_full_integer(tiny_arch: Arch) ->
     got8 = int8.run_model(model, x.numpy())  # within a few quantisation steps of the float logits
     assert np.abs(got8 - expected).max() <= 0.1 * np.abs(expected).max()
     assert np.corrcoef(got8.ravel(), expected.ravel())[0, 1] > 0.99
+
+
+@needs_litert
+def test_litert_converts_a_network_once_and_again_once_its_weights_change(tiny_arch: Arch) -> None:
+    # Converting takes seconds to tens of seconds a network: a second timing of the same network reuses the first
+    # conversion, and a network whose weights changed (trained since) is never served the old one.
+    torch.manual_seed(0)
+    est = make_estimator("litert", input_shape=TINY_SHAPE)
+    net = build_eval_net(tiny_arch)
+    first = est.convert(net, TINY_SHAPE)
+    assert est.convert(copy.deepcopy(net).to(memory_format=torch.channels_last), TINY_SHAPE) is first
+    with torch.no_grad():
+        next(iter(net.parameters())).mul_(-2.0)
+        x = sample_input(TINY_SHAPE)
+        expected = net(x).numpy()
+    again = est.convert(net, TINY_SHAPE)
+    assert again is not first and again != first
+    np.testing.assert_allclose(est.run_model(again, x.numpy()), expected, rtol=1e-4, atol=1e-5)
+    assert make_estimator("litert", input_shape=TINY_SHAPE, precision="int8").convert(net, TINY_SHAPE) != again
 
 
 class _DataDependent(nn.Module):

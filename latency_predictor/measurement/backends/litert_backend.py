@@ -14,6 +14,11 @@ symmetric int8, per-channel weights), calibrated on ``calibration_samples`` imag
 product, and the model's input and output, are int8 (checked on the converted model:
 :func:`compute_precision`). The timed input is the sample image quantised with the input's scale.
 
+Each estimator keeps the networks it converted in memory (:data:`CONVERTED_BYTES` at most), keyed by a
+digest of the network's modules, weights and buffers, the input shape, the precision and, at int8, the
+calibration images: timing a network again (a benchmark's second pass, a search's final latency pass, the
+parity check) does not convert it again, and a network whose weights changed is converted afresh.
+
 A network the converter rejects raises :class:`ExportError` with the converter's reason (that
 candidate fails, the search goes on). ``ai_edge_litert`` and ``litert_torch`` are looked up when
 the backend is built and imported when first used: without them the error names
@@ -23,11 +28,12 @@ the backend is built and imported when first used: without them the error names
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import itertools
 import os
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Unpack
@@ -54,6 +60,8 @@ LITERT_FIX = "pip install 'latnas[litert]' (ai-edge-litert and litert-torch)"
 PRECISIONS = ("fp32", "int8")
 """What LiteRT's XNNPACK delegate runs here: fp32, and int8 from full-integer quantisation."""
 MODULES = {"ai_edge_litert": "ai-edge-litert (the LiteRT interpreter)", "litert_torch": "litert-torch (the converter)"}
+CONVERTED_BYTES = 256 * 2**20
+"""The most bytes of converted networks an estimator keeps for reuse; the least recently used go first."""
 COMPUTE_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV"})
 """LiteRT operators that compute convolutions and matrix products."""
 DELEGATE_OP = "DELEGATE"
@@ -159,6 +167,7 @@ class LiteRTBackend(MeasuredBackend):
         self.intra_op_threads = check_threads(intra_op_threads)
         self.calibration_samples = check_positive_int("calibration_samples", calibration_samples)
         self.calibration_data = calibration_data or random_calibration_data
+        self._converted: OrderedDict[str, bytes] = OrderedDict()
         super().__init__(input_shape, precision, "cpu", **common)
         require_modules()
 
@@ -169,6 +178,23 @@ class LiteRTBackend(MeasuredBackend):
             ExportError: the converter rejected the network (its reason is included).
             ConfigError: ``calibration_data`` returned images of the wrong shape.
         """
+        images = self._calibration_images(input_shape) if self.precision == "int8" else None
+        key = network_digest(net, input_shape, self.precision, images)
+        if key in self._converted:
+            self._converted.move_to_end(key)
+            return self._converted[key]
+        model = self._convert(net, input_shape, images)
+        self._converted[key] = model
+        while len(self._converted) > 1 and sum(map(len, self._converted.values())) > CONVERTED_BYTES:
+            self._converted.popitem(last=False)
+        return model
+
+    def _calibration_images(self, input_shape: tuple[int, ...]) -> torch.Tensor:
+        batch = input_shape[0]
+        count = -(-self.calibration_samples // batch) * batch
+        return torch.from_numpy(check_calibration(self.calibration_data(count, input_shape), input_shape))
+
+    def _convert(self, net: nn.Module, input_shape: tuple[int, ...], images: torch.Tensor | None) -> bytes:
         os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")  # its progress lines would flood a search's log
         litert_torch = import_module("litert_torch")
         x = (sample_input(input_shape),)
@@ -180,8 +206,8 @@ class LiteRTBackend(MeasuredBackend):
                 t.data = t.data.contiguous()
         try:
             with torch.no_grad():
-                if self.precision == "int8":
-                    return self._convert_int8(litert_torch, net, x, input_shape)
+                if images is not None:
+                    return self._convert_int8(litert_torch, net, x, images, input_shape[0])
                 return bytes(litert_torch.convert(net, x).model_content())
         except CONVERTER_ERRORS as err:
             # the first line is the reason; torch.export appends pages of debugging advice (kept in __cause__)
@@ -189,19 +215,16 @@ class LiteRTBackend(MeasuredBackend):
             raise ExportError(f"LiteRT's converter (litert-torch) rejected the network: "
                               f"{type(err).__name__}: {reason}") from err
 
-    def _convert_int8(self, litert_torch: ModuleType, net: nn.Module, x: tuple[torch.Tensor],
-                      input_shape: tuple[int, ...]) -> bytes:
+    def _convert_int8(self, litert_torch: ModuleType, net: nn.Module, x: tuple[torch.Tensor], images: torch.Tensor,
+                      batch: int) -> bytes:
         from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
         from litert_torch.quantize.quant_config import QuantConfig
         from torchao.quantization.pt2e import move_exported_model_to_eval
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-        batch = input_shape[0]
-        count = -(-self.calibration_samples // batch) * batch
-        images = torch.from_numpy(check_calibration(self.calibration_data(count, input_shape), input_shape))
         quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
         observed = prepare_pt2e(torch.export.export(net, x).module(), quantizer)
-        for i in range(0, count, batch):
+        for i in range(0, len(images), batch):
             observed(images[i:i + batch])
         quantized = move_exported_model_to_eval(convert_pt2e(observed, fold_quantize=False))
         model = litert_torch.convert(quantized, x, quant_config=QuantConfig(pt2e_quantizer=quantizer))
@@ -278,6 +301,19 @@ class LiteRTBackend(MeasuredBackend):
             "delegate": "XNNPACK",
             "intra_op_threads": str(self.intra_op_threads),
         }
+
+
+def network_digest(net: nn.Module, input_shape: Sequence[int], precision: str, images: torch.Tensor | None) -> str:
+    """A digest of what a conversion of ``net`` depends on: its modules (their classes and settings, as ``repr``
+    gives them), every parameter and buffer (by name, type, shape and value, in either memory layout), the input
+    shape, the precision and the int8 calibration images."""
+    h = hashlib.sha256(repr((type(net).__module__, repr(net), tuple(input_shape), precision)).encode())
+    for name, t in itertools.chain(net.named_parameters(), net.named_buffers()):
+        h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    if images is not None:
+        h.update(images.numpy().tobytes())
+    return h.hexdigest()
 
 
 def _as_input(x: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
