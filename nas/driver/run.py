@@ -421,8 +421,8 @@ def run_search(cfg: SearchConfig, command: list[str] | None = None) -> SearchRes
                           and not str(cfg.latency.options.get("device", "cpu")).lower().startswith("cuda"))
             cluster = ray_cluster.connect(cfg.ray, ship, trial_environment(cfg.train, cpu_timing))
             try:
-                # From here a scheduler's SIGTERM is a Ctrl-C, not ray.init's handler (which exits with status 1
-                # and says nothing): also while a cluster's trial node is checked, before the search begins.
+                # From here a scheduler's SIGTERM is a Ctrl-C, not ray.init's handler (the process aborted,
+                # silently): also while a cluster's trial node is checked, before the search begins.
                 with sigterm_as_interrupt():
                     resources = ray_cluster.trial_resources(cfg.ray, cluster, cfg.search.max_concurrent)
                     if on_cluster:

@@ -371,26 +371,28 @@ def test_a_sigterm_while_a_trial_node_is_checked_stops_the_search_before_it_begi
         "else:\n"
         "    open(os.path.join(_MARKS, 'driver'), 'w').close()\n"
     )
-    db, out = tmp_path / "mlflow.db", tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nas.search", f"hydra.searchpath=[file://{user_folder}]", "+space=seg_tiny",
-         "target_ms=1", "latency.input_shape=[1,3,32,32]", "data=custom", "data.fn=shapes:datasets",
-         "+data.options.n_train=32", "+data.options.n_val=16", "accuracy=custom", "accuracy.fn=slow_import:evaluate",
-         "+accuracy.options.batch_size=8", "train.epochs=1", "search.n_trials=2", "ray.cpus_per_trial=1",
-         f"ray.address={address}", "name=stopped-early", f"tracking.uri=sqlite:///{db}", f"output_dir={out}",
-         "progress=false", *QUICK_LATENCY],
-        cwd=user_folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    db, out, log = tmp_path / "mlflow.db", tmp_path / "out", tmp_path / "driver.log"
+    with log.open("w") as sink:  # a file, not a pipe: the driver never blocks on output no one reads yet
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nas.search", f"hydra.searchpath=[file://{user_folder}]", "+space=seg_tiny",
+             "target_ms=1", "latency.input_shape=[1,3,32,32]", "data=custom", "data.fn=shapes:datasets",
+             "+data.options.n_train=32", "+data.options.n_val=16", "accuracy=custom",
+             "accuracy.fn=slow_import:evaluate", "+accuracy.options.batch_size=8", "train.epochs=1",
+             "search.n_trials=2", "ray.cpus_per_trial=1", f"ray.address={address}", "name=stopped-early",
+             f"tracking.uri=sqlite:///{db}", f"output_dir={out}", "progress=false", *QUICK_LATENCY],
+            cwd=user_folder, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True,
+        )
     try:
         deadline = time.monotonic() + 300
         while not (marks / "node").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
-        output = proc.communicate(timeout=120)[0]
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    output = log.read_text()
     assert proc.returncode == 130, output[-3000:]
     assert "search stopped-early: interrupted before the search began; nothing was recorded" in output
     assert not out.exists()
