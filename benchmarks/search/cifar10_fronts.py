@@ -53,9 +53,8 @@ from benchmarks.search.references_cifar10 import paired_ratios
 from latency_predictor.measurement.backends import make_estimator
 from latency_predictor.measurement.timing import MeasureConfig
 from nas.accuracy.training import trial_environment
-from nas.core.config import TrainConfig
+from nas.core.config import SearchAlgConfig, TrainConfig
 from nas.data import load_dataset
-from nas.driver.screen import MAX_REFUSED
 from search_spaces import Arch, build, count_macs, load_space
 from search_spaces.references import FAMILIES, member, parse_member
 
@@ -581,8 +580,8 @@ def render(rec: dict[str, Any]) -> str:
                 verdict = " The search's winner is " + ("at least as accurate." if ahead else "**less accurate**.")
             short = ""
             if seeded is not None and control["candidates"] < seeded["candidates"]:
-                short = (f" (it ended early: the screen refused {MAX_REFUSED} uniform draws in a row, where the search "
-                         f"ran {seeded['candidates']})")
+                short = (f" (it ended early: the screen refused {SearchAlgConfig().max_refused} uniform draws in a "
+                         f"row, where the search ran {seeded['candidates']})")
             out += ["", f"Random search's control (the same space, rungs, budget of candidates, start, screen and "
                         f"training seeds; every proposal after the start a uniform draw): {control['candidates']} "
                         f"candidates{short} in "

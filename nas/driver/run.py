@@ -72,7 +72,7 @@ from nas.driver.final_pass import FinalPass, measuring_estimator, run_final_pass
 from nas.driver.preflight import check_user_code, code_to_ship, user_refs
 from nas.driver.progress import Progress, RungPlan, log, search_log, status
 from nas.driver.resume import check_resumable, resume_command
-from nas.driver.screen import MAX_REFUSED, LatencyScreen, make_screen
+from nas.driver.screen import LatencyScreen, make_screen
 from nas.oneshot.subnet import check_supernet
 from nas.runtime.signals import sigterm_as_interrupt
 from nas.trial.evaluate import (
@@ -499,7 +499,7 @@ def make_sampler(cfg: SearchConfig, space: SearchSpace, name: str, screen: Laten
     inner: Sampler
     if s.sampler == "evolution":
         inner = EvolutionSampler(space, s.population_size, s.tournament_size, s.seed, s.max_duplicates, screen,
-                                 MAX_REFUSED, s.fill_mutate_after)
+                                 s.max_refused, s.fill_mutate_after)
     else:
         inner = ArchSampler(space, s.sampler, s.seed, s.n_startup_trials, s.population_size, s.max_duplicates,
                             storage=s.storage, study_name=name)
@@ -786,7 +786,7 @@ def _print_summary(
             f"To resume it: {how}",
         ]
     elif outcome.exhausted and screen is not None and screen.gave_up:
-        lines.append(f"The latency screen refused {MAX_REFUSED} proposals in a row ({screen.bounds()} the "
+        lines.append(f"The latency screen refused {screen.max_refused} proposals in a row ({screen.bounds()} the "
                      f"target), so the search ended after {done} trials: the space holds little within that; "
                      "widen search.latency_screen or search.latency_floor, or move the target.")
     elif outcome.exhausted:

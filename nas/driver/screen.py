@@ -36,9 +36,6 @@ from nas.driver.progress import log
 from nas.trial.evaluate import latency_estimator, with_preprocessing
 from search_spaces import Arch, SearchSpace, anchor_network
 
-MAX_REFUSED = 50
-"""Proposals the screen may refuse in a row before the search ends (the space holds little within the limit)."""
-
 
 @dataclass
 class LatencyScreen:
@@ -52,6 +49,7 @@ class LatencyScreen:
         anchor: the anchor network a relative target is measured beside (None: the target is in ms).
         anchor_name: the anchor as named (``mobilenetv2_100@0.35``), for records.
         status: where each refusal is said.
+        max_refused: proposals it may refuse in a row before the search ends (``search.max_refused``).
         passed: proposals let through, with their figure (times the target).
         refused: proposals refused, with their figure.
         unmeasured: proposals that could not be measured here (let through: their trial measures them).
@@ -66,6 +64,7 @@ class LatencyScreen:
     anchor: Arch | None = None
     anchor_name: str | None = None
     status: Callable[[str], None] = print
+    max_refused: int = 50
     passed: list[tuple[str, float]] = field(default_factory=list)
     refused: list[tuple[str, float]] = field(default_factory=list)
     unmeasured: list[str] = field(default_factory=list)
@@ -117,8 +116,8 @@ class LatencyScreen:
 
     @property
     def gave_up(self) -> bool:
-        """Whether the last :data:`MAX_REFUSED` proposals were all refused (the sampler then ends the search)."""
-        return self.in_a_row >= MAX_REFUSED
+        """Whether the last ``max_refused`` proposals were all refused (the sampler then ends the search)."""
+        return self.in_a_row >= self.max_refused
 
     def summary_line(self) -> str:
         """What the screen did, in one line."""
@@ -162,7 +161,8 @@ def make_screen(cfg: SearchConfig, num_classes: int, space: SearchSpace, target_
     if cfg.target_anchor is not None and cfg.anchor is not None:  # a relative target: judged beside the anchor
         anchor = anchor_network(cfg.anchor, max(lat.input_shape[2:]))
     return LatencyScreen(float("inf") if limit is None else float(limit), measure, Objective.of_search(cfg),
-                         None if floor is None else float(floor), anchor, cfg.anchor, status)
+                         None if floor is None else float(floor), anchor, cfg.anchor, status,
+                         cfg.search.max_refused)
 
 
-__all__ = ["MAX_REFUSED", "LatencyScreen", "make_screen"]
+__all__ = ["LatencyScreen", "make_screen"]

@@ -17,7 +17,7 @@ from nas.core.errors import ConfigError
 from nas.core.evolution import EvolutionSampler
 from nas.core.sampling import Outcome
 from nas.driver import run_search
-from nas.driver.screen import MAX_REFUSED, LatencyScreen, make_screen
+from nas.driver.screen import LatencyScreen, make_screen
 from search_spaces import Arch, load_space
 from tests.nas.configs import compose_config, stored_config
 
@@ -61,9 +61,9 @@ def test_evolution_proposes_only_what_the_screen_passes_and_never_a_refused_one_
 
 
 def test_a_screen_that_refuses_everything_ends_the_proposals_with_the_reason() -> None:
-    s = EvolutionSampler(load_space("mobile"), 4, 2, 0, 200, screen=lambda arch: False, max_screened=MAX_REFUSED)
+    s = EvolutionSampler(load_space("mobile"), 4, 2, 0, 200, screen=lambda arch: False, max_screened=50)
     assert s.ask() is None and s.exhausted
-    assert s.evolution.screened == MAX_REFUSED and s.evolution.screen_gave_up
+    assert s.evolution.screened == 50 and s.evolution.screen_gave_up
 
 
 def test_a_pickled_sampler_refuses_to_propose_without_its_screen() -> None:
@@ -150,12 +150,15 @@ def test_a_screen_and_a_floor_together_pass_only_what_lies_between() -> None:
     (["search.latency_floor=0.6"], "add search.sampler=evolution"),
     (["search.sampler=evolution", "search.latency_floor=0.6", "latency.scenario=server",
       "latency.throughput_goal=100"], "screens a single-stream target"),
+    (["search.sampler=evolution", "search.latency_screen=1.2", "search.max_refused=0"], "integer >= 1"),
 ])
 def test_a_screen_or_floor_that_cannot_work_is_refused_before_any_trial(overrides: list[str], words: str) -> None:
     cfg = compose_config("+space=tiny", "target_ms=5", *overrides)
     with pytest.raises(ConfigError, match=words) as err:
         validate(cfg)
-    assert err.value.key == next(o.split("=")[0] for o in overrides if o.startswith("search.latency_"))
+    keys = [o.split("=")[0] for o in overrides if o.split("=")[0] in ("search.latency_screen", "search.latency_floor",
+                                                                      "search.max_refused")]
+    assert err.value.key == keys[-1]  # the setting at fault: the last screen setting each case adds
 
 
 def test_a_screen_in_a_driver_whose_trials_measure_elsewhere_is_refused() -> None:
@@ -188,15 +191,21 @@ def _search(tmp_path: Path, target_x: str, screen: str = "search.latency_screen=
     return result, printed.getvalue()
 
 
+REFUSED = 6  # search.max_refused in the searches below (50 by default: each refusal is a measurement)
+
+
+@pytest.mark.usefixtures("ray_cluster")
 def test_a_search_whose_target_the_space_cannot_reach_trains_nothing_and_says_why(tmp_path: Path) -> None:
-    result, printed = _search(tmp_path, "0.0001")  # a ten-thousandth of MobileNetV2 x0.35: no network is that fast
+    # a ten-thousandth of MobileNetV2 x0.35: no network is that fast
+    result, printed = _search(tmp_path, "0.0001", f"search.latency_screen=1.2 search.max_refused={REFUSED}")
     assert result.candidates == []  # type: ignore[attr-defined]
-    assert f"The latency screen refused {MAX_REFUSED} proposals in a row" in printed
-    assert f"{MAX_REFUSED} of {MAX_REFUSED} proposal(s) over 1.2x the target" in printed
+    assert f"The latency screen refused {REFUSED} proposals in a row" in printed
+    assert f"{REFUSED} of {REFUSED} proposal(s) over 1.2x the target" in printed
     run = MlflowClient(result.tracking_uri).get_run(result.parent_run_id)  # type: ignore[attr-defined]
-    assert run.data.metrics["screen_refused"] == MAX_REFUSED and run.data.metrics["screen_passed"] == 0
+    assert run.data.metrics["screen_refused"] == REFUSED and run.data.metrics["screen_passed"] == 0
 
 
+@pytest.mark.usefixtures("ray_cluster")
 def test_a_search_within_its_screen_trains_every_proposal(tmp_path: Path) -> None:
     result, printed = _search(tmp_path, "100")  # a hundred times MobileNetV2 x0.35: every tiny network is within
     assert len(result.candidates) == 2  # type: ignore[attr-defined]
@@ -205,13 +214,15 @@ def test_a_search_within_its_screen_trains_every_proposal(tmp_path: Path) -> Non
     assert run.data.metrics["screen_passed"] == 2 and run.data.metrics["screen_refused"] == 0
 
 
+@pytest.mark.usefixtures("ray_cluster")
 def test_a_search_whose_every_proposal_is_under_its_floor_trains_nothing_and_says_why(tmp_path: Path) -> None:
-    result, printed = _search(tmp_path, "100", "search.latency_floor=0.5")  # every tiny network is far under
+    # every tiny network is far under the floor
+    result, printed = _search(tmp_path, "100", f"search.latency_floor=0.5 search.max_refused={REFUSED}")
     assert result.candidates == []  # type: ignore[attr-defined]
-    assert f"The latency screen refused {MAX_REFUSED} proposals in a row (under 0.5x the target)" in printed
+    assert f"The latency screen refused {REFUSED} proposals in a row (under 0.5x the target)" in printed
     assert "widen search.latency_screen or search.latency_floor" in printed
     run = MlflowClient(result.tracking_uri).get_run(result.parent_run_id)  # type: ignore[attr-defined]
-    assert run.data.metrics["screen_refused"] == MAX_REFUSED and run.data.metrics["screen_passed"] == 0
+    assert run.data.metrics["screen_refused"] == REFUSED and run.data.metrics["screen_passed"] == 0
 
 
 def _distance(space: object, a: Arch, b: Arch) -> int:
@@ -229,7 +240,7 @@ def test_a_population_that_uniform_draws_cannot_fill_fills_by_mutation_of_its_st
     space = load_space("mobile")
     start = space.sample(np.random.default_rng(7))
     judge = _Judge(lambda a: _distance(space, a, start) <= 3)
-    s = StartFirst(EvolutionSampler(space, 8, 3, 0, 200, screen=judge, max_screened=MAX_REFUSED,
+    s = StartFirst(EvolutionSampler(space, 8, 3, 0, 200, screen=judge, max_screened=50,
                                     fill_mutate_after=fill), [start.encode()])
     assert s.ask() == start.encode()  # the start: not screened
     s.tell(start.encode(), Outcome("complete", reward=0.5))
@@ -271,6 +282,7 @@ def test_fill_by_mutation_without_a_screen_is_refused_before_any_trial(overrides
         validate(cfg)
 
 
+@pytest.mark.usefixtures("ray_cluster")
 def test_a_search_that_may_fill_by_mutation_counts_what_it_did(tmp_path: Path) -> None:
     result, printed = _search(tmp_path, "100", "search.latency_screen=1.2 search.fill_mutate_after=3")
     assert len(result.candidates) == 2  # type: ignore[attr-defined]  # nothing refused: both drawn

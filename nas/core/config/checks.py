@@ -237,6 +237,7 @@ def check_search_alg(s: SearchAlgConfig, estimator: str, train_epochs: int) -> N
             raise ConfigError(f"search.{key}", f"screens regularised evolution's proposals, not {s.sampler}'s: add "
                               "search.sampler=evolution (an Optuna study would have to record every refused "
                               "proposal as a trial)")
+    int_at_least("search.max_refused", s.max_refused, 1)
     if s.fill_mutate_after is not None:
         int_at_least("search.fill_mutate_after", s.fill_mutate_after, 1)
         if s.sampler != "evolution" or (s.latency_screen is None and s.latency_floor is None):

@@ -314,6 +314,8 @@ class SearchAlgConfig:
             is not trained either, so that the search spends its trials on networks that use the
             budget; None: no floor. Measured as ``latency_screen`` measures (the two may be given
             together, or either alone).
+        max_refused: evolution with a screen: proposals the screen may refuse in a row before the
+            search ends, saying so (the space holds little within the bounds).
         fill_mutate_after: evolution with a screen: once the screen has refused this many uniform
             draws in a row while the first population is filling, the next proposals are mutations of
             the members so far (the ``start`` among them), so a space mostly over the target is
@@ -340,6 +342,7 @@ class SearchAlgConfig:
     start: list[str] = field(default_factory=list)
     latency_screen: float | None = None
     latency_floor: float | None = None
+    max_refused: int = 50
     fill_mutate_after: int | None = None
 
 
