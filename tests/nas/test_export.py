@@ -326,8 +326,10 @@ def _store_config(small: SmallSearch, out: Path, **kw: object) -> ExportConfig:
 
 @pytest.fixture(scope="module")
 def best_export(small_search: SmallSearch, tmp_path_factory: pytest.TempPathFactory) -> ExportResult:
+    # no OpenVINO or LiteRT files: tests/nas/test_export_runtimes.py checks those (a LiteRT conversion is most of
+    # a minute on two cores)
     cfg = _store_config(small_search, tmp_path_factory.mktemp("best"), register="latnas-test-model",
-                        train_samples=256, val_samples=128)
+                        train_samples=256, val_samples=128, runtimes=[])
     cfg.train.epochs = 1
     return run_export(cfg)
 
