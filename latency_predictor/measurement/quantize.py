@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from latency_predictor.errors import ConfigError, ExportError, MeasurementError
 
@@ -153,6 +152,7 @@ def quantize_qdq(
         ConfigError: calibration images of the wrong shape, or fewer than one batch.
         ExportError: ONNX Runtime's pre-processing or quantisation failed (its message is included).
     """
+    import onnx  # here, not at the top: the package's import pays for it only when it quantises (a second on two cores)
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -207,6 +207,8 @@ class GraphPrecision:
 
 def precision_of_graph(optimized_model: Path | bytes) -> GraphPrecision:
     """Count the int8 and float compute operators of a graph ONNX Runtime optimised (and serialised)."""
+    import onnx
+
     model = (onnx.load_from_string(optimized_model) if isinstance(optimized_model, bytes)
              else onnx.load(str(optimized_model)))
     ops = [n.op_type for n in model.graph.node]

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from latency_predictor.errors import ConfigError
 
@@ -77,6 +76,8 @@ def accuracy_metrics(measured: ArrayLike, predicted: ArrayLike) -> AccuracyMetri
         ConfigError: mismatched shapes, fewer than two entries, or non-finite / non-positive
             measurements.
     """
+    from scipy import stats as sps  # here: scipy.stats costs a second at import, and most commands never rank
+
     y, p = _check(measured, predicted)
     rel = np.abs(p - y) / y
     # rank correlations are undefined when either side is constant; report 0 (no ranking power)

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from scipy.optimize import nnls
 
 from latency_predictor.errors import ConfigError
 from latency_predictor.prediction.features import FEATURE_NAMES, FeatureExtractor
@@ -218,6 +217,8 @@ class AdditiveModel:
         weight no row and predict 0 ms everywhere: a pass that weights no row, or predicts no
         latency for a row the previous fit predicted one for, ends the passes with the previous fit.
         """
+        from scipy.optimize import nnls  # here: scipy.optimize is half a second of every command's start
+
         a = np.hstack([x, np.ones((len(y), 1))]) / y[:, None]
         wts = np.ones(len(y))
         sol = np.zeros(a.shape[1])
