@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from latency_predictor import LatencyError, LatencyResult
 from latency_predictor.measurement.paired import measure_paired
 from latency_predictor.measurement.protocol import LatencyStats
-from nas.core.config import SearchConfig
+from nas.core.config import SearchAlgConfig, SearchConfig
 from nas.core.errors import ConfigError
 from nas.core.objective import Objective
 from nas.driver.progress import log
@@ -64,7 +64,7 @@ class LatencyScreen:
     anchor: Arch | None = None
     anchor_name: str | None = None
     status: Callable[[str], None] = print
-    max_refused: int = 50
+    max_refused: int = SearchAlgConfig.max_refused
     passed: list[tuple[str, float]] = field(default_factory=list)
     refused: list[tuple[str, float]] = field(default_factory=list)
     unmeasured: list[str] = field(default_factory=list)

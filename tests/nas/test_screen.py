@@ -156,8 +156,7 @@ def test_a_screen_or_floor_that_cannot_work_is_refused_before_any_trial(override
     cfg = compose_config("+space=tiny", "target_ms=5", *overrides)
     with pytest.raises(ConfigError, match=words) as err:
         validate(cfg)
-    keys = [o.split("=")[0] for o in overrides if o.split("=")[0] in ("search.latency_screen", "search.latency_floor",
-                                                                      "search.max_refused")]
+    keys = [o.split("=")[0] for o in overrides if o.startswith(("search.latency_", "search.max_refused"))]
     assert err.value.key == keys[-1]  # the setting at fault: the last screen setting each case adds
 
 
