@@ -39,7 +39,9 @@ noise is estimated as
   another moment of the machine's load), which no single record's spread shows. It is estimated
   from architectures measured more than once (``collect --repeats``): the log-ratio ``d`` of two
   records has variance ``2 sigma_1^2``; ``sigma_1`` is estimated robustly
-  (``1.4826 median|d| / sqrt(2)``), and ``sigma_between^2 = max(0, sigma_1^2 - mean within^2)``.
+  (``1.4826 median|d| / sqrt(2)``), and ``sigma_between^2 = max(0, sigma_1^2 - median within^2)``.
+  Both are medians: one record whose runs were stalled (its cv many times the others') moves
+  neither, where a mean of the within-run parts would let it cancel the whole between-session part.
   Without repeats it is taken as 0, and the report says the ceiling counts within-run noise only
   (an optimistic ceiling).
 
@@ -210,7 +212,7 @@ def noise_estimate(dataset: Dataset, test: LatencyTable) -> dict[str, Any]:
     ]
     if len(ratios):
         sigma_1 = repeat_rel_sigma(ratios)
-        between2 = max(0.0, sigma_1**2 - float(np.mean(single_within)))
+        between2 = max(0.0, sigma_1**2 - float(np.median(single_within)))
         basis = f"{len(ratios)} repeat pairs (between-session sigma {math.sqrt(between2):.2%}) + within-run cv"
     else:
         sigma_1, between2 = float("nan"), 0.0

@@ -47,6 +47,7 @@ from latency_predictor.prediction.target import PredictorTarget
 from latency_predictor.prediction.training import (
     NOISY_SESSIONS,
     fit_additive,
+    noise_estimate,
     session_warning,
     train_predictor,
     usable_table,
@@ -191,20 +192,27 @@ def test_a_second_session_for_every_network_is_one_more_collect_run(
         assert ms == min(r.result.latency_ms for r in ds.records if r.arch == arch)
 
 
-def test_a_dataset_whose_sessions_differ_is_told_to_measure_each_network_again(data_dir: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "copy"
+def _slowed_sessions(data_dir: Path, copy: Path, stalled: int = 0) -> Path:
+    """A copy of ``data_dir`` whose repeats' sessions ran as if other work on the host had slowed
+    them by a third; with ``stalled`` first records whose runs include a long stall (cv 20)."""
     copy.mkdir()
     for f in data_dir.iterdir():
         (copy / f.name).write_bytes(f.read_bytes())
-    # the repeats' sessions as if other work on the host had slowed them by a third
     lines = (copy / RECORDS_FILE).read_text().splitlines()
     for i, line in enumerate(lines):
         d = json.loads(line)
         if d["origin"] == "repeat":
             for k in ("min", "mean", "std", "p50", "p90", "p95", "p99"):
                 d["result"]["stats"][k] *= 1.33
-            lines[i] = json.dumps(d)
+        if i < stalled:
+            d["result"]["stats"].update(std=20 * d["result"]["stats"]["mean"], cv=20.0)
+        lines[i] = json.dumps(d)
     (copy / RECORDS_FILE).write_text("\n".join(lines) + "\n")
+    return copy
+
+
+def test_a_dataset_whose_sessions_differ_is_told_to_measure_each_network_again(data_dir: Path, tmp_path: Path) -> None:
+    copy = _slowed_sessions(data_dir, tmp_path / "copy")
     _, report = train_predictor(Dataset.open(copy), test_fraction=0.25)
     # the sessions are timed on this host, so their own noise moves the estimate: well above the threshold, not exact
     assert report.noise["sigma_between"] > 2 * NOISY_SESSIONS
@@ -219,6 +227,14 @@ def test_a_dataset_whose_sessions_differ_is_told_to_measure_each_network_again(d
     # every network already timed twice: only the training is to change
     assert "slows whole sessions; train with combine=min" in str(session_warning(report.noise, twice, "median"))
     assert session_warning({**report.noise, "sigma_between": 0.03}, table, "median") is None
+
+
+def test_one_stalled_record_does_not_hide_the_difference_between_sessions(data_dir: Path, tmp_path: Path) -> None:
+    # a busy host can stall one record's runs; its within-run spread must not cancel the sessions' difference
+    clean, stalled = (Dataset.open(_slowed_sessions(data_dir, tmp_path / name, n)) for name, n in (("a", 0), ("b", 1)))
+    clean_noise, stalled_noise = (noise_estimate(ds, ds.table()) for ds in (clean, stalled))
+    assert stalled_noise["sigma_between"] > 2 * NOISY_SESSIONS
+    assert stalled_noise["sigma_between"] == pytest.approx(clean_noise["sigma_between"], rel=0.25)
 
 
 def test_the_train_command_can_learn_each_networks_fastest_session(
