@@ -26,6 +26,7 @@ import numpy as np
 
 from latency_predictor.errors import ConfigError
 from latency_predictor.prediction.features import FEATURE_NAMES, FeatureExtractor
+from latency_predictor.prediction.threads import one_blas_thread
 from search_spaces import Arch
 
 _HUBER_K = 1.345
@@ -150,6 +151,7 @@ class LookupTableBaseline:
                                           rcond=None)[0]
         return sol
 
+    @one_blas_thread
     def fit(self, archs: Sequence[Arch], latency_ms: np.ndarray) -> None:
         """Fit the table entries and the constant."""
         y = _check_targets(archs, latency_ms, 2)
@@ -242,6 +244,7 @@ class AdditiveModel:
                 wts = np.where(np.abs(u) < 1, (1 - u**2) ** 2, 0.0)
         return sol[:-1], float(sol[-1])
 
+    @one_blas_thread
     def fit(self, archs: Sequence[Arch], latency_ms: np.ndarray) -> None:
         """Fit the costs, the bootstrap ensemble and the out-of-fold error band.
 

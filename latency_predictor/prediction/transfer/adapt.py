@@ -14,6 +14,7 @@ from scipy.optimize import lsq_linear
 from latency_predictor.errors import ConfigError
 from latency_predictor.prediction.features import FEATURE_NAMES, FeatureExtractor
 from latency_predictor.prediction.models import AdditiveModel
+from latency_predictor.prediction.threads import one_blas_thread
 from latency_predictor.prediction.transfer.groups import _OPS, COARSE, GROUPINGS, GROUPS, Grouping, group_contributions
 from latency_predictor.prediction.transfer.refine import _refine, _refine_signed, design_matrix
 from latency_predictor.prediction.transfer.scales import Scales, _Design, _design, _fit_scales, _solve
@@ -157,6 +158,7 @@ class _Adapted:
     members: np.ndarray
 
 
+@one_blas_thread
 def _adapt(source: AdditiveModel, extractor: FeatureExtractor, archs: Sequence[Arch], latency_ms: np.ndarray,
            members: int, seed: int, lam: float | None, refine: bool, groupings: Sequence[Grouping]) -> _Adapted:
     if not groupings:
