@@ -211,12 +211,18 @@ def _hiding_prefix(folder: Path) -> list[str] | None:
     return None
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
+def _stop(*procs: subprocess.Popen[str]) -> None:
     # `ray start --block` in a session of its own: its process group is that node's processes, and only those.
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+    # Every node is told at once and given 3 s; then its group is killed (a node's graceful stop here took
+    # longer than 10 s, so the kill was what ended it anyway).
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 3
+    for proc in running:
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
@@ -314,9 +320,7 @@ def two_nodes(tmp_path: Path, user_folder: Path) -> Iterator[tuple[str, dict[str
             pytest.fail(f"the second node did not join:\n{node.stdout.read() if node.stdout else ''}")
         yield address, env, prefix is not None
     finally:
-        if node is not None:
-            _stop(node)
-        _stop(head)
+        _stop(*(p for p in (node, head) if p is not None))
 
 
 # In CI's set: the one test there of a cluster of two nodes started with `ray start` (trials spread over
