@@ -3,8 +3,7 @@
 Its least-squares problems are small (a few hundred networks by a few dozen features), solved tens of
 thousands of times in a leave-one-out or a bootstrap. Numpy's OpenBLAS starts a thread per core for
 each, which gains nothing at that size and costs a lot when the cores are busy: the threads wait for
-each other. Beside one busy process on a 2-core machine, two of the transfer tests took 15 s each on the
-default threads and 6 s on one (alone, 6.6 s on either).
+each other, and a fit beside one other busy process took more than twice as long as on one thread.
 """
 
 from __future__ import annotations
