@@ -336,6 +336,8 @@ def step_report(state_dir: Path, timing: dict[str, Any]) -> dict[str, Any]:
         longer = _seeded_search(state_dir, target, LONGER_SEARCH)
         if longer is not None:
             entry["longer_search"] = longer
+            if longer["accuracy"] is not None:
+                longer["goal"] = against_fronts(longer, members)
         rung = _seeded_search(state_dir, target, RUNG_SEARCH)
         if rung is not None:
             entry["rung_search"] = rung
@@ -546,9 +548,13 @@ def render(rec: dict[str, Any]) -> str:
             out += ["", *_render_check(check)]
         longer = t.get("longer_search")
         if longer is not None:
-            same = (f"Its winner is {longer['arch_id']}, "
-                    + ("the comparison's search's too." if seeded is not None and longer["arch_id"] == seeded["arch_id"]
-                       else "another network than the comparison's search's."))
+            if seeded is not None and longer["arch_id"] == seeded["arch_id"]:
+                same = f"Its winner is {longer['arch_id']}, the comparison's search's too."
+            elif "goal" in longer:
+                same = _verdict("Its winner", longer, longer["goal"])
+            else:
+                same = (f"Its winner is {longer['arch_id']}, another network than the comparison's search's "
+                        "(not trained yet).")
             out += ["", f"A longer search (a study: {longer['candidates']} candidates, proposals under "
                         f"{LONGER_SEARCH['latency_floor']:g}x the target not trained) in "
                         f"{longer['wall_seconds'] / 60:.0f} minutes; at its top rung: {_top_rung(longer)}. {same}"]

@@ -1140,9 +1140,16 @@ def test_the_fronts_section_shows_the_longer_search_and_whether_its_winner_diffe
     out = cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [t]}})
     assert f"A longer search (a study: {longer['candidates']} candidates, proposals under 0.7x the target not " \
            "trained)" in out
-    other = {**longer, "arch_id": "0123456789ab"}
+    other = {k: v for k, v in longer.items() if k != "goal"} | {"arch_id": "0123456789ab"}
     out = cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [{**t, "longer_search": other}]}})
-    assert "Its winner is 0123456789ab, another network than the comparison's search's." in out
+    assert "Its winner is 0123456789ab, another network than the comparison's search's (not trained yet)." in out
+    trained = {**other, "accuracy": {**spread([0.90, 0.91, 0.92]), "values": [0.90, 0.91, 0.92]},
+               "goal": {"met": False, "against": [{"member": "resnet14", "points": -1.5, "apart": False,
+                                                   "met": False}]}}
+    out = cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [{**t, "longer_search": trained}]}})
+    assert ("Its winner 0123456789ab (space `cifar`): 91.0% (median of 3 seeds, 90.0-92.0%) at "
+            f"{longer['x_anchor']:.2f}x. Against the 1 trained member no faster: **not met**: resnet14 -1.5 points, "
+            "ranges overlap.") in out
     without = {k: v for k, v in t.items() if k != "longer_search"}
     assert "A longer search" not in cifar10_fronts.render({**rec, "figures": {**rec["figures"], "targets": [without]}})
 
