@@ -475,6 +475,15 @@ def _verdict(name: str, s: dict[str, Any], g: dict[str, Any]) -> str:
             + (f" Not yet trained with {BUDGET['seeds']} seeds: {', '.join(pending)}." if pending else ""))
 
 
+def _study_winner(study: dict[str, Any], seeded: dict[str, Any] | None) -> str:
+    """A study's winner in words: the comparison's search's own, or judged against the fronts once trained."""
+    if seeded is not None and study["arch_id"] == seeded["arch_id"]:
+        return f"Its winner is {study['arch_id']}, the comparison's search's too."
+    if "goal" in study:
+        return _verdict("Its winner", study, study["goal"])
+    return f"Its winner is {study['arch_id']}, another network than the comparison's search's (not trained yet)."
+
+
 def _render_check(check: dict[str, Any],
                   train: str = "python -m benchmarks.search.cifar10_deploy --step train") -> list[str]:
     """A target's :func:`recipe_check` in words and a table; ``train`` is the command that trains a network with
@@ -548,30 +557,18 @@ def render(rec: dict[str, Any]) -> str:
             out += ["", *_render_check(check)]
         longer = t.get("longer_search")
         if longer is not None:
-            if seeded is not None and longer["arch_id"] == seeded["arch_id"]:
-                same = f"Its winner is {longer['arch_id']}, the comparison's search's too."
-            elif "goal" in longer:
-                same = _verdict("Its winner", longer, longer["goal"])
-            else:
-                same = (f"Its winner is {longer['arch_id']}, another network than the comparison's search's "
-                        "(not trained yet).")
             out += ["", f"A longer search (a study: {longer['candidates']} candidates, proposals under "
                         f"{LONGER_SEARCH['latency_floor']:g}x the target not trained) in "
-                        f"{longer['wall_seconds'] / 60:.0f} minutes; at its top rung: {_top_rung(longer)}. {same}"]
+                        f"{longer['wall_seconds'] / 60:.0f} minutes; at its top rung: {_top_rung(longer)}. "
+                        + _study_winner(longer, seeded)]
         rung = t.get("rung_search")
         if rung is not None:
             first = RUNG_SEARCH["rungs"][0]
-            if seeded is not None and rung["arch_id"] == seeded["arch_id"]:
-                same = f"Its winner is {rung['arch_id']}, the comparison's search's too."
-            elif "goal" in rung:
-                same = _verdict("Its winner", rung, rung["goal"])
-            else:
-                same = (f"Its winner is {rung['arch_id']}, another network than the comparison's search's "
-                        "(not trained yet).")
             out += ["", f"A search with a costlier first rung (a study: {first['train_images']:,} x {first['epochs']} "
                         f"where the comparison's is {SEARCH['rungs'][0]['train_images']:,} x "
                         f"{SEARCH['rungs'][0]['epochs']}; {rung['candidates']} candidates) in "
-                        f"{rung['wall_seconds'] / 60:.0f} minutes; at its top rung: {_top_rung(rung)}. {same}"]
+                        f"{rung['wall_seconds'] / 60:.0f} minutes; at its top rung: {_top_rung(rung)}. "
+                        + _study_winner(rung, seeded)]
         control = t.get("random_control")
         if control is not None:
             top = _top_rung(control)
